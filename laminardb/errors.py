@@ -1,0 +1,100 @@
+"""The error hierarchy: one root, one base per subsystem, leaves in each subsystem.
+
+Every error carries a stable ``code`` ("LDB-NNNN"); the thousands digit names the subsystem:
+
+=========  ==========================================================
+LDB-1xxx   SQL: parsing, planning, unknown names, unsupported constructs
+LDB-2xxx   data: values that do not fit a source's schema
+LDB-3xxx   engine: connection/subscription state, internal faults
+LDB-4xxx   connectors: files, Kafka, decoding
+LDB-5xxx   checkpoints and recovery
+LDB-6xxx   control plane: Raft, ownership, fencing, RPC
+LDB-7xxx   discovery: membership backends
+LDB-8xxx   cluster: Ray actors, cluster client
+LDB-9xxx   configuration and CLI
+=========  ==========================================================
+
+User-input errors (SQL, data) are kept apart from engine faults so that callers can
+tell "fix your query" from "something broke".
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "LaminarError",
+    "SqlError",
+    "DataError",
+    "EngineError",
+    "ConnectorError",
+    "CheckpointError",
+    "ControlPlaneError",
+    "DiscoveryError",
+    "ClusterError",
+    "ConfigError",
+]
+
+
+class LaminarError(Exception):
+    """Root of every laminardb error. ``code`` is stable and documented; ``str()`` says what to do."""
+
+    code: str = "LDB-0000"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        if code is not None:
+            self.code = code
+        self.message = message
+        super().__init__(f"[{self.code}] {message}")
+
+
+class SqlError(LaminarError):
+    """The SQL text is wrong or uses something laminardb does not support (LDB-1xxx)."""
+
+    code = "LDB-1000"
+
+
+class DataError(LaminarError, ValueError):
+    """A value does not fit the schema it is inserted into (LDB-2xxx)."""
+
+    code = "LDB-2000"
+
+
+class EngineError(LaminarError, RuntimeError):
+    """The engine cannot do what was asked in its current state (LDB-3xxx)."""
+
+    code = "LDB-3000"
+
+
+class ConnectorError(LaminarError):
+    """A source or sink failed to read, write or decode (LDB-4xxx)."""
+
+    code = "LDB-4000"
+
+
+class CheckpointError(LaminarError):
+    """Snapshot, manifest or recovery failure (LDB-5xxx)."""
+
+    code = "LDB-5000"
+
+
+class ControlPlaneError(LaminarError):
+    """Raft, ownership, fencing or control RPC failure (LDB-6xxx)."""
+
+    code = "LDB-6000"
+
+
+class DiscoveryError(LaminarError):
+    """A membership backend failed (LDB-7xxx)."""
+
+    code = "LDB-7000"
+
+
+class ClusterError(LaminarError):
+    """Ray actors or the cluster client failed (LDB-8xxx)."""
+
+    code = "LDB-8000"
+
+
+class ConfigError(LaminarError, ValueError):
+    """Configuration or command-line arguments are wrong (LDB-9xxx)."""
+
+    code = "LDB-9000"
