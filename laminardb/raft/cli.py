@@ -1,0 +1,228 @@
+"""Command-line entry points of the control plane: ``raft-node`` and ``cluster status|plan``.
+
+``laminardb/cli.py`` calls :func:`register` to add these to the main parser; until then (and
+in tests) run ``python -m laminardb.raft.cli ...`` (:func:`main`). Every command is a thin
+layer over importable functions (``run_node``, ``RaftClient``, ``plan_assignment``).
+
+The cluster secret is read from ``--secret-file`` or the ``LAMINARDB_RAFT_SECRET`` environment
+variable — never from the command line, where ``ps`` would show it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from laminardb.errors import LaminarError
+from laminardb.raft.plan import DEFAULT_VNODES, plan_assignment
+
+__all__ = ["register", "main", "SECRET_ENV"]
+
+SECRET_ENV = "LAMINARDB_RAFT_SECRET"
+_DEFAULT_BIND = "127.0.0.1:7100"
+_DEFAULT_RPC_BIND = "127.0.0.1:7200"
+_RAFT_STATES = {0: "follower", 1: "candidate", 2: "leader"}
+
+
+def _read_secret(args: argparse.Namespace) -> str:
+    if getattr(args, "secret_file", None):
+        with open(args.secret_file, encoding="utf-8") as fh:
+            return fh.read().strip()
+    return os.environ.get(SECRET_ENV, "")
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _add_secret(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--secret-file", help=f"file holding the cluster secret (else ${SECRET_ENV})")
+
+
+# -- raft-node ---------------------------------------------------------------------------------
+
+
+def _cmd_raft_node(args: argparse.Namespace) -> int:
+    from laminardb.raft.config import RaftNodeConfig
+    from laminardb.raft.node import run_node
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = RaftNodeConfig(
+        node_id=args.id,
+        bind=args.bind,
+        peers=tuple(_csv(args.peers)),
+        data_dir=args.data_dir,
+        rpc_bind=args.rpc_bind,
+        secret=_read_secret(args),
+        insecure_dev=args.insecure_dev,
+        batch_append_entries=args.batch_append_entries,
+        compaction_min_entries=args.compaction_min_entries,
+    )
+    return run_node(config)
+
+
+# -- cluster status / plan -------------------------------------------------------------------
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from laminardb.raft.client import RaftClient
+
+    return RaftClient(_csv(args.voters), secret=_read_secret(args), deadline=args.timeout)
+
+
+def format_status(status: dict[str, Any]) -> str:
+    """Human-readable ``cluster status``: voters, leader/term, members, ownership per node."""
+    raft, state = status["raft"], status["state"]
+    voters = state.get("voters", {})
+    leader = raft.get("leader")
+    leader_name = voters.get(leader, {}).get("id", leader) if leader else "none"
+    lines = [
+        f"raft: leader {leader_name} ({leader or '-'}) term {raft['term']} "
+        f"commit {raft['commit_idx']} quorum {'yes' if raft['has_quorum'] else 'NO'}",
+        f"answered by: {raft['self']} ({_RAFT_STATES.get(raft['state'], '?')})",
+        "voters:",
+    ]
+    for addr, v in sorted(voters.items()):
+        role = "leader" if addr == leader else "voter"
+        lines.append(f"  {v['id']:<12} raft {addr:<21} rpc {v['rpc']:<21} {role}")
+    lines.append(f"cluster epoch {state['cluster_epoch']}  checkpoint epoch "
+                 f"{state['checkpoint_epoch']}  manifest {state['manifest'] or '-'}")
+    lines.append(f"members ({len(state['nodes'])}):")
+    for nid, n in sorted(state["nodes"].items()):
+        lines.append(f"  {nid:<16} {n['address'] or '-':<22} cores {n['cores']}")
+    for name, src in sorted(state["sources"].items()):
+        lines.append(f"source {name!r}: {src['vnodes']} vnodes")
+        per: dict[str, list[tuple[int, int]]] = {}
+        for v, (o, e) in enumerate(zip(src["owner"], src["epoch"], strict=True)):
+            per.setdefault(o or "(unowned)", []).append((v, e))
+        for owner, items in sorted(per.items()):
+            epochs = [e for _, e in items]
+            lines.append(
+                f"  {owner:<16} {len(items):>4} vnodes  epochs {min(epochs)}..{max(epochs)}  "
+                f"vnodes {_ranges([v for v, _ in items])}"
+            )
+    return "\n".join(lines)
+
+
+def _ranges(ids: list[int]) -> str:
+    out: list[str] = []
+    start = prev = None
+    for v in [*ids, None]:
+        if v is not None and prev is not None and v == prev + 1:
+            prev = v
+            continue
+        if start is not None:
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = v
+    text = ",".join(out)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        status = client.status()
+    print(json.dumps(status, indent=2, sort_keys=True) if args.json else format_status(status))
+    return 0
+
+
+def compute_plan(snapshot: dict[str, Any], *, source: str, members: list[str] | None,
+                 vnodes: int) -> dict[str, Any]:
+    """What ``commit_plan`` would do now: the same pure function the state machine runs."""
+    src = snapshot["sources"].get(source)
+    count = src["vnodes"] if src else vnodes
+    current = dict(enumerate(src["owner"])) if src else {}
+    nodes = set(snapshot["nodes"])
+    live = sorted(nodes if members is None else set(members) & nodes)
+    plan = plan_assignment(count, members=live, current=current)
+    return {"source": source, "members": live, "moves": [[m.vnode, m.src, m.dst] for m in plan.moves],
+            "load": plan.load(), "cluster_epoch": snapshot["cluster_epoch"]}
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        snap = client.ownership(barrier=True)
+        plan = compute_plan(snap, source=args.source,
+                            members=_csv(args.members) if args.members else None,
+                            vnodes=args.vnodes)
+        if args.commit:
+            plan["committed"] = client.commit_plan(
+                args.source, members=plan["members"], vnode_count=args.vnodes,
+                expected_cluster_epoch=plan["cluster_epoch"])
+    if args.json:
+        print(json.dumps(plan, indent=2, sort_keys=True))
+        return 0
+    print(f"source {plan['source']!r} over {len(plan['members'])} members "
+          f"(cluster epoch {plan['cluster_epoch']}): {len(plan['moves'])} vnodes move")
+    moves: dict[tuple[str, str], list[int]] = {}
+    for v, src, dst in plan["moves"]:
+        moves.setdefault((src or "(unowned)", dst or "(unowned)"), []).append(v)
+    for (src, dst), vs in sorted(moves.items()):
+        print(f"  {src:>16} -> {dst:<16} {len(vs):>4} vnodes  {_ranges(vs)}")
+    print("target load: " + ", ".join(f"{m}={n}" for m, n in sorted(plan["load"].items())))
+    if args.commit:
+        print(f"committed at cluster epoch {plan['committed']['cluster_epoch']}")
+    return 0
+
+
+# -- registration --------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``raft-node`` and ``cluster {status,plan}`` to the main parser's subcommands."""
+    node = subparsers.add_parser("raft-node", help="run one Raft voter of the control plane")
+    node.add_argument("--id", required=True, help="voter id shown in cluster status")
+    node.add_argument("--bind", default=_DEFAULT_BIND, help="Raft host:port (default loopback)")
+    node.add_argument("--peers", default="", help="comma-separated Raft host:port of all voters")
+    node.add_argument("--data-dir", required=True, help="journal, dump and lock file directory")
+    node.add_argument("--rpc-bind", default=_DEFAULT_RPC_BIND, help="control RPC host:port")
+    node.add_argument("--insecure-dev", action="store_true",
+                      help="no Raft password (loopback only; the RPC still needs the secret)")
+    node.add_argument("--batch-append-entries", action="store_true",
+                      help="batch commands per heartbeat: more throughput, more latency")
+    node.add_argument("--compaction-min-entries", type=int, default=5000,
+                      help="log entries before a snapshot (pysyncobj logCompactionMinEntries)")
+    _add_secret(node)
+    node.set_defaults(func=_cmd_raft_node)
+
+    cluster = subparsers.add_parser("cluster", help="inspect and rebalance the Delta cluster")
+    csub = cluster.add_subparsers(dest="cluster_command", required=True)
+    for name, fn, help_text in (
+        ("status", _cmd_status, "members, Raft leader and term, vnode ownership and epochs"),
+        ("plan", _cmd_plan, "what a rebalance would move (--commit to apply it)"),
+    ):
+        p = csub.add_parser(name, help=help_text)
+        p.add_argument("--voters", default=os.environ.get("LAMINARDB_RAFT_VOTERS", _DEFAULT_RPC_BIND),
+                       help="comma-separated voter RPC host:port (or $LAMINARDB_RAFT_VOTERS)")
+        p.add_argument("--timeout", type=float, default=10.0, help="seconds before giving up")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        _add_secret(p)
+        p.set_defaults(func=fn)
+        if name == "plan":
+            p.add_argument("--source", default="default", help="source whose vnodes to plan")
+            p.add_argument("--members", default="", help="live members (default: all registered)")
+            p.add_argument("--vnodes", type=int, default=DEFAULT_VNODES,
+                           help="vnode count if the source does not exist yet")
+            p.add_argument("--commit", action="store_true", help="commit the plan through Raft")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Standalone entry point: ``python -m laminardb.raft.cli <command> ...``."""
+    parser = argparse.ArgumentParser(prog="laminardb")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    register(subparsers)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except LaminarError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Pytest fixtures that start real services; import them into a ``conftest.py``.
+
+* ``raft_cluster`` — factory: ``raft_cluster(n=3, extra_args=())`` starts voters in the test's
+  tmp dir; all are killed at teardown (also when the test fails).
+* ``kafka_broker`` — session-scoped Tansu broker (``.bootstrap``), killed at session end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests._services.raft import RaftCluster, start_raft_cluster
+
+
+@pytest.fixture
+def raft_cluster(tmp_path: Path) -> Iterator[Callable[..., RaftCluster]]:
+    """Factory starting real voter processes; every cluster is stopped at teardown."""
+    started: list[RaftCluster] = []
+
+    def make(n: int = 3, *, extra_args: tuple[str, ...] = (), secret: str = "test-secret",
+             wait: bool = True) -> RaftCluster:
+        base = tmp_path / f"raft{len(started)}"
+        base.mkdir()
+        cluster = start_raft_cluster(base, n=n, secret=secret, extra_args=extra_args, wait=wait)
+        started.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in started:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[object]:
+    """A real Tansu broker on a free loopback port for the whole session."""
+    from tests._services.kafka import start_kafka_broker
+
+    broker = start_kafka_broker()
+    try:
+        yield broker
+    finally:
+        broker.stop()

@@ -1,0 +1,76 @@
+"""Process and port utilities shared by the service starters.
+
+Entry points: :func:`free_port`, :func:`repo_env` (environment for child Python processes),
+:func:`wait_until` (the bounded wait every test uses) and :func:`kill_proc`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+T = TypeVar("T")
+
+# How long a SIGTERMed child gets to exit before SIGKILL.
+_TERM_GRACE_S = 3.0
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    """A currently free loopback port (TCP by default, ``socket.SOCK_DGRAM`` for UDP)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def repo_env(**extra: str) -> dict[str, str]:
+    """Environment for child processes: this checkout first on ``PYTHONPATH``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
+    )
+    env.update(extra)
+    return env
+
+
+def wait_until(fn: Callable[[], T], *, timeout: float, interval: float = 0.05,
+               what: str = "condition") -> T:
+    """Poll ``fn`` until it returns a truthy value; raise ``TimeoutError`` after ``timeout`` s.
+
+    Exceptions raised by ``fn`` count as "not yet" and are reported on timeout.
+    """
+    end = time.monotonic() + timeout
+    last: BaseException | None = None
+    while True:
+        try:
+            value = fn()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - polled condition, reported on timeout
+            last = exc
+        if time.monotonic() >= end:
+            msg = f"timed out after {timeout:.1f} s waiting for {what}; last error: {last!r}"
+            raise TimeoutError(msg)
+        time.sleep(interval)
+
+
+def kill_proc(proc: subprocess.Popen, *, hard: bool = False) -> None:
+    """Stop ``proc`` (SIGCONT first, in case it is stopped), SIGKILL if it lingers."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+        proc.wait(timeout=_TERM_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=_TERM_GRACE_S)
+    except ProcessLookupError:
+        pass
