@@ -31,6 +31,12 @@ __all__ = [
     "DiscoveryError",
     "ClusterError",
     "ConfigError",
+    "SchemaMismatchError",
+    "NullViolationError",
+    "ConversionError",
+    "ConnectionClosedError",
+    "SubscriptionClosedError",
+    "NotQueryableError",
 ]
 
 
@@ -98,3 +104,42 @@ class ConfigError(LaminarError, ValueError):
     """Configuration or command-line arguments are wrong (LDB-9xxx)."""
 
     code = "LDB-9000"
+
+
+# --- leaves of the engine core (the package root); subsystems keep theirs in exceptions.py
+
+
+class SchemaMismatchError(DataError):
+    """Inserted data has missing, extra or wrongly typed columns."""
+
+    code = "LDB-2001"
+
+
+class NullViolationError(DataError):
+    """NULL in a NOT NULL column (or in the event-time column)."""
+
+    code = "LDB-2002"
+
+
+class ConversionError(DataError):
+    """A value cannot be converted to the column's or the CAST's type."""
+
+    code = "LDB-2003"
+
+
+class ConnectionClosedError(EngineError):
+    """The connection was closed; open a new one."""
+
+    code = "LDB-3001"
+
+
+class SubscriptionClosedError(EngineError):
+    """The subscription was cancelled or its stream dropped."""
+
+    code = "LDB-3002"
+
+
+class NotQueryableError(EngineError):
+    """query() over something that keeps no state (a source or a plain stream)."""
+
+    code = "LDB-3003"

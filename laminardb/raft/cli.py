@@ -132,16 +132,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def compute_plan(snapshot: dict[str, Any], *, source: str, members: list[str] | None,
-                 vnodes: int) -> dict[str, Any]:
+                 vnodes: int | None) -> dict[str, Any]:
     """What ``commit_plan`` would do now: the same pure function the state machine runs."""
     src = snapshot["sources"].get(source)
-    count = src["vnodes"] if src else vnodes
+    count = src["vnodes"] if src else (vnodes or DEFAULT_VNODES)
     current = dict(enumerate(src["owner"])) if src else {}
     nodes = set(snapshot["nodes"])
     live = sorted(nodes if members is None else set(members) & nodes)
     plan = plan_assignment(count, members=live, current=current)
-    return {"source": source, "members": live, "moves": [[m.vnode, m.src, m.dst] for m in plan.moves],
-            "load": plan.load(), "cluster_epoch": snapshot["cluster_epoch"]}
+    return {"source": source, "vnodes": count, "exists": src is not None, "members": live,
+            "moves": [[m.vnode, m.src, m.dst] for m in plan.moves], "load": plan.load(),
+            "cluster_epoch": snapshot["cluster_epoch"]}
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -152,7 +153,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
                             vnodes=args.vnodes)
         if args.commit:
             plan["committed"] = client.commit_plan(
-                args.source, members=plan["members"], vnode_count=args.vnodes,
+                args.source, members=plan["members"],
+                vnode_count=None if plan["exists"] else plan["vnodes"],
                 expected_cluster_epoch=plan["cluster_epoch"])
     if args.json:
         print(json.dumps(plan, indent=2, sort_keys=True))
@@ -206,8 +208,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         if name == "plan":
             p.add_argument("--source", default="default", help="source whose vnodes to plan")
             p.add_argument("--members", default="", help="live members (default: all registered)")
-            p.add_argument("--vnodes", type=int, default=DEFAULT_VNODES,
-                           help="vnode count if the source does not exist yet")
+            p.add_argument("--vnodes", type=int, default=None,
+                           help=f"vnode count if the source does not exist yet "
+                                f"(default {DEFAULT_VNODES})")
             p.add_argument("--commit", action="store_true", help="commit the plan through Raft")
 
 

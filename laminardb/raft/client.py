@@ -19,7 +19,12 @@ from typing import Any
 
 from laminardb.raft import _wire
 from laminardb.raft.config import split_addr
-from laminardb.raft.exceptions import NoLeaderError, RpcAuthError, error_from_wire
+from laminardb.raft.exceptions import (
+    NoLeaderError,
+    RpcAuthError,
+    RpcProtocolError,
+    error_from_wire,
+)
 from laminardb.raft.fencing import FencingToken
 
 __all__ = ["RaftClient"]
@@ -97,6 +102,28 @@ class RaftClient:
         idx = self._voters.index(self._current) if self._current in self._voters else -1
         self._current = self._voters[(idx + 1) % len(self._voters)]
 
+    def _exchange(self, method: str, args: dict[str, Any]) -> dict[str, Any] | str:
+        """One request/response with the current voter; a ``str`` describes a transport error.
+
+        Our own typed errors subclass builtins such as ``PermissionError`` (an ``OSError``),
+        so transport failures are turned into values here instead of caught further up.
+        """
+        try:
+            if self._sock is None:
+                self._sock = self._connect(self._current)
+            req = {"id": next(self._ids), "ts": time.time(), "m": method, "a": args}
+            _wire.send_frame(self._sock, self._key, req)
+            return _wire.read_frame(self._sock, self._key)
+        except RpcAuthError:
+            self._drop()
+            raise
+        except RpcProtocolError as exc:
+            self._drop()
+            return str(exc)
+        except OSError as exc:  # refused, reset, timeout: try another voter
+            self._drop()
+            return str(exc) or type(exc).__name__
+
     def call(self, method: str, **args: Any) -> Any:
         """Send one request, retrying across voters until it gets a definite answer.
 
@@ -113,24 +140,18 @@ class RaftClient:
         with self._lock:
             while True:
                 hint = None
-                try:
-                    if self._sock is None:
-                        self._sock = self._connect(self._current)
-                    req = {"id": next(self._ids), "ts": time.time(), "m": method, "a": args}
-                    _wire.send_frame(self._sock, self._key, req)
-                    resp = _wire.read_frame(self._sock, self._key)
-                    if resp.get("ok"):
-                        self._follow_hint(resp.get("leader"))
-                        return resp.get("result")
+                resp = self._exchange(method, args)
+                if isinstance(resp, str):
+                    last = f"{self._current}: {resp}"
+                elif resp.get("ok"):
+                    self._follow_hint(resp.get("leader"))
+                    return resp.get("result")
+                else:
                     code, message = resp.get("code", "LDB-6000"), resp.get("message", "")
                     if code not in _RETRYABLE:
+                        # Typed refusal (stale epoch, unknown node, bad secret...): final.
                         raise error_from_wire(code, message)
                     last, hint = f"{self._current}: {message}", resp.get("leader")
-                except RpcAuthError:
-                    self._drop()
-                    raise
-                except (OSError, ConnectionError) as exc:
-                    last = f"{self._current}: {exc}"
                 if time.monotonic() >= end:
                     self._drop()
                     msg = (

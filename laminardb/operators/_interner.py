@@ -1,0 +1,168 @@
+"""Dense ids for key values and a table of (key id, window start) → group slot.
+
+``Interner`` maps the rows of one or more Arrow columns to dense ids (0, 1, 2, …, in order
+of first sight) and keeps the original values so ids can be turned back into Arrow arrays.
+``GroupTable`` maps (key id, window start) pairs to reusable accumulator slots.
+Both own growable numpy arrays and resize them *before* a kernel runs: kernels never
+allocate, and a table's load factor stays under 1/2 so probes stay short.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from laminardb.operators import _kernels as K
+from laminardb.operators._buffers import encode_rows
+
+_INITIAL_CAPACITY = 1024  # slots; tables double as they fill, so this only sets the floor
+_COMBINE_CHUNKS_AT = 64  # combine stored value chunks so take() stays fast
+
+
+def _pow2_at_least(n: int) -> int:
+    c = _INITIAL_CAPACITY
+    while c < n:
+        c *= 2
+    return c
+
+
+class Interner:
+    """Rows of key columns → dense int64 ids; ``take(ids)`` gives the values back."""
+
+    def __init__(self, types: list[pa.DataType]) -> None:
+        self.types = types
+        self.tab_ids = np.full(_INITIAL_CAPACITY, -1, dtype=np.int64)
+        self.tab_hash = np.zeros(_INITIAL_CAPACITY, dtype=np.uint64)
+        self.arena = np.zeros(4096, dtype=np.uint8)
+        self.arena_off = np.zeros(_INITIAL_CAPACITY + 1, dtype=np.int64)
+        self.n_keys = np.zeros(1, dtype=np.int64)
+        self._chunks: list[list[pa.Array]] = [[] for _ in types]
+
+    def __len__(self) -> int:
+        return int(self.n_keys[0])
+
+    def intern(self, columns: list[pa.Array]) -> np.ndarray:
+        n = len(columns[0])
+        offsets, data = encode_rows(columns)
+        self._reserve(n, int(offsets[-1] - offsets[0]))
+        ids = np.empty(n, dtype=np.int64)
+        new_rows = np.empty(n, dtype=np.int64)
+        n_new = K.intern_rows(
+            offsets, data, self.tab_ids, self.tab_hash, self.arena, self.arena_off,
+            self.n_keys, ids, new_rows,
+        )
+        if n_new:
+            idx = pa.array(new_rows[:n_new])
+            for chunks, col in zip(self._chunks, columns, strict=True):
+                chunks.append(col.take(idx))
+                if len(chunks) > _COMBINE_CHUNKS_AT:
+                    combined = pa.chunked_array(chunks, type=chunks[0].type).combine_chunks()
+                    chunks[:] = [combined]
+        return ids
+
+    def take(self, ids: np.ndarray) -> list[pa.Array]:
+        """The original column values of the given ids."""
+        idx = pa.array(ids, type=pa.int64())
+        out = []
+        for chunks, t in zip(self._chunks, self.types, strict=True):
+            if not chunks:
+                out.append(pa.array([], type=t).take(idx))
+                continue
+            if len(chunks) > 1:
+                chunks[:] = [pa.chunked_array(chunks, type=chunks[0].type).combine_chunks()]
+            out.append(chunks[0].take(idx))
+        return out
+
+    def _reserve(self, n_rows: int, n_bytes: int) -> None:
+        need_keys = len(self) + n_rows
+        if 2 * need_keys > len(self.tab_ids):
+            cap = _pow2_at_least(4 * need_keys)
+            old_ids, old_hash = self.tab_ids, self.tab_hash
+            self.tab_ids = np.full(cap, -1, dtype=np.int64)
+            self.tab_hash = np.zeros(cap, dtype=np.uint64)
+            K.rehash_interned(self.tab_ids, self.tab_hash, old_ids, old_hash)
+        if need_keys + 1 > len(self.arena_off):
+            grown = np.zeros(max(2 * len(self.arena_off), need_keys + 1), dtype=np.int64)
+            grown[: len(self.arena_off)] = self.arena_off
+            self.arena_off = grown
+        used = int(self.arena_off[len(self)])
+        if used + n_bytes > len(self.arena):
+            grown_a = np.zeros(max(2 * len(self.arena), used + n_bytes), dtype=np.uint8)
+            grown_a[:used] = self.arena[:used]
+            self.arena = grown_a
+
+    # -- snapshot -----------------------------------------------------------------
+    def values_table(self) -> pa.Table:
+        cols = self.take(np.arange(len(self), dtype=np.int64))
+        return pa.table(cols, names=[f"k{i}" for i in range(len(cols))])
+
+    @classmethod
+    def from_values(cls, table: pa.Table) -> Interner:
+        it = cls([f.type for f in table.schema])
+        if table.num_rows:
+            it.intern([c.combine_chunks() for c in table.columns])
+        return it
+
+
+class GroupTable:
+    """(key id, window start) → accumulator slot, with slot reuse after groups close."""
+
+    def __init__(self) -> None:
+        self.tab = np.full(_INITIAL_CAPACITY, -1, dtype=np.int64)
+        self.slot_key = np.zeros(_INITIAL_CAPACITY // 2, dtype=np.int64)
+        self.slot_win = np.zeros(_INITIAL_CAPACITY // 2, dtype=np.int64)
+        self.live = np.zeros(_INITIAL_CAPACITY // 2, dtype=np.bool_)
+        self.free = np.zeros(_INITIAL_CAPACITY // 2, dtype=np.int64)
+        # [slots used (high-water mark), free-stack size, live groups]
+        self.counters = np.zeros(3, dtype=np.int64)
+        self.on_grow: list = []  # callbacks(new_capacity) so accumulators grow with slots
+
+    @property
+    def capacity(self) -> int:
+        return len(self.slot_key)
+
+    @property
+    def high_water(self) -> int:
+        return int(self.counters[0])
+
+    @property
+    def n_live(self) -> int:
+        return int(self.counters[2])
+
+    def upsert(self, key_ids: np.ndarray, wins: np.ndarray) -> np.ndarray:
+        self.reserve(len(key_ids))
+        slots = np.empty(len(key_ids), dtype=np.int64)
+        K.upsert_groups(
+            key_ids, wins, self.tab, self.slot_key, self.slot_win, self.live, self.free,
+            self.counters, slots,
+        )
+        return slots
+
+    def reserve(self, n_rows: int) -> None:
+        need = self.high_water + n_rows
+        if need > self.capacity:
+            cap = _pow2_at_least(2 * need)
+            for name in ("slot_key", "slot_win", "live", "free"):
+                old = getattr(self, name)
+                new = np.zeros(cap, dtype=old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+            for cb in self.on_grow:
+                cb(cap)
+        if 2 * (self.n_live + n_rows) > len(self.tab):
+            self.tab = np.full(_pow2_at_least(4 * (self.n_live + n_rows)), -1, dtype=np.int64)
+            K.rebuild_group_table(self.tab, self.slot_key, self.slot_win, self.live, self.high_water)
+
+    def live_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.live[: self.high_water])
+
+    def remove(self, slots: np.ndarray) -> None:
+        """Free closed groups; their slots are reused by later groups."""
+        if len(slots) == 0:
+            return
+        self.live[slots] = False
+        nf = int(self.counters[1])
+        self.free[nf : nf + len(slots)] = slots
+        self.counters[1] = nf + len(slots)
+        self.counters[2] -= len(slots)
+        K.rebuild_group_table(self.tab, self.slot_key, self.slot_win, self.live, self.high_water)

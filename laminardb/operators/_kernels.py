@@ -1,0 +1,332 @@
+"""Numba kernels for keys: the stable 64-bit hash, key interning and the group table.
+
+Everything here works on numpy views of Arrow buffers and plain numpy state arrays; the
+Python classes in ``_interner.py`` and ``_groups.py`` own the arrays, grow them before a
+kernel runs (kernels never allocate state), and keep the invariants documented there.
+
+The hash is an xxHash64-style mix written out here so that it is identical in every
+process and on every machine (Python's ``hash()`` is salted per process). It is the hash
+DESIGN.md names for ``vnode = hash(key) % V``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_P4 = np.uint64(0x85EBCA77C2B2AE63)
+_P5 = np.uint64(0x27D4EB2F165667C5)
+_EMPTY = -1
+
+
+@njit(inline="always")
+def _rotl(x, r):
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@njit(inline="always")
+def _fmix(h):
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def hash_bytes(data, start, end):
+    """Stable 64-bit hash of ``data[start:end]`` (uint8)."""
+    n = end - start
+    h = _P5 + np.uint64(n)
+    i = start
+    while i + 8 <= end:
+        k = np.uint64(0)
+        for b in range(8):
+            k |= np.uint64(data[i + b]) << np.uint64(8 * b)
+        k *= _P2
+        k = _rotl(k, 31)
+        k *= _P1
+        h ^= k
+        h = _rotl(h, 27) * _P1 + _P4
+        i += 8
+    while i < end:
+        h ^= np.uint64(data[i]) * _P5
+        h = _rotl(h, 11) * _P1
+        i += 1
+    return _fmix(h)
+
+
+@njit(inline="always")
+def hash_pair(a, b):
+    """Stable hash of two int64 values (group key id, window start)."""
+    h = np.uint64(a) * _P1
+    h ^= _rotl(np.uint64(b) * _P2, 31)
+    return _fmix(h)
+
+
+@njit(cache=True, nogil=True)
+def hash_rows(offsets, data, out):
+    """Hash each encoded row ``data[offsets[i]:offsets[i+1]]`` into ``out[i]``."""
+    for i in range(len(out)):
+        out[i] = hash_bytes(data, offsets[i], offsets[i + 1])
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+@njit(cache=True, nogil=True)
+def encode_fixed(out, pos, values, valid, has_valid):
+    """Append a 9-byte field (validity tag + little-endian int64) to every row."""
+    for i in range(len(values)):
+        p = pos[i]
+        if has_valid and not valid[i]:
+            out[p] = 0
+            for b in range(8):
+                out[p + 1 + b] = 0
+        else:
+            out[p] = 1
+            v = np.uint64(values[i])
+            for b in range(8):
+                out[p + 1 + b] = np.uint8((v >> np.uint64(8 * b)) & np.uint64(0xFF))
+        pos[i] = p + 9
+
+
+@njit(cache=True, nogil=True)
+def encode_string(out, pos, offsets, data, valid, has_valid):
+    """Append a field (validity tag, 4-byte length, bytes) to every row."""
+    for i in range(len(pos)):
+        p = pos[i]
+        if has_valid and not valid[i]:
+            for b in range(5):
+                out[p + b] = 0
+            pos[i] = p + 5
+            continue
+        s = offsets[i]
+        e = offsets[i + 1]
+        n = e - s
+        out[p] = 1
+        for b in range(4):
+            out[p + 1 + b] = np.uint8((n >> (8 * b)) & 0xFF)
+        for j in range(n):
+            out[p + 5 + j] = data[s + j]
+        pos[i] = p + 5 + n
+
+
+@njit(cache=True, nogil=True)
+def encode_single_string_nulls(offsets, data, valid, out_offsets, out):
+    """Single VARCHAR key with NULLs: raw bytes, NULL as 0xFF (never valid UTF-8)."""
+    p = 0
+    out_offsets[0] = 0
+    for i in range(len(valid)):
+        if valid[i]:
+            s = offsets[i]
+            e = offsets[i + 1]
+            for j in range(s, e):
+                out[p] = data[j]
+                p += 1
+        else:
+            out[p] = 0xFF
+            p += 1
+        out_offsets[i + 1] = p
+
+
+# --------------------------------------------------------------------------- interning
+
+
+@njit(inline="always")
+def _bytes_equal(a, a_start, a_end, b, b_start, b_end):
+    if a_end - a_start != b_end - b_start:
+        return False
+    for j in range(a_end - a_start):
+        if a[a_start + j] != b[b_start + j]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def intern_rows(offsets, data, tab_ids, tab_hash, arena, arena_off, n_keys, out_ids, new_rows):
+    """Map each encoded row to a dense id, appending unseen rows to the arena.
+
+    Returns how many new ids were created; ``new_rows[:k]`` are the first rows holding them.
+    The caller guarantees capacity: table load stays under 1/2 and the arena can hold the batch.
+    """
+    mask = len(tab_ids) - 1
+    nk = n_keys[0]
+    n_new = 0
+    for i in range(len(out_ids)):
+        s = offsets[i]
+        e = offsets[i + 1]
+        h = hash_bytes(data, s, e)
+        j = np.int64(h & np.uint64(mask))
+        while True:
+            kid = tab_ids[j]
+            if kid == _EMPTY:
+                tab_ids[j] = nk
+                tab_hash[j] = h
+                a = arena_off[nk]
+                for b in range(e - s):
+                    arena[a + b] = data[s + b]
+                arena_off[nk + 1] = a + (e - s)
+                out_ids[i] = nk
+                new_rows[n_new] = i
+                n_new += 1
+                nk += 1
+                break
+            if tab_hash[j] == h and _bytes_equal(
+                arena, arena_off[kid], arena_off[kid + 1], data, s, e
+            ):
+                out_ids[i] = kid
+                break
+            j = (j + 1) & mask
+    n_keys[0] = nk
+    return n_new
+
+
+@njit(cache=True, nogil=True)
+def rehash_interned(tab_ids, tab_hash, old_ids, old_hash):
+    """Move every entry of an old intern table into a larger empty one."""
+    mask = len(tab_ids) - 1
+    for j in range(len(old_ids)):
+        kid = old_ids[j]
+        if kid == _EMPTY:
+            continue
+        h = old_hash[j]
+        k = np.int64(h & np.uint64(mask))
+        while tab_ids[k] != _EMPTY:
+            k = (k + 1) & mask
+        tab_ids[k] = kid
+        tab_hash[k] = h
+
+
+@njit(cache=True, nogil=True)
+def compare_interned(arena, arena_off, a, b):
+    """Bytewise comparison of interned values a and b: -1, 0 or 1 (UTF-8 order = code points)."""
+    sa = arena_off[a]
+    ea = arena_off[a + 1]
+    sb = arena_off[b]
+    eb = arena_off[b + 1]
+    n = min(ea - sa, eb - sb)
+    for j in range(n):
+        x = arena[sa + j]
+        y = arena[sb + j]
+        if x != y:
+            return -1 if x < y else 1
+    la = ea - sa
+    lb = eb - sb
+    if la == lb:
+        return 0
+    return -1 if la < lb else 1
+
+
+# --------------------------------------------------------------------------- group table
+
+
+@njit(cache=True, nogil=True)
+def upsert_groups(key_ids, wins, tab, slot_key, slot_win, live, free, counters, out_slots):
+    """Find or create the slot of each (key id, window start) pair.
+
+    ``counters`` = [slots used (high-water mark), free-stack size, live groups].
+    Returns the number of groups created. Capacity is guaranteed by the caller.
+    """
+    mask = len(tab) - 1
+    n_new = 0
+    for i in range(len(key_ids)):
+        kid = key_ids[i]
+        w = wins[i]
+        j = np.int64(hash_pair(kid, w) & np.uint64(mask))
+        while True:
+            s = tab[j]
+            if s == _EMPTY:
+                if counters[1] > 0:
+                    counters[1] -= 1
+                    s = free[counters[1]]
+                else:
+                    s = counters[0]
+                    counters[0] += 1
+                tab[j] = s
+                slot_key[s] = kid
+                slot_win[s] = w
+                live[s] = True
+                counters[2] += 1
+                n_new += 1
+                out_slots[i] = s
+                break
+            if slot_key[s] == kid and slot_win[s] == w:
+                out_slots[i] = s
+                break
+            j = (j + 1) & mask
+    return n_new
+
+
+@njit(cache=True, nogil=True)
+def rebuild_group_table(tab, slot_key, slot_win, live, n_slots):
+    """Re-insert every live slot into an empty table (after removals or growth)."""
+    mask = len(tab) - 1
+    for j in range(len(tab)):
+        tab[j] = _EMPTY
+    for s in range(n_slots):
+        if not live[s]:
+            continue
+        j = np.int64(hash_pair(slot_key[s], slot_win[s]) & np.uint64(mask))
+        while tab[j] != _EMPTY:
+            j = (j + 1) & mask
+        tab[j] = s
+
+
+# --------------------------------------------------------------------------- windows
+
+
+@njit(cache=True, nogil=True)
+def assign_tumble(ts, size, offset, closed_before, out_win, out_keep):
+    """Tumbling window start per row; ``out_keep[i]`` is False when its window has closed."""
+    n_keep = 0
+    for i in range(len(ts)):
+        t = ts[i] - offset
+        start = (t // size) * size + offset
+        out_win[i] = start
+        keep = start + size > closed_before
+        out_keep[i] = keep
+        if keep:
+            n_keep += 1
+    return n_keep
+
+
+@njit(cache=True, nogil=True)
+def assign_hop(ts, size, slide, offset, closed_before, out_rows, out_win, out_late):
+    """Expand rows into (row, window start) pairs for every open hopping window.
+
+    A row is late (``out_late``) only when every window it belongs to has closed.
+    Returns the number of pairs written.
+    """
+    k = 0
+    for i in range(len(ts)):
+        t = ts[i] - offset
+        last = (t // slide) * slide
+        any_open = False
+        start = last
+        while start + size > t:
+            if start + offset + size > closed_before:
+                out_rows[k] = i
+                out_win[k] = start + offset
+                k += 1
+                any_open = True
+            start -= slide
+        out_late[i] = not any_open
+    return k
+
+
+@njit(cache=True, nogil=True)
+def first_touch(slots, stamp, mark, out):
+    """Distinct slots of a batch in order of first appearance (O(n), no sort)."""
+    k = 0
+    for i in range(len(slots)):
+        s = slots[i]
+        if mark[s] != stamp:
+            mark[s] = stamp
+            out[k] = s
+            k += 1
+    return k

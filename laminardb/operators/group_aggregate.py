@@ -1,0 +1,233 @@
+"""GROUP BY aggregation, unwindowed or over tumbling/hopping windows.
+
+Entry point: ``GroupAggregate``. Rows arrive with their key columns, aggregate arguments
+and event times already evaluated; the operator interns keys, assigns windows, finds each
+(key, window) group's slot and folds the rows into the accumulators — all in numba kernels.
+
+It emits ``GroupRows``: the group columns (``__ws``/``__we`` window bounds, ``__k*`` keys,
+``__a*`` aggregates) of groups that changed (EMIT CHANGES: old and new values side by
+side) or closed (EMIT ON WINDOW CLOSE). HAVING and the SELECT projection are applied by
+the caller, which is also what turns old/new pairs into a Z-set changelog.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from laminardb.operators import _kernels as K
+from laminardb.operators._interner import GroupTable, Interner
+from laminardb.operators.aggregates import AggSpec, CountAcc, make_accumulator
+
+EmitMode = Literal["changes", "close"]
+NO_WATERMARK = np.iinfo(np.int64).min
+END_OF_TIME = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """A window in ticks of the event-time column (ms for TIMESTAMP(3)/BIGINT, µs for (6))."""
+
+    kind: Literal["tumble", "hop", "session"]
+    size: int = 0
+    slide: int = 0
+    gap: int = 0
+    offset: int = 0
+
+
+@dataclass
+class GroupRows:
+    """Groups leaving an aggregate. ``old``/``old_valid`` are set only for EMIT CHANGES."""
+
+    new: pa.RecordBatch
+    new_valid: np.ndarray
+    old: pa.RecordBatch | None = None
+    old_valid: np.ndarray | None = None
+
+
+def group_schema(
+    key_types: list[pa.DataType], specs: list[AggSpec], windowed: bool, time_type: pa.DataType
+) -> pa.Schema:
+    fields = []
+    if windowed:
+        fields += [pa.field("__ws", time_type), pa.field("__we", time_type)]
+    fields += [pa.field(f"__k{i}", t) for i, t in enumerate(key_types)]
+    fields += [pa.field(f"__a{j}", s.out_type) for j, s in enumerate(specs)]
+    return pa.schema(fields)
+
+
+class GroupAggregate:
+    """Keyed aggregation state over (key, window) groups; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        key_types: list[pa.DataType],
+        specs: list[AggSpec],
+        window: WindowSpec | None,
+        emit: EmitMode,
+        time_type: pa.DataType = pa.int64(),
+    ) -> None:
+        if window is not None and window.kind == "session":
+            raise ValueError("session windows are handled by SessionAggregate")
+        self.window = window
+        self.emit = emit
+        self.time_type = time_type
+        self.specs = specs
+        self.schema = group_schema(key_types, specs, window is not None, time_type)
+        self.keys = Interner(key_types) if key_types else None
+        self.groups = GroupTable()
+        cap = self.groups.capacity
+        self.rows = CountAcc(AggSpec("count_star", None, pa.int64()), cap)
+        self.accs = [make_accumulator(s, cap) for s in specs]
+        self.groups.on_grow.append(self._grow)
+        self._mark = np.full(cap, -1, dtype=np.int64)
+        self._stamp = 0
+        self._seq = 0
+        self._min_open_end = END_OF_TIME
+
+    def _grow(self, cap: int) -> None:
+        self.rows.grow(cap)
+        for a in self.accs:
+            a.grow(cap)
+        mark = np.full(cap, -1, dtype=np.int64)
+        mark[: len(self._mark)] = self._mark
+        self._mark = mark
+
+    # ------------------------------------------------------------------ input
+    def process(
+        self,
+        n: int,
+        keys: list[pa.Array],
+        args: list[pa.Array | None],
+        ts: np.ndarray | None,
+        weights: np.ndarray | None,
+        wm_before: int,
+    ) -> tuple[GroupRows | None, np.ndarray | None]:
+        """Fold one batch in. Returns (changed groups for EMIT CHANGES, late-row mask)."""
+        if n == 0:
+            return None, None
+        key_ids = self.keys.intern(keys) if self.keys is not None else np.zeros(n, np.int64)
+        late = None
+        rows = None  # row index per (row, window) pair when windows expand rows
+        if self.window is None:
+            wins = np.zeros(n, dtype=np.int64)
+        elif self.window.kind == "tumble":
+            wins = np.empty(n, dtype=np.int64)
+            keep = np.empty(n, dtype=np.bool_)
+            n_keep = K.assign_tumble(ts, self.window.size, self.window.offset, wm_before, wins, keep)
+            if n_keep < n:
+                late = ~keep
+                rows = np.flatnonzero(keep)
+                wins = wins[rows]
+        else:
+            per_row = -(-self.window.size // self.window.slide)
+            rows = np.empty(n * per_row, dtype=np.int64)
+            wins = np.empty(n * per_row, dtype=np.int64)
+            late = np.empty(n, dtype=np.bool_)
+            k = K.assign_hop(
+                ts, self.window.size, self.window.slide, self.window.offset, wm_before, rows, wins, late
+            )
+            rows, wins = rows[:k], wins[:k]
+            if not late.any():
+                late = None
+        if rows is not None:
+            key_ids = key_ids[rows]
+        if len(key_ids) == 0:
+            return None, late
+        slots = self.groups.upsert(key_ids, wins)
+        if self.window is not None:
+            self._min_open_end = min(self._min_open_end, int(wins.min()) + self.window.size)
+
+        touched = old = old_valid = None
+        if self.emit == "changes":
+            touched = self._touched(slots)
+            old_valid = self.rows.counts[touched] > 0
+            old = self._materialize(touched)
+
+        w = np.ones(len(slots), dtype=np.int64) if weights is None else (
+            weights if rows is None else weights[rows]
+        )
+        ts_rows = None if ts is None else (ts if rows is None else ts[rows])
+        if ts_rows is None:
+            ts_rows = np.zeros(len(slots), dtype=np.int64)
+        idx = None if rows is None else pa.array(rows)
+        self.rows.update(slots, None, w, ts_rows, self._seq)
+        for acc, arr in zip(self.accs, args, strict=True):
+            if arr is not None and idx is not None:
+                arr = arr.take(idx)
+            acc.update(slots, arr, w, ts_rows, self._seq)
+        self._seq += n
+
+        if self.emit != "changes":
+            return None, late
+        new_valid = self.rows.counts[touched] > 0
+        new = self._materialize(touched)
+        gone = touched[~new_valid]
+        if len(gone) and self.window is None:
+            self._free(gone)
+        return GroupRows(new=new, new_valid=new_valid, old=old, old_valid=old_valid), late
+
+    def _touched(self, slots: np.ndarray) -> np.ndarray:
+        self._stamp += 1
+        out = np.empty(len(slots), dtype=np.int64)
+        k = K.first_touch(slots, self._stamp, self._mark, out)
+        return out[:k]
+
+    # ------------------------------------------------------------------ output
+    def on_watermark(self, wm: int) -> GroupRows | None:
+        """Close every window whose end ≤ wm; EMIT ON WINDOW CLOSE emits them now."""
+        if self.window is None:
+            if wm == END_OF_TIME and self.emit == "close":
+                return self._close(self.groups.live_slots())
+            return None
+        if wm < self._min_open_end:
+            return None
+        live = self.groups.live_slots()
+        ends = self.groups.slot_win[live] + self.window.size
+        closing = live[ends <= wm]
+        open_ends = ends[ends > wm]
+        self._min_open_end = int(open_ends.min()) if len(open_ends) else END_OF_TIME
+        return self._close(closing)
+
+    def _close(self, closing: np.ndarray) -> GroupRows | None:
+        if len(closing) == 0:
+            return None
+        out = None
+        if self.emit == "close":
+            order = np.lexsort((self.groups.slot_key[closing], self.groups.slot_win[closing]))
+            closing = closing[order]
+            out = GroupRows(new=self._materialize(closing), new_valid=self.rows.counts[closing] > 0)
+        self._free(closing)
+        return out
+
+    def _free(self, slots: np.ndarray) -> None:
+        self.rows.reset(slots)
+        for a in self.accs:
+            a.reset(slots)
+        self.groups.remove(slots)
+
+    def current(self) -> pa.RecordBatch:
+        """Every live group (for queries over an aggregating view's state)."""
+        live = self.groups.live_slots()
+        live = live[self.rows.counts[live] > 0]
+        order = np.lexsort((self.groups.slot_key[live], self.groups.slot_win[live]))
+        return self._materialize(live[order])
+
+    def _materialize(self, slots: np.ndarray) -> pa.RecordBatch:
+        cols: list[pa.Array] = []
+        if self.window is not None:
+            ws = self.groups.slot_win[slots]
+            cols.append(pa.array(ws, type=pa.int64()).cast(self.time_type))
+            cols.append(pa.array(ws + self.window.size, type=pa.int64()).cast(self.time_type))
+        if self.keys is not None:
+            cols += self.keys.take(self.groups.slot_key[slots])
+        cols += [a.output(slots) for a in self.accs]
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    @property
+    def state_groups(self) -> int:
+        return self.groups.n_live

@@ -1,0 +1,69 @@
+"""Errors in SQL text: parsing, names, types, unsupported constructs (LDB-1xxx)."""
+
+from __future__ import annotations
+
+from laminardb.errors import SqlError
+
+__all__ = [
+    "SqlParseError",
+    "UnsupportedSqlError",
+    "UnknownObjectError",
+    "DuplicateObjectError",
+    "SqlTypeError",
+    "MissingVariableError",
+    "GroupingError",
+    "UnknownColumnError",
+]
+
+
+class SqlParseError(SqlError):
+    """The text is not valid SQL; the message names line and column."""
+
+    code = "LDB-1001"
+
+    def __init__(self, message: str, *, line: int | None = None, col: int | None = None) -> None:
+        self.line, self.col = line, col
+        where = f" at line {line}, column {col}" if line is not None else ""
+        super().__init__(f"syntax error{where}: {message}")
+
+
+class UnsupportedSqlError(SqlError):
+    """Valid SQL that laminardb does not run (yet)."""
+
+    code = "LDB-1002"
+
+
+class UnknownObjectError(SqlError, LookupError):
+    """A source, stream, view or sink name that does not exist."""
+
+    code = "LDB-1003"
+
+
+class DuplicateObjectError(SqlError):
+    """CREATE of a name that already exists."""
+
+    code = "LDB-1004"
+
+
+class SqlTypeError(SqlError, TypeError):
+    """An expression applied to values of the wrong type."""
+
+    code = "LDB-1005"
+
+
+class MissingVariableError(SqlError, KeyError):
+    """``${VAR}`` with no value in the connection's config variables."""
+
+    code = "LDB-1006"
+
+
+class GroupingError(SqlError):
+    """A selected column is neither grouped nor aggregated."""
+
+    code = "LDB-1007"
+
+
+class UnknownColumnError(SqlError, LookupError):
+    """A column name that the input relation does not have."""
+
+    code = "LDB-1008"
