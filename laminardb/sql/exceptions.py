@@ -13,6 +13,7 @@ __all__ = [
     "MissingVariableError",
     "GroupingError",
     "UnknownColumnError",
+    "DependentObjectsError",
 ]
 
 
@@ -67,3 +68,9 @@ class UnknownColumnError(SqlError, LookupError):
     """A column name that the input relation does not have."""
 
     code = "LDB-1008"
+
+
+class DependentObjectsError(SqlError):
+    """DROP of something other streams, views or sinks still read."""
+
+    code = "LDB-1009"

@@ -1,0 +1,130 @@
+"""Turn whatever ``insert()`` receives into one RecordBatch of the source's schema.
+
+Entry point: ``to_batch(data, schema, not_null)``. Accepts a dict (one row), a list of
+dicts, a pyarrow RecordBatch or Table, or a pandas DataFrame. Columns are matched by name
+(case-insensitively when unambiguous), cast to the declared types, and checked for NULLs
+in NOT NULL columns. A failure raises a ``DataError`` naming the column and the first bad
+value, and nothing of that call is ingested.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from laminardb.errors import ConversionError, NullViolationError, SchemaMismatchError
+
+
+def to_batch(data: Any, schema: pa.Schema, not_null: frozenset[str], *, source: str) -> pa.RecordBatch:
+    table = _as_table(data, schema, source)
+    cols = []
+    names_lower = {n.lower(): n for n in table.column_names}
+    for field in schema:
+        name = field.name if field.name in table.column_names else names_lower.get(field.name.lower())
+        if name is None:
+            if field.name in not_null:
+                raise SchemaMismatchError(
+                    f"insert into {source!r}: column {field.name!r} is missing and declared NOT NULL"
+                )
+            cols.append(pa.nulls(table.num_rows, field.type))
+            continue
+        col = table.column(name)
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        cols.append(_convert(col, field, source))
+    extra = set(n.lower() for n in table.column_names) - set(f.name.lower() for f in schema)
+    if extra:
+        raise SchemaMismatchError(
+            f"insert into {source!r}: unknown column(s) {sorted(extra)}; the source has "
+            f"{[f.name for f in schema]}"
+        )
+    for field, col in zip(schema, cols, strict=True):
+        if field.name in not_null and col.null_count:
+            row = pc.index(pc.is_null(col), True).as_py()
+            raise NullViolationError(
+                f"insert into {source!r}: column {field.name!r} is NOT NULL but row {row} is NULL"
+            )
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _as_table(data: Any, schema: pa.Schema, source: str) -> pa.Table:
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return data
+    if isinstance(data, dict):
+        data = [data]
+    if isinstance(data, list):
+        if not all(isinstance(r, dict) for r in data):
+            raise SchemaMismatchError(f"insert into {source!r}: rows must be dicts of column → value")
+        if not data:
+            return schema.empty_table()
+        names = list(dict.fromkeys(k for r in data for k in r))
+        cols = {}
+        for n in names:
+            values = [r.get(n) for r in data]
+            target = _field_type(schema, n)
+            try:
+                cols[n] = pa.array(values, type=target) if target is not None else pa.array(values)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+                cols[n] = _array_or_error(values, n, target, source)
+        return pa.table(cols)
+    mod = type(data).__module__
+    if mod.startswith("pandas"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if mod.startswith("polars"):
+        return data.to_arrow()
+    raise SchemaMismatchError(
+        f"insert into {source!r}: cannot insert a {type(data).__name__}; pass a dict, a list of dicts, "
+        "a pyarrow RecordBatch or Table, or a pandas DataFrame"
+    )
+
+
+def _field_type(schema: pa.Schema, name: str) -> pa.DataType | None:
+    for f in schema:
+        if f.name == name or f.name.lower() == name.lower():
+            return f.type
+    return None
+
+
+def _array_or_error(values: list, name: str, target: pa.DataType | None, source: str) -> pa.Array:
+    try:
+        return pa.array(values)  # let the cast below convert (e.g. ISO strings → timestamps)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
+    for i, v in enumerate(values):
+        try:
+            pa.array([v], type=target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            raise ConversionError(
+                f"insert into {source!r}: row {i}, column {name!r}: cannot convert {v!r} to {target}"
+            ) from None
+    raise ConversionError(f"insert into {source!r}: column {name!r} has values of mixed types")
+
+
+def _convert(col: pa.Array, field: pa.Field, source: str) -> pa.Array:
+    if col.type == field.type:
+        return col
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    try:
+        if pa.types.is_timestamp(field.type) and pa.types.is_integer(col.type):
+            ms = col.cast(pa.int64())  # integers are epoch milliseconds
+            ticks = ms if field.type.unit == "ms" else pc.multiply(ms, 1000)
+            return ticks.cast(field.type)
+        if pa.types.is_timestamp(field.type) and pa.types.is_timestamp(col.type):
+            if col.type.tz is not None:
+                col = col.cast(pa.timestamp(col.type.unit))
+            return col.cast(field.type, safe=False)
+        if pa.types.is_string(field.type) and not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+            raise ConversionError(
+                f"insert into {source!r}: column {field.name!r} is VARCHAR but got {col.type} values"
+            )
+        return col.cast(field.type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise ConversionError(
+            f"insert into {source!r}: column {field.name!r}: cannot convert {col.type} to "
+            f"{field.type}: {str(e).splitlines()[0]}"
+        ) from None
+

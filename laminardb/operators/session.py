@@ -1,0 +1,240 @@
+"""Session windows: per key, activity separated by less than ``gap`` forms one session.
+
+Entry point: ``SessionAggregate`` (same surface as ``GroupAggregate``). A session spans
+[first ts, last ts + gap); a row whose [ts, ts + gap) touches or overlaps open sessions of
+its key joins them, merging them into one (Flink's merging semantics). A row is late only
+when no open session takes it and its own window [ts, ts + gap) has already closed.
+
+Sessions live in accumulator slots; each key's open sessions form a linked list
+(``key_head``/``slot_next``) walked by the numba kernel ``_assign_sessions``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from laminardb.operators._interner import Interner
+from laminardb.operators.aggregates import AggSpec, CountAcc, make_accumulator
+from laminardb.operators.group_aggregate import END_OF_TIME, EmitMode, GroupRows, group_schema
+
+_INITIAL = 1024
+
+
+@njit(cache=True, nogil=True)
+def _assign_sessions(order, key_ids, ts, gap, wm_before, key_head, slot_next, slot_key, slot_start,
+                     slot_end, live, redirect, free, counters, out_slot, out_late, merge_dst, merge_src):
+    """Assign rows (visited in (key, ts) order) to sessions; returns the number of merges."""
+    n_merge = 0
+    for r in range(len(order)):
+        i = order[r]
+        k = key_ids[i]
+        lo = ts[i]
+        hi = lo + gap
+        target = -1
+        prev = -1
+        p = key_head[k]
+        while p != -1:
+            nxt = slot_next[p]
+            if slot_start[p] <= hi and lo <= slot_end[p]:
+                if target == -1:
+                    target = p
+                    prev = p
+                else:
+                    merge_dst[n_merge] = target
+                    merge_src[n_merge] = p
+                    n_merge += 1
+                    slot_start[target] = min(slot_start[target], slot_start[p])
+                    slot_end[target] = max(slot_end[target], slot_end[p])
+                    live[p] = False
+                    redirect[p] = target
+                    if prev == -1:
+                        key_head[k] = nxt
+                    else:
+                        slot_next[prev] = nxt
+            else:
+                prev = p
+            p = nxt
+        if target == -1:
+            if hi <= wm_before:
+                out_late[i] = True
+                out_slot[i] = -1
+                continue
+            if counters[1] > 0:
+                counters[1] -= 1
+                target = free[counters[1]]
+            else:
+                target = counters[0]
+                counters[0] += 1
+            slot_key[target] = k
+            slot_start[target] = lo
+            slot_end[target] = hi
+            live[target] = True
+            redirect[target] = -1
+            slot_next[target] = key_head[k]
+            key_head[k] = target
+        else:
+            slot_start[target] = min(slot_start[target], lo)
+            slot_end[target] = max(slot_end[target], hi)
+        out_slot[i] = target
+    for i in range(len(out_slot)):
+        s = out_slot[i]
+        if s < 0:
+            continue
+        while redirect[s] != -1:
+            s = redirect[s]
+        out_slot[i] = s
+    return n_merge
+
+
+@njit(cache=True, nogil=True)
+def _relink(key_head, slot_next, slot_key, live, n_slots):
+    for k in range(len(key_head)):
+        key_head[k] = -1
+    for s in range(n_slots):
+        if live[s]:
+            k = slot_key[s]
+            slot_next[s] = key_head[k]
+            key_head[k] = s
+
+
+class SessionAggregate:
+    """Keyed session-window aggregation; see the module docstring."""
+
+    def __init__(self, *, key_types: list[pa.DataType], specs: list[AggSpec], gap: int,
+                 emit: EmitMode, time_type: pa.DataType) -> None:
+        self.gap = gap
+        self.emit = emit
+        self.time_type = time_type
+        self.schema = group_schema(key_types, specs, True, time_type)
+        self.keys = Interner(key_types) if key_types else None
+        self.rows = CountAcc(AggSpec("count_star", None, pa.int64()), _INITIAL)
+        self.accs = [make_accumulator(s, _INITIAL) for s in specs]
+        self.slot_key = np.zeros(_INITIAL, np.int64)
+        self.slot_start = np.zeros(_INITIAL, np.int64)
+        self.slot_end = np.zeros(_INITIAL, np.int64)
+        self.slot_next = np.full(_INITIAL, -1, np.int64)
+        self.redirect = np.full(_INITIAL, -1, np.int64)
+        self.live = np.zeros(_INITIAL, np.bool_)
+        self.free = np.zeros(_INITIAL, np.int64)
+        self.counters = np.zeros(2, np.int64)  # [high-water mark, free-stack size]
+        self.key_head = np.full(_INITIAL, -1, np.int64)
+        self._seq = 0
+        self._min_end = END_OF_TIME
+
+    def _reserve(self, n_rows: int, n_keys: int) -> None:
+        need = int(self.counters[0]) + n_rows
+        if need > len(self.slot_key):
+            cap = max(2 * len(self.slot_key), 2 * need)
+            for name, fill in (("slot_key", 0), ("slot_start", 0), ("slot_end", 0), ("slot_next", -1),
+                               ("redirect", -1), ("live", False), ("free", 0)):
+                old = getattr(self, name)
+                new = np.full(cap, fill, dtype=old.dtype)
+                new[: len(old)] = old
+                setattr(self, name, new)
+            self.rows.grow(cap)
+            for a in self.accs:
+                a.grow(cap)
+        if n_keys > len(self.key_head):
+            new = np.full(max(2 * len(self.key_head), n_keys), -1, np.int64)
+            new[: len(self.key_head)] = self.key_head
+            self.key_head = new
+
+    def process(self, n, keys, args, ts, weights, wm_before):
+        if n == 0:
+            return None, None
+        key_ids = self.keys.intern(keys) if self.keys is not None else np.zeros(n, np.int64)
+        self._reserve(n, (len(self.keys) if self.keys is not None else 1))
+        order = np.lexsort((ts, key_ids))
+        slots = np.empty(n, np.int64)
+        late = np.zeros(n, np.bool_)
+        merge_dst = np.empty(n, np.int64)
+        merge_src = np.empty(n, np.int64)
+        hw_before = int(self.counters[0])
+        if self.emit == "changes":
+            old_start, old_end = self.slot_start.copy(), self.slot_end.copy()
+        n_merge = _assign_sessions(order, key_ids, ts, self.gap, wm_before, self.key_head, self.slot_next,
+                                   self.slot_key, self.slot_start, self.slot_end, self.live, self.redirect,
+                                   self.free, self.counters, slots, late, merge_dst, merge_src)
+        old = old_valid = touched = None
+        if self.emit == "changes":
+            touched = np.unique(np.concatenate([slots[slots >= 0], merge_src[:n_merge], merge_dst[:n_merge]]))
+            old_valid = (self.rows.counts[touched] > 0) & (touched < hw_before)
+            old = self._materialize(touched, old_start, old_end)
+        for d, s in zip(merge_dst[:n_merge], merge_src[:n_merge], strict=True):
+            self.rows.merge(int(d), int(s))
+            for a in self.accs:
+                a.merge(int(d), int(s))
+        ok = ~late
+        idx = None
+        if late.any():
+            idx = np.flatnonzero(ok)
+            slots, ts_ok = slots[idx], ts[idx]
+            w = np.ones(len(idx), np.int64)
+        else:
+            ts_ok = ts
+            w = np.ones(n, np.int64)
+        take = pa.array(idx) if idx is not None else None
+        self.rows.update(slots, None, w, ts_ok, self._seq)
+        for acc, arr in zip(self.accs, args, strict=True):
+            if arr is not None and take is not None:
+                arr = arr.take(take)
+            acc.update(slots, arr, w, ts_ok, self._seq)
+        self._seq += n
+        if n_merge:
+            gone = merge_src[:n_merge]
+            self._release(gone, relink=False)
+            self.redirect[gone] = -1
+        if len(slots):
+            self._min_end = min(self._min_end, int(self.slot_end[slots].min()))
+        late_mask = late if late.any() else None
+        if self.emit != "changes":
+            return None, late_mask
+        new_valid = self.live[touched] & (self.rows.counts[touched] > 0)
+        new = self._materialize(touched, self.slot_start, self.slot_end)
+        return GroupRows(new=new, new_valid=new_valid, old=old, old_valid=old_valid), late_mask
+
+    def on_watermark(self, wm: int) -> GroupRows | None:
+        if wm < self._min_end:
+            return None
+        hw = int(self.counters[0])
+        live = np.flatnonzero(self.live[:hw])
+        ends = self.slot_end[live]
+        closing = live[ends <= wm]
+        rest = ends[ends > wm]
+        self._min_end = int(rest.min()) if len(rest) else END_OF_TIME
+        if len(closing) == 0:
+            return None
+        out = None
+        if self.emit == "close":
+            order = np.lexsort((self.slot_key[closing], self.slot_start[closing]))
+            closing = closing[order]
+            out = GroupRows(new=self._materialize(closing, self.slot_start, self.slot_end),
+                            new_valid=self.rows.counts[closing] > 0)
+        self._release(closing, relink=True)
+        return out
+
+    def _release(self, slots: np.ndarray, relink: bool) -> None:
+        self.live[slots] = False
+        self.rows.reset(slots)
+        for a in self.accs:
+            a.reset(slots)
+        nf = int(self.counters[1])
+        self.free[nf : nf + len(slots)] = slots
+        self.counters[1] = nf + len(slots)
+        if relink:
+            _relink(self.key_head, self.slot_next, self.slot_key, self.live, int(self.counters[0]))
+
+    def current(self) -> pa.RecordBatch:
+        live = np.flatnonzero(self.live[: int(self.counters[0])])
+        order = np.lexsort((self.slot_key[live], self.slot_start[live]))
+        return self._materialize(live[order], self.slot_start, self.slot_end)
+
+    def _materialize(self, slots, starts, ends) -> pa.RecordBatch:
+        cols = [pa.array(starts[slots], pa.int64()).cast(self.time_type),
+                pa.array(ends[slots], pa.int64()).cast(self.time_type)]
+        if self.keys is not None:
+            cols += self.keys.take(self.slot_key[slots])
+        cols += [a.output(slots) for a in self.accs]
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)

@@ -1,0 +1,92 @@
+"""Subscriptions: a bounded-wait queue of RecordBatches a stream emits after subscribing.
+
+Entry point: ``Subscription`` (created by ``Connection.subscribe_stream``). The engine
+calls ``_deliver`` and ``_end``; users call ``next_timeout``, ``try_next``, iterate, or
+read everything delivered so far with ``to_arrow()``.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable, Iterator
+
+import pyarrow as pa
+
+from laminardb.errors import SubscriptionClosedError
+
+
+class Subscription:
+    """Batches of one stream, in emission order, from the moment of subscribing."""
+
+    def __init__(self, name: str, schema: pa.Schema, on_cancel: Callable[[Subscription], None]) -> None:
+        self.name = name
+        self.schema = schema
+        self._queue: collections.deque[pa.RecordBatch] = collections.deque()
+        self._delivered: list[pa.RecordBatch] = []
+        self._cond = threading.Condition()
+        self._ended = False
+        self._cancelled = False
+        self._on_cancel = on_cancel
+
+    # engine side --------------------------------------------------------------
+    def _deliver(self, batch: pa.RecordBatch) -> None:
+        with self._cond:
+            if self._cancelled:
+                return
+            self._queue.append(batch)
+            self._delivered.append(batch)
+            self._cond.notify_all()
+
+    def _end(self) -> None:
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
+
+    # user side ----------------------------------------------------------------
+    def try_next(self) -> pa.RecordBatch | None:
+        """The next batch if one is waiting, else None (never blocks)."""
+        with self._cond:
+            self._check()
+            return self._queue.popleft() if self._queue else None
+
+    def next_timeout(self, timeout_ms: float) -> pa.RecordBatch | None:
+        """The next batch, waiting at most ``timeout_ms``; None on timeout or end of stream."""
+        with self._cond:
+            self._check()
+            self._cond.wait_for(lambda: self._queue or self._ended or self._cancelled, timeout_ms / 1000.0)
+            return self._queue.popleft() if self._queue else None
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        """Blocking iteration; ends after ``finish()`` once every batch was taken."""
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._queue or self._ended or self._cancelled)
+                if self._queue:
+                    batch = self._queue.popleft()
+                else:
+                    return
+            yield batch
+
+    def to_arrow(self) -> pa.Table:
+        """Everything delivered to this subscription so far, as one Table (never blocks)."""
+        with self._cond:
+            return pa.Table.from_batches(list(self._delivered), schema=self.schema)
+
+    def cancel(self) -> None:
+        with self._cond:
+            self._cancelled = True
+            self._queue.clear()
+            self._cond.notify_all()
+        self._on_cancel(self)
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def _check(self) -> None:
+        if self._cancelled:
+            raise SubscriptionClosedError(f"the subscription to {self.name!r} was cancelled; subscribe again")
+
+    def __repr__(self) -> str:
+        return f"Subscription({self.name!r}, pending={len(self._queue)}, ended={self._ended})"
