@@ -254,4 +254,7 @@ class Connection:
 
 def open(path: str = ":memory:", *, config: dict[str, Any] | None = None) -> Connection:  # noqa: A001
     """Open an embedded database (in memory by default)."""
+    from laminardb.operators.warmup import warm_kernels
+
+    warm_kernels()  # once per process: no query waits on numba compilation
     return Connection(path, config=config)
