@@ -1,0 +1,38 @@
+"""Connectors: where rows come from and where stream output goes.
+
+Files (CSV / JSONL / Parquet): :func:`read_file` reads a file as schema-conformed Arrow
+batches (bad rows are reported and dead-lettered, never fatal); :class:`FileSink` writes a
+stream's batches to a file. Errors are ``LDB-4xxx`` (:mod:`laminardb.connectors.exceptions`).
+"""
+
+from laminardb.connectors.exceptions import (
+    FileFormatError,
+    FileReadError,
+    SinkClosedError,
+    SinkSchemaError,
+    SinkWriteError,
+    SourceFileNotFoundError,
+)
+from laminardb.connectors.files import (
+    FileFormat,
+    FileReader,
+    FileSink,
+    ReadReport,
+    infer_format,
+    read_file,
+)
+
+__all__ = [
+    "FileFormat",
+    "FileFormatError",
+    "FileReadError",
+    "FileReader",
+    "FileSink",
+    "ReadReport",
+    "SinkClosedError",
+    "SinkSchemaError",
+    "SinkWriteError",
+    "SourceFileNotFoundError",
+    "infer_format",
+    "read_file",
+]

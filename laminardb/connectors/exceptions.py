@@ -1,0 +1,54 @@
+"""Errors of the connectors (LDB-4xxx): file sources and sinks.
+
+Every message says what went wrong and what to do about it. Rows that merely fail to convert
+are *not* errors: readers keep the valid rows and report the rest (see ``files.ReadReport``).
+"""
+
+from __future__ import annotations
+
+from laminardb.errors import ConnectorError
+
+__all__ = [
+    "FileFormatError",
+    "SourceFileNotFoundError",
+    "FileReadError",
+    "SinkWriteError",
+    "SinkSchemaError",
+    "SinkClosedError",
+]
+
+
+class FileFormatError(ConnectorError, ValueError):
+    """The file format is unknown or cannot be inferred from the file name."""
+
+    code = "LDB-4001"
+
+
+class SourceFileNotFoundError(ConnectorError, FileNotFoundError):
+    """An input file does not exist or cannot be opened."""
+
+    code = "LDB-4002"
+
+
+class FileReadError(ConnectorError, OSError):
+    """A whole file (not a row) cannot be read: corrupt Parquet, I/O failure, bad encoding."""
+
+    code = "LDB-4003"
+
+
+class SinkWriteError(ConnectorError, OSError):
+    """A sink cannot create or write its output file."""
+
+    code = "LDB-4004"
+
+
+class SinkSchemaError(ConnectorError, ValueError):
+    """A batch handed to a sink does not match the sink's schema."""
+
+    code = "LDB-4005"
+
+
+class SinkClosedError(ConnectorError, RuntimeError):
+    """write()/flush() after close()."""
+
+    code = "LDB-4006"
