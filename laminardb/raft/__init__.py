@@ -23,6 +23,7 @@ __all__ = [
     "Plan",
     "RaftClient",
     "RaftNodeConfig",
+    "Rebalancer",
     "RpcAuthError",
     "RpcProtocolError",
     "StaleEpochError",
@@ -52,6 +53,7 @@ _WHERE = {
     "OwnershipStateMachine": "machine",
     "RaftClient": "client",
     "RaftNodeConfig": "config",
+    "Rebalancer": "rebalance",
     "VoterNode": "node",
     "run_node": "node",
 }
