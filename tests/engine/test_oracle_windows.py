@@ -39,7 +39,7 @@ def scenarios(draw, *, max_rows: int = 60, step: int = 120, delays=(0, 150, 1000
     n = draw(st.integers(1, max_rows))
     rows = []
     for i in range(n):
-        jitter = draw(st.one_of(st.integers(-600, 600), st.integers(-5000, 0), st.just(0)))
+        jitter = draw(st.one_of(st.integers(-600, 600), st.integers(-5000, 0), st.integers(-2500, -800), st.just(0)))
         ts = max(0, i * step + jitter)
         rows.append({"ts": ts, "sym": draw(SYMS), "tag": draw(TAGS), "price": draw(PRICES), "qty": draw(QTYS)})
     cuts = draw(st.lists(st.integers(1, max(1, n - 1)), max_size=min(12, n)))
