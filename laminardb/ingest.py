@@ -18,6 +18,9 @@ from laminardb.errors import ConversionError, NullViolationError, SchemaMismatch
 
 
 def to_batch(data: Any, schema: pa.Schema, not_null: frozenset[str], *, source: str) -> pa.RecordBatch:
+    fast = _fast_path(data, schema, not_null)
+    if fast is not None:
+        return fast
     table = _as_table(data, schema, source)
     cols = []
     names_lower = {n.lower(): n for n in table.column_names}
@@ -46,6 +49,31 @@ def to_batch(data: Any, schema: pa.Schema, not_null: frozenset[str], *, source: 
                 f"insert into {source!r}: column {field.name!r} is NOT NULL but row {row} is NULL"
             )
     return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.RecordBatch | None:
+    """Rows whose keys are exactly the schema's names and whose values need no conversion:
+    one C++ call (the one-row latency path). Anything else takes the checked path."""
+    if isinstance(data, dict):
+        rows = [data]
+    elif isinstance(data, list) and data and isinstance(data[0], dict):
+        rows = data
+    elif isinstance(data, pa.RecordBatch) and data.schema.equals(schema):
+        batch = data
+        rows = None
+    else:
+        return None
+    if rows is not None:
+        if len(rows[0]) != len(schema) or any(k not in rows[0] for k in schema.names):
+            return None
+        try:
+            batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, KeyError):
+            return None
+    for name in not_null:
+        if batch.column(name).null_count:
+            return None  # the checked path names the offending row
+    return batch
 
 
 def _as_table(data: Any, schema: pa.Schema, source: str) -> pa.Table:

@@ -62,6 +62,8 @@ class Interner:
 
     def take(self, ids: np.ndarray) -> list[pa.Array]:
         """The original column values of the given ids."""
+        if len(ids) == 1 and len(self):  # the one-row latency path: a slice, not a gather
+            return self._slice_one(int(ids[0]))
         idx = pa.array(ids, type=pa.int64())
         out = []
         for chunks, t in zip(self._chunks, self.types, strict=True):
@@ -71,6 +73,17 @@ class Interner:
             if len(chunks) > 1:
                 chunks[:] = [pa.chunked_array(chunks, type=chunks[0].type).combine_chunks()]
             out.append(chunks[0].take(idx))
+        return out
+
+    def _slice_one(self, key_id: int) -> list[pa.Array]:
+        out = []
+        for chunks in self._chunks:
+            pos = key_id
+            for c in chunks:
+                if pos < len(c):
+                    out.append(c.slice(pos, 1))
+                    break
+                pos -= len(c)
         return out
 
     def _reserve(self, n_rows: int, n_bytes: int) -> None:

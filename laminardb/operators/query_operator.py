@@ -48,7 +48,9 @@ class QueryOperator:
     def process(self, batch: pa.RecordBatch, wm_before: int = NO_WATERMARK) -> tuple[list[pa.RecordBatch], pa.RecordBatch | None]:
         plan = self.plan
         if plan.where is not None and batch.num_rows:
-            batch = batch.filter(pa.array(evaluate_mask(plan.where, batch)))
+            mask = evaluate_mask(plan.where, batch)
+            if not mask.all():
+                batch = batch.filter(pa.array(mask))
         if batch.num_rows == 0:
             return [], None
         weights = None
@@ -57,7 +59,7 @@ class QueryOperator:
         if self.agg is None:
             out = self._project(batch)
             if plan.input_changelog:
-                out = _with_weight(out, batch.column(WEIGHT))
+                out = pa.RecordBatch.from_arrays(list(out.columns) + [batch.column(WEIGHT)], schema=self.schema)
             return [out], None
         agg = plan.aggregate
         keys = [k.evaluate(batch) for k in agg.keys]
@@ -109,40 +111,41 @@ class QueryOperator:
     def _finish(self, rows: GroupRows | None) -> list[pa.RecordBatch]:
         if rows is None or rows.new.num_rows == 0:
             return []
-        new, new_ok = self._visible(rows.new, rows.new_valid)
         if rows.old is None:
+            new, new_ok = self._visible(rows.new, rows.new_valid)
             out = new.filter(pa.array(new_ok)) if not new_ok.all() else new
             if self.plan.changelog:
-                out = _with_weight(out, pa.array(np.ones(out.num_rows, dtype=np.int64)))
+                out = self._with_weight(out, np.ones(out.num_rows, dtype=np.int64))
             return [out] if out.num_rows else []
-        old, old_ok = self._visible(rows.old, rows.old_valid)
-        same = old_ok & new_ok & _rows_equal(old, new)
-        retract = old_ok & ~same
-        insert = new_ok & ~same
-        parts = []
-        if retract.any():
-            r = old.filter(pa.array(retract))
-            parts.append(_with_weight(r, pa.array(np.full(r.num_rows, -1, dtype=np.int64))))
-        if insert.any():
-            i = new.filter(pa.array(insert))
-            parts.append(_with_weight(i, pa.array(np.ones(i.num_rows, dtype=np.int64))))
-        if not parts:
+        # old and new values of the same groups: one HAVING + projection over both halves
+        n = rows.old.num_rows
+        both = pa.concat_batches([rows.old, rows.new])
+        proj, ok = self._visible(both, np.concatenate([rows.old_valid, rows.new_valid]))
+        old_ok, new_ok = ok[:n], ok[n:]
+        # keys are identical by construction; equal aggregates (and bounds) mean equal rows
+        changing = [i for i, f in enumerate(rows.old.schema) if not f.name.startswith("__k")]
+        same = old_ok & new_ok & _rows_equal(rows.old.select(changing), rows.new.select(changing))
+        retract = np.flatnonzero(old_ok & ~same)
+        insert = np.flatnonzero(new_ok & ~same)
+        if len(retract) == 0 and len(insert) == 0:
             return []
-        if len(parts) == 1:
-            return parts
-        return [pa.Table.from_batches(parts).combine_chunks().to_batches()[0]]
+        idx = np.concatenate([retract, insert + n])
+        weights = np.concatenate([np.full(len(retract), -1, np.int64), np.ones(len(insert), np.int64)])
+        out = proj if (len(idx) == proj.num_rows and (idx == np.arange(len(idx))).all()) else proj.take(pa.array(idx))
+        return [self._with_weight(out, weights)]
 
-
-def _with_weight(batch: pa.RecordBatch, weight: pa.Array) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays(
-        list(batch.columns) + [weight], schema=batch.schema.append(pa.field(WEIGHT, pa.int64()))
-    )
+    def _with_weight(self, batch: pa.RecordBatch, weights: np.ndarray) -> pa.RecordBatch:
+        return pa.RecordBatch.from_arrays(list(batch.columns) + [pa.array(weights, type=pa.int64())],
+                                          schema=self.schema)
 
 
 def _rows_equal(a: pa.RecordBatch, b: pa.RecordBatch) -> np.ndarray:
     """Row-wise equality of two aligned batches, NULL equal to NULL."""
     eq = np.ones(a.num_rows, dtype=np.bool_)
     for x, y in zip(a.columns, b.columns, strict=True):
+        if x.null_count == 0 and y.null_count == 0 and (pa.types.is_integer(x.type) or pa.types.is_floating(x.type)):
+            eq &= x.to_numpy() == y.to_numpy()
+            continue
         e = pc.fill_null(pc.equal(x, y), False)
         both_null = pc.and_(pc.is_null(x), pc.is_null(y))
         eq &= pc.or_(e, both_null).to_numpy(zero_copy_only=False)

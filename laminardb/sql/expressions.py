@@ -278,9 +278,36 @@ def _binary(node: exp.Binary, scope: Scope, name: str) -> Fn:
         x, y = a(b), c(b)
         if pa.types.is_string(x.type) or pa.types.is_string(y.type):
             raise SqlTypeError(f"{node.sql()!r}: arithmetic on VARCHAR; CAST it to a number first")
-        return getattr(pc, name)(_untyped_null(x, y), _untyped_null(y, x))
+        return getattr(pc, name)(*_align_scalar(_untyped_null(x, y), _untyped_null(y, x)))
 
     return fn
+
+
+def _align_scalar(x: Value, y: Value) -> tuple[Value, Value]:
+    """Give a numeric literal the type of the column it meets (saves Arrow an implicit
+    cast per batch, which dominates one-row batches)."""
+    if isinstance(y, pa.Scalar) and not isinstance(x, pa.Scalar) and y.type != x.type:
+        if pa.types.is_floating(x.type) and (pa.types.is_integer(y.type) or pa.types.is_floating(y.type)):
+            return x, _scalar_as(y, x.type)
+        if pa.types.is_integer(x.type) and pa.types.is_integer(y.type) and x.type == pa.int64():
+            return x, _scalar_as(y, x.type)
+    elif isinstance(x, pa.Scalar) and not isinstance(y, pa.Scalar):
+        b, a = _align_scalar(y, x)
+        return a, b
+    return x, y
+
+
+_SCALAR_CACHE: dict[tuple, pa.Scalar] = {}
+
+
+def _scalar_as(s: pa.Scalar, t: pa.DataType) -> pa.Scalar:
+    key = (s.as_py(), str(s.type), str(t))
+    hit = _SCALAR_CACHE.get(key)
+    if hit is None:
+        hit = s.cast(t)
+        if len(_SCALAR_CACHE) < 4096:
+            _SCALAR_CACHE[key] = hit
+    return hit
 
 
 def _untyped_null(v: Value, other: Value) -> Value:
@@ -334,7 +361,7 @@ def _mod(a: Fn, c: Fn) -> Fn:
 def _cmp(name: str, x: Value, y: Value) -> Value:
     x, y = _coerce_time_literal(x, y), _coerce_time_literal(y, x)
     try:
-        return getattr(pc, name)(_untyped_null(x, y), _untyped_null(y, x))
+        return getattr(pc, name)(*_align_scalar(_untyped_null(x, y), _untyped_null(y, x)))
     except pa.ArrowNotImplementedError:
         raise SqlTypeError(f"cannot compare {type_name(x.type)} with {type_name(y.type)}") from None
 
@@ -531,4 +558,6 @@ def _str(v: Value) -> Value:
 def evaluate_mask(expr: Expr, batch: pa.RecordBatch) -> np.ndarray:
     """A WHERE/HAVING condition as a numpy bool mask (NULL counts as false)."""
     v = expr.evaluate(batch)
-    return pc.fill_null(v, False).to_numpy(zero_copy_only=False)
+    if v.null_count:
+        v = pc.fill_null(v, False)
+    return v.to_numpy(zero_copy_only=False)

@@ -153,7 +153,7 @@ def _find_window(sel, query: Query, rel: RelationInfo, scope: Scope, batch: bool
     for it in items:
         if isinstance(it, exp.Anonymous) and it.name.upper() in _WINDOW_FUNCS:
             found.append((it.name.upper(), list(it.expressions)))
-        elif isinstance(it, exp.Column) and it.name.upper() in ("WINDOW_START", "WINDOW_END") and query.tvf:
+        elif isinstance(it, exp.Column) and it.name.upper() in ("WINDOW_START", "WINDOW_END", "WINDOW_TIME") and query.tvf:
             continue
         else:
             rest.append(it)
