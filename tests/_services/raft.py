@@ -125,7 +125,10 @@ def start_raft_cluster(base_dir: Path, *, n: int = 3, secret: str = "test-secret
         for i in range(n):
             cluster.start(i)
         if wait:
-            cluster.wait_ready()
+            try:
+                cluster.wait_ready()
+            except TimeoutError as exc:
+                raise TimeoutError(f"{exc}\n{cluster.logs()}") from exc
     except BaseException:
         cluster.stop()
         raise
