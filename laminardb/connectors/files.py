@@ -327,6 +327,7 @@ class FileReader(Iterator[pa.RecordBatch]):
         self._records = 0  # records parsed so far: numbers conversion rejects
         self._fh: Any = None
         self._parquet_rows = (0, 1)
+        self._blocks = 0  # CSV blocks taken from the reader, for progress
         self._batches = {"csv": self._csv, "jsonl": self._jsonl, "parquet": self._parquet}[
             self.format]()
 
@@ -345,7 +346,10 @@ class FileReader(Iterator[pa.RecordBatch]):
             return min(1.0, done / max(total, 1))
         if self._fh is None or self._fh.closed:
             return 1.0 if self.report.rows or self.report.rejected else 0.0
-        return min(1.0, self._fh.tell() / max(self.total_bytes, 1))
+        done = self._fh.tell()
+        if self.format == "csv":  # Arrow's CSV reader reads ahead; one batch ≈ one block
+            done = min(done, self._blocks * _BLOCK_BYTES)
+        return min(1.0, done / max(self.total_bytes, 1))
 
     def close(self) -> None:
         for fh in (self._fh, self._dead_fh):
@@ -421,6 +425,7 @@ class FileReader(Iterator[pa.RecordBatch]):
                 return
             except pa.ArrowInvalid as exc:
                 raise FileReadError(f"cannot read CSV file {self.path!r}: {exc}") from exc
+            self._blocks += 1
             yield from self._emit(pa.Table.from_batches([batch]))
 
     def _jsonl(self) -> Iterator[pa.RecordBatch]:
