@@ -116,7 +116,8 @@ class _Board:
         self.first = gen.prices.copy()
         self.shown = gen.prices.copy()
         self.direction = np.zeros(len(gen.names), int)
-        self.closes = {s: collections.deque(maxlen=_SPARK_LEN) for s in gen.names}
+        self.closes: dict[str, collections.deque[float]] = {
+            s: collections.deque(maxlen=_SPARK_LEN) for s in gen.names}
         self.last_bar: dict[str, tuple] = {}
         self.totals: dict[str, tuple] = {}
         self.metrics: dict[str, Any] = {}

@@ -1,28 +1,18 @@
-"""File connectors: CSV / JSONL / Parquet in, stream output out.
-
-Entry points:
-
-* :func:`read_file` — a source: ``for batch in read_file(path, schema=...)`` yields Arrow
-  ``RecordBatch`` es conformed to ``schema``; ``reader.report`` counts what was rejected.
-* :class:`FileSink` — a sink the reactor (or ``laminardb run``) drives with ``write`` /
-  ``flush`` / ``close``.
+"""File connectors: CSV / JSONL / Parquet in (:func:`read_file`), stream output out
+(:class:`FileSink`, driven by the reactor or ``laminardb run`` with write / flush / close).
 
 Bad rows never stop a read. A row that cannot be parsed (a CSV line with the wrong number of
 fields, a line that is not a JSON object) or converted (``'abc'`` in a DOUBLE column, NULL in a
-NOT NULL column) is dropped, the valid rows around it are kept, and the row is counted in
-:class:`ReadReport` and appended to a dead-letter file, by default ``<path>.rejected``, created
-only when something is rejected. Each dead-letter line is a JSON object
-``{"line": n, "error": "...", "raw": "..."}`` for parse errors (``line`` is the 1-based line in
-the file) or ``{"record": n, "error": "...", "raw": {...}}`` for conversion errors (``record``
-is the 1-based ordinal among the records that parsed).
+NOT NULL column) is dropped, the rows around it are kept, and it is counted in
+:class:`ReadReport` and appended to a dead-letter file (default ``<path>.rejected``, created
+only when needed) as a JSON line: ``{"line": n, "error": …, "raw": "text"}`` for parse errors
+(1-based file line) or ``{"record": n, "error": …, "raw": {…}}`` for conversion errors
+(1-based ordinal among parsed records). TIMESTAMP columns accept ISO-8601 text (optional
+``Z`` / ``+01:00`` offset, converted to UTC) and integer epoch milliseconds.
 
-TIMESTAMP columns accept ISO-8601 text (``2024-01-01T09:30:00.250``, optional ``Z`` /
-``+01:00`` offset, converted to UTC) and integer epoch milliseconds.
-
-Conversion is vectorized: CSV columns are read as text and validated with Arrow regex kernels
-before Arrow casts; JSON uses Arrow's reader. The only Python loops over rows are on error
-paths: the per-row invalid-row callback of the CSV parser and the bisection of a JSON chunk
-that failed to parse down to its bad lines.
+Conversion is vectorized (text validated with Arrow regex kernels, then Arrow casts). Python
+loops over rows only on error paths: the CSV parser's invalid-row callback, and the bisection
+of a JSON chunk that failed to parse down to its bad lines.
 """
 
 from __future__ import annotations
@@ -51,6 +41,7 @@ from laminardb.connectors.exceptions import (
     SinkWriteError,
     SourceFileNotFoundError,
 )
+from laminardb.sql.types import type_name
 
 __all__ = ["FileFormat", "FileReader", "FileSink", "ReadReport", "infer_format", "read_file"]
 
@@ -91,13 +82,8 @@ def infer_format(path: str | os.PathLike[str], format: str | None = None) -> Fil
 # -- conversion: any Arrow column → the schema's type, with a mask of values that do not fit ---
 
 
-def _sql_name(t: pa.DataType) -> str:
-    try:
-        from laminardb.sql.types import type_name
-
-        return type_name(t)
-    except Exception:  # the SQL layer is optional here: fall back to Arrow's name
-        return str(t)
+def _none(values: pa.Array) -> pa.Array:
+    return pa.array(np.zeros(len(values), bool))
 
 
 def _where(mask: pa.Array, values: pa.Array) -> pa.Array:
@@ -124,7 +110,7 @@ def _cast_each(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, pa.Arra
 
 def _cast(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, pa.Array]:
     try:
-        return pc.cast(values, target), pa.array(np.zeros(len(values), bool))
+        return pc.cast(values, target), _none(values)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return _cast_each(values, target)
 
@@ -164,23 +150,23 @@ def _convert(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, pa.Array]
     inputs that could not be converted (their output is NULL)."""
     src = values.type
     if src == target:
-        return values, pa.array(np.zeros(len(values), bool))
+        return values, _none(values)
     if pa.types.is_null(src):
-        return pa.nulls(len(values), target), pa.array(np.zeros(len(values), bool))
+        return pa.nulls(len(values), target), _none(values)
     if pa.types.is_string(src) or pa.types.is_large_string(src):
         if pa.types.is_string(target) or pa.types.is_large_string(target):
-            return pc.cast(values, target), pa.array(np.zeros(len(values), bool))
+            return pc.cast(values, target), _none(values)
         converted, ok = _from_text(values, target)
         return converted, pc.and_not(pc.is_valid(values), ok)
     if pa.types.is_timestamp(target):
         if pa.types.is_timestamp(src):
             # sub-unit precision is truncated, a zone is converted to UTC and dropped
-            return pc.cast(values, target, safe=False), pa.array(np.zeros(len(values), bool))
+            return pc.cast(values, target, safe=False), _none(values)
         if pa.types.is_integer(src) or pa.types.is_floating(src):  # epoch milliseconds
             ms, bad = _convert(values, pa.int64())
             return pc.cast(pc.cast(ms, pa.timestamp("ms")), target), bad
     try:
-        return pc.cast(values, target), pa.array(np.zeros(len(values), bool))
+        return pc.cast(values, target), _none(values)
     except pa.ArrowNotImplementedError:
         try:
             return _convert(pc.cast(values, pa.string()), target)
@@ -213,7 +199,7 @@ def _conform(table: pa.Table, schema: pa.Schema) -> _Conformed:
         if pc.any(bad).as_py():
             why = pc.binary_join_element_wise(
                 f"column {field.name!r}: ", pc.cast(src, pa.string()),
-                f" is not a valid {_sql_name(field.type)}", "")
+                f" is not a valid {type_name(field.type)}", "")
             reason = pc.if_else(pc.and_(bad, pc.is_null(reason)), why, reason)
         if not field.nullable and values.null_count:
             missing = pc.and_(pc.is_null(values), pc.is_null(reason))
@@ -301,9 +287,7 @@ class ReadReport:
         text = f"{self.path}: {self.rows:,} rows"
         if self.rejected:
             text += f", {self.rejected:,} rejected (first: {self.first_error})"
-            if self.dead_letter_path:
-                text += f"; see {self.dead_letter_path}"
-        return text
+        return text + (f"; see {self.dead_letter_path}" if self.dead_letter_path else "")
 
 
 class FileReader(Iterator[pa.RecordBatch]):
@@ -392,12 +376,8 @@ class FileReader(Iterator[pa.RecordBatch]):
 
     # - formats -
 
-    def _open(self) -> Any:
-        self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()
-        return self._fh
-
     def _csv(self) -> Iterator[pa.RecordBatch]:
-        fh = self._open()
+        fh = self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()
         header = next(csv.reader([fh.readline().decode("utf-8-sig", "replace")]), [])
         fh.seek(0)
         if not header:
@@ -429,7 +409,7 @@ class FileReader(Iterator[pa.RecordBatch]):
             yield from self._emit(pa.Table.from_batches([batch]))
 
     def _jsonl(self) -> Iterator[pa.RecordBatch]:
-        fh = self._open()
+        fh = self._fh = open(self.path, "rb")  # noqa: SIM115 - closed in close()
         rest, line = b"", 1
         while True:
             block = fh.read(_BLOCK_BYTES)
@@ -449,34 +429,20 @@ class FileReader(Iterator[pa.RecordBatch]):
             if not block:
                 return
 
-    def _json_chunk(self, chunk: bytes, line: int) -> Iterator[pa.Table]:
+    def _json_chunk(self, data: bytes, line: int) -> Iterator[pa.Table]:
         try:
-            yield _read_json(chunk)
-            return
-        except pa.ArrowInvalid:
-            pass
-        # error path: bisect the chunk's lines down to the ones that do not parse
-        lines = chunk.split(b"\n")
-        if chunk.endswith(b"\n"):
-            lines.pop()
-        yield from self._json_lines(lines, line)
-
-    def _json_lines(self, lines: list[bytes], line: int) -> Iterator[pa.Table]:
-        if len(lines) == 1:
-            if not lines[0].strip():
-                return
-            try:
-                yield _read_json(lines[0])
-            except pa.ArrowInvalid as exc:
+            table = _read_json(data)
+        except pa.ArrowInvalid as exc:  # error path: bisect down to the lines that do not parse
+            lines = data.rstrip(b"\n").split(b"\n")
+            if len(lines) == 1:
                 error = str(exc).split(" in row ")[0]
                 self._reject_line(line, lines[0].decode("utf-8", "replace"), error)
+                return
+            mid = len(lines) // 2
+            yield from self._json_chunk(b"\n".join(lines[:mid]), line)
+            yield from self._json_chunk(b"\n".join(lines[mid:]), line + mid)
             return
-        mid = len(lines) // 2
-        for part, first in ((lines[:mid], line), (lines[mid:], line + mid)):
-            try:
-                yield _read_json(b"\n".join(part))
-            except pa.ArrowInvalid:
-                yield from self._json_lines(part, first)
+        yield table
 
     def _parquet(self) -> Iterator[pa.RecordBatch]:
         try:
@@ -513,10 +479,10 @@ def read_file(path: str | os.PathLike[str], *, format: str | None = None, schema
     """Read a CSV, JSONL or Parquet file as batches of at most ``batch_rows`` rows in ``schema``.
 
     Args:
-        path: the file; its extension gives the format unless ``format`` is set.
-        format: ``"csv"``, ``"jsonl"`` (also ``"json"``, ``"ndjson"``) or ``"parquet"``.
-        schema: the target schema (usually a source's); extra file columns are ignored,
-            missing nullable ones are NULL, missing NOT NULL ones raise :class:`FileReadError`.
+        path: the file; its extension gives the format unless ``format`` (``"csv"``,
+            ``"jsonl"``/``"json"``/``"ndjson"``, ``"parquet"``) is set.
+        schema: the target schema (usually a source's). Extra file columns are ignored, missing
+            nullable ones are NULL, missing NOT NULL ones raise :class:`FileReadError`.
         batch_rows: the most rows per yielded batch.
         dead_letter: where rejected rows go: ``True`` for ``<path>.rejected``, a path, or
             ``False`` to only count them.
