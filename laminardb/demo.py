@@ -155,7 +155,7 @@ class _Board:
         else:
             ev_s = bars_s = 0.0
         wm = (m.get("watermarks") or {}).get("trades")
-        lag = f"{(time.time() * 1000 - wm) / 1000:.2f} s" if wm else "n/a"
+        lag = f"{(time.time() * 1000 - wm) / 1000:.2f} s" if wm is not None else "—"
         return (f"in {ev_s:,.0f} ev/s · out {bars_s:,.1f} bars/s · watermark lag {lag} · "
                 f"late dropped {m.get('late_events_dropped', 0):,} · "
                 f"ingested {m.get('events_ingested', 0):,} · emitted {m.get('events_emitted', 0):,}")
