@@ -27,7 +27,7 @@ demo: $(VENV)/.stamp-core
 	$(BIN)/laminardb demo --seconds 15
 
 test: $(VENV)/.stamp-dev
-	$(BIN)/python -m pytest -q -p no:cacheprovider --import-mode=importlib
+	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check laminardb tests
