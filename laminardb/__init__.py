@@ -1,12 +1,16 @@
 """laminardb: streaming SQL over live data, embedded like SQLite, scaling out on Ray.
 
 The public surface: ``open`` (embedded), ``connect`` (a Delta cluster), ``Connection``,
-``Subscription``, ``QueryResult``, ``ExecuteResult`` and the error hierarchy.
+``Subscription``, ``QueryResult``, ``ExecuteResult`` and the error hierarchy. The engine
+(numba, pyarrow) loads on first use, so processes that only need the control plane or the
+CLI start fast.
 """
 
 from __future__ import annotations
 
-from laminardb.connection import Connection, ExecuteResult, QueryResult, open
+import importlib
+from typing import Any
+
 from laminardb.errors import (
     CheckpointError,
     ClusterError,
@@ -19,7 +23,6 @@ from laminardb.errors import (
     LaminarError,
     SqlError,
 )
-from laminardb.subscription import Subscription
 
 __version__ = "0.1.0"
 
@@ -43,14 +46,24 @@ __all__ = [
     "__version__",
 ]
 
+_LAZY = {
+    "open": "laminardb.connection",
+    "Connection": "laminardb.connection",
+    "ExecuteResult": "laminardb.connection",
+    "QueryResult": "laminardb.connection",
+    "Subscription": "laminardb.subscription",
+    "connect": "laminardb.actors.client",
+}
 
-def connect(address: str, **kwargs) -> Connection:
-    """Connect to a Delta cluster (``ray://host:port`` or ``ray://auto``).
 
-    The cluster client arrives with the Delta data-plane work; until then this raises.
-    """
-    raise ClusterError(
-        f"connect({address!r}): the Delta cluster client is not available in this build yet; "
-        "use laminardb.open() for the embedded engine",
-        code="LDB-8001",
-    )
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'laminardb' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -66,14 +66,14 @@ def acc_minmax_interned(slots, ids, valid, has_valid, arena, arena_off, best, ha
 
 
 @njit(cache=True, nogil=True)
-def acc_first_last(slots, values, valid, has_valid, ts, seq0, best_val, best_ts, best_seq, has, is_last):
+def acc_first_last(slots, values, valid, has_valid, ts, seqs, best_val, best_ts, best_seq, has, is_last):
     """FIRST_VALUE/LAST_VALUE by event time, ties broken by arrival order; NULLs skipped."""
     for i in range(len(slots)):
         if has_valid and not valid[i]:
             continue
         s = slots[i]
         t = ts[i]
-        q = seq0 + i
+        q = seqs[i]
         if not has[s]:
             take = True
         elif is_last:

@@ -75,7 +75,7 @@ class Accumulator:
         for name in self._arrays:
             getattr(self, name)[slots] = 0
 
-    def update(self, slots, arr, weights, ts, seq0) -> None:
+    def update(self, slots, arr, weights, ts, seqs) -> None:
         raise NotImplementedError
 
     def output(self, slots: np.ndarray) -> pa.Array:
@@ -102,7 +102,7 @@ class CountAcc(Accumulator):
     def _init_arrays(self, capacity):
         self.counts = np.zeros(capacity, dtype=np.int64)
 
-    def update(self, slots, arr, weights, ts, seq0):
+    def update(self, slots, arr, weights, ts, seqs):
         if arr is None:
             A.acc_count(slots, np.zeros(0, np.bool_), False, weights, self.counts)
         else:
@@ -126,7 +126,7 @@ class SumAcc(Accumulator):
         self.sums = np.zeros(capacity, dtype=np.float64 if is_float else np.int64)
         self.counts = np.zeros(capacity, dtype=np.int64)
 
-    def update(self, slots, arr, weights, ts, seq0):
+    def update(self, slots, arr, weights, ts, seqs):
         valid, has_valid = validity(arr)
         vals = numeric_view(arr)
         if vals.dtype != self.sums.dtype:
@@ -187,7 +187,7 @@ class MinMaxAcc(Accumulator):
         self.has = np.zeros(capacity, dtype=np.bool_)
         self.is_max = self.spec.kind == "max"
 
-    def update(self, slots, arr, weights, ts, seq0):
+    def update(self, slots, arr, weights, ts, seqs):
         valid, has_valid = validity(arr)
         vals = self.domain.values(arr)
         it = self.domain.interner
@@ -213,7 +213,7 @@ class MinMaxAcc(Accumulator):
 
             c = compare_interned(it.arena, it.arena_off, self.best[src], self.best[dst])
         else:
-            c = (self.best[src] > self.best[dst]) - (self.best[src] < self.best[dst])
+            c = int(self.best[src] > self.best[dst]) - int(self.best[src] < self.best[dst])
         if (self.is_max and c > 0) or (not self.is_max and c < 0):
             self.best[dst] = self.best[src]
 
@@ -229,11 +229,11 @@ class FirstLastAcc(Accumulator):
         self.has = np.zeros(capacity, dtype=np.bool_)
         self.is_last = self.spec.kind == "last_value"
 
-    def update(self, slots, arr, weights, ts, seq0):
+    def update(self, slots, arr, weights, ts, seqs):
         valid, has_valid = validity(arr)
         vals = self.domain.values(arr)
         A.acc_first_last(
-            slots, vals, valid, has_valid, ts, seq0, self.best, self.best_ts, self.best_seq,
+            slots, vals, valid, has_valid, ts, seqs, self.best, self.best_ts, self.best_seq,
             self.has, self.is_last,
         )
 
@@ -264,7 +264,7 @@ class DistinctCountAcc(Accumulator):
         self.set_val = np.zeros(_DISTINCT_INITIAL, dtype=np.int64)
         self.set_n = np.zeros(1, dtype=np.int64)
 
-    def update(self, slots, arr, weights, ts, seq0):
+    def update(self, slots, arr, weights, ts, seqs):
         valid, has_valid = validity(arr)
         ids = self.interner.intern([arr])
         if 2 * (int(self.set_n[0]) + len(slots)) > len(self.set_slot):

@@ -142,11 +142,12 @@ class GroupAggregate:
         if self.window is not None:
             self._min_open_end = min(self._min_open_end, int(wins.min()) + self.window.size)
 
-        touched = old = old_valid = None
+        touched = old = old_valid = key_cols = None
         if self.emit == "changes":
             touched = self._touched(slots)
             old_valid = self.rows.counts[touched] > 0
-            old = self._materialize(touched)
+            key_cols = self._key_columns(touched)
+            old = self._materialize(touched, key_cols)
 
         w = np.ones(len(slots), dtype=np.int64) if weights is None else (
             weights if rows is None else weights[rows]
@@ -155,17 +156,19 @@ class GroupAggregate:
         if ts_rows is None:
             ts_rows = np.zeros(len(slots), dtype=np.int64)
         idx = None if rows is None else pa.array(rows)
-        self.rows.update(slots, None, w, ts_rows, self._seq)
+        # arrival order of the original rows (hop expands a row into several windows)
+        seqs = self._seq + (rows if rows is not None else np.arange(len(slots), dtype=np.int64))
+        self.rows.update(slots, None, w, ts_rows, seqs)
         for acc, arr in zip(self.accs, args, strict=True):
             if arr is not None and idx is not None:
                 arr = arr.take(idx)
-            acc.update(slots, arr, w, ts_rows, self._seq)
+            acc.update(slots, arr, w, ts_rows, seqs)
         self._seq += n
 
         if self.emit != "changes":
             return None, late
         new_valid = self.rows.counts[touched] > 0
-        new = self._materialize(touched)
+        new = self._materialize(touched, key_cols)
         gone = touched[~new_valid]
         if len(gone) and self.window is None:
             self._free(gone)
@@ -217,7 +220,7 @@ class GroupAggregate:
         order = np.lexsort((self.groups.slot_key[live], self.groups.slot_win[live]))
         return self._materialize(live[order])
 
-    def _materialize(self, slots: np.ndarray) -> pa.RecordBatch:
+    def _key_columns(self, slots: np.ndarray) -> list[pa.Array]:
         cols: list[pa.Array] = []
         if self.window is not None:
             ws = self.groups.slot_win[slots]
@@ -225,6 +228,10 @@ class GroupAggregate:
             cols.append(pa.array(ws + self.window.size, type=pa.int64()).cast(self.time_type))
         if self.keys is not None:
             cols += self.keys.take(self.groups.slot_key[slots])
+        return cols
+
+    def _materialize(self, slots: np.ndarray, key_cols: list[pa.Array] | None = None) -> pa.RecordBatch:
+        cols = list(key_cols) if key_cols is not None else self._key_columns(slots)
         cols += [a.output(slots) for a in self.accs]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 

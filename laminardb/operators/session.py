@@ -176,11 +176,12 @@ class SessionAggregate:
             ts_ok = ts
             w = np.ones(n, np.int64)
         take = pa.array(idx) if idx is not None else None
-        self.rows.update(slots, None, w, ts_ok, self._seq)
+        seqs = self._seq + (idx if idx is not None else np.arange(n, dtype=np.int64))
+        self.rows.update(slots, None, w, ts_ok, seqs)
         for acc, arr in zip(self.accs, args, strict=True):
             if arr is not None and take is not None:
                 arr = arr.take(take)
-            acc.update(slots, arr, w, ts_ok, self._seq)
+            acc.update(slots, arr, w, ts_ok, seqs)
         self._seq += n
         if n_merge:
             gone = merge_src[:n_merge]

@@ -4,7 +4,9 @@ Entry point: ``compile_expr(node, scope) -> Expr``. An ``Expr`` is a closure ove
 ``RecordBatch`` that returns an Arrow array, built from ``pyarrow.compute`` kernels — one
 C++ kernel call per operator per batch, never a Python loop over rows. SQL NULL semantics
 follow DuckDB (the test oracle): three-valued AND/OR, NULL-propagating arithmetic,
-``x / 0`` is NULL, ``IN`` with a NULL in the list is NULL when nothing matches.
+``/`` is DOUBLE division (``x / 0`` is ±inf), ``IN`` with a NULL in the list is NULL when
+nothing matches. Where DuckDB raises mid-query (``%`` or ``//`` by zero) a stream cannot
+stop, so those give NULL.
 """
 
 from __future__ import annotations
@@ -326,10 +328,8 @@ def _float(v: Value) -> Value:
 def _divide(node: exp.Div, scope: Scope) -> Fn:
     a, c = _compile(node.this, scope), _compile(node.expression, scope)
 
-    def fn(b):
-        x, y = _float(a(b)), _float(c(b))
-        safe_y = _if_else(pc.equal(y, 0.0), pa.scalar(None, pa.float64()), y)
-        return pc.divide(x, safe_y)
+    def fn(b):  # DOUBLE division with IEEE results, as DuckDB: x/0 = ±inf, 0/0 = NaN
+        return pc.divide(_float(a(b)), _float(c(b)))
 
     return fn
 
