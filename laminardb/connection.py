@@ -14,8 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from laminardb.errors import ConnectionClosedError
+from laminardb.errors import ConnectionClosedError, EngineError
 from laminardb.reactor import Reactor
+from laminardb.source_runner import SourceRunner
 from laminardb.sql import ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.planner import plan_query
@@ -78,6 +79,7 @@ class Connection:
         self._reactor = Reactor()
         self._closed = False
         self._started = False
+        self._runners: dict[str, SourceRunner] = {}
 
     # ------------------------------------------------------------------ SQL
     def execute(self, sql: str) -> ExecuteResult:
@@ -115,10 +117,11 @@ class Connection:
         raise UnsupportedSqlError(f"unsupported statement {stmt!r}")
 
     def _create_sink(self, stmt: ddl.CreateSink) -> ExecuteResult:
-        from laminardb.connectors.files import FileSink
-
-        if stmt.connector != "file":
-            raise UnsupportedSqlError(f"sink connector {stmt.connector.upper()} is not available; use FILE (path = '…', format = 'jsonl')")
+        if stmt.connector not in ("file", "kafka"):
+            raise UnsupportedSqlError(
+                f"sink connector {stmt.connector.upper()} is not available; use FILE (path = '…', format = 'jsonl') "
+                "or KAFKA (brokers = '…', topic = '…')"
+            )
         r = self._reactor
         source_name = stmt.from_name
         if stmt.query is not None:
@@ -126,10 +129,17 @@ class Connection:
             r.create_stream(ddl.CreateStream(hidden, stmt.query))
             source_name = hidden
         schema = r._node(source_name).schema
-        path = stmt.options.get("path")
-        if not path:
-            raise UnsupportedSqlError(f"sink {stmt.name!r} needs path = '…'")
-        sink = FileSink(path, format=stmt.options.get("format"), schema=schema)
+        if stmt.connector == "kafka":
+            from laminardb.connectors.kafka import KafkaSink
+
+            sink = KafkaSink(schema=schema, options=stmt.options)
+        else:
+            from laminardb.connectors.files import FileSink
+
+            path = stmt.options.get("path")
+            if not path:
+                raise UnsupportedSqlError(f"sink {stmt.name!r} needs path = '…'")
+            sink = FileSink(path, format=stmt.options.get("format"), schema=schema)
         r.add_sink(stmt.name, source_name, sink)
         return ExecuteResult("create_sink", stmt.name)
 
@@ -192,13 +202,29 @@ class Connection:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        """Start processing. Embedded inserts run synchronously, so this only marks the start."""
+        """Start polling connector sources (Kafka). Inserts run synchronously and need no start."""
         self._check_open()
+        with self._reactor.lock:
+            for node in self._reactor.nodes.values():
+                if node.connector is not None and node.name not in self._runners:
+                    runner = SourceRunner(self._reactor, node)
+                    self._runners[node.name] = runner
+                    runner.start()
         self._started = True
 
-    def flush(self) -> None:
-        """Return when all input so far is processed and delivered (immediate when embedded)."""
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Return when all input so far is processed and delivered.
+
+        Inserts are processed on the inserting thread, so only connector sources are
+        waited for (bounded by ``timeout_s``, after which an EngineError says which lag).
+        """
         self._check_open()
+        for name, runner in list(self._runners.items()):
+            if not runner.wait_caught_up(timeout_s):
+                raise EngineError(
+                    f"flush(): source {name!r} did not catch up within {timeout_s}s "
+                    f"(lag {runner.node.connector.lag()}, last error: {runner.last_error})"
+                )
         with self._reactor.lock:
             for node in self._reactor.nodes.values():
                 for s in node.sinks:
@@ -207,14 +233,23 @@ class Connection:
     def finish(self) -> None:
         """End of input: every watermark to +∞, every window emitted and delivered."""
         self._check_open()
+        self._stop_runners()
         with self._reactor.lock:
             self._reactor.finish()
+
+    def _stop_runners(self) -> None:
+        for runner in self._runners.values():
+            runner.stop()
+        self._runners.clear()
 
     def close(self) -> None:
         if self._closed:
             return
+        self._stop_runners()
         with self._reactor.lock:
             for node in self._reactor.nodes.values():
+                if node.connector is not None:
+                    node.connector.close()
                 for sub in node.subscribers:
                     sub._end()
                 if node.kind == "sink":

@@ -21,11 +21,26 @@ from laminardb.operators._buffers import numeric_view
 from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.sql import ddl
-from laminardb.sql.exceptions import DependentObjectsError, DuplicateObjectError, UnknownObjectError
+from laminardb.sql.exceptions import (
+    DependentObjectsError,
+    DuplicateObjectError,
+    UnknownObjectError,
+    UnsupportedSqlError,
+)
 from laminardb.sql.planner import WEIGHT, QueryPlan, RelationInfo, lookup_from, plan_query
 from laminardb.sql.types import ticks_per_ms
 from laminardb.subscription import Subscription
 from laminardb.views import ViewStore, consolidate
+
+
+def make_source_connector(kind: str, node: Node, options: dict[str, str]):
+    """The polled connector behind ``CREATE SOURCE … FROM <KIND> (…)``."""
+    if kind != "kafka":
+        raise UnsupportedSqlError(f"FROM {kind.upper()} is not a known source connector; use FROM KAFKA (…)")
+    from laminardb.connectors.kafka import KafkaSource
+
+    return KafkaSource(name=node.name, schema=node.schema, options=options, time_col=node.time_col,
+                       delay_ticks=node.delay_ticks)
 
 
 @dataclass
@@ -53,6 +68,7 @@ class Node:
     delay_ticks: int = 0
     max_ts: int = NO_WATERMARK
     options: dict = field(default_factory=dict)
+    connector: object | None = None  # a polled source connector (Kafka), driven by Connection.start()
 
     @property
     def visible_schema(self) -> pa.Schema:
@@ -102,8 +118,11 @@ class Reactor:
             t = schema.field(stmt.watermark_col).type
             delay = stmt.watermark_delay_ms * ticks_per_ms(t)
             not_null.add(stmt.watermark_col)  # rows without event time cannot be placed in time
-        self.nodes[stmt.name] = Node(stmt.name, "source", schema, time_col=stmt.watermark_col,
-                                     not_null=frozenset(not_null), delay_ticks=delay, options=stmt.options)
+        node = Node(stmt.name, "source", schema, time_col=stmt.watermark_col,
+                    not_null=frozenset(not_null), delay_ticks=delay, options=stmt.options)
+        if stmt.connector is not None:
+            node.connector = make_source_connector(stmt.connector, node, stmt.connector_options)
+        self.nodes[stmt.name] = node
         return True
 
     def create_stream(self, stmt: ddl.CreateStream, *, kind: str | None = None, sql: str = "") -> bool:
@@ -163,6 +182,8 @@ class Reactor:
         users += [n.name for n in self.nodes.values() if n.kind == "late" and n.input == node.name and n.downstream]
         if users:
             raise DependentObjectsError(f"cannot drop {stmt.name!r}: {', '.join(users)} read from it; drop those first")
+        if node.connector is not None:
+            node.connector.close()
         if node.kind == "sink":
             upstream = self.nodes.get(node.input)
             for s in node.sinks:
@@ -190,9 +211,19 @@ class Reactor:
         batch = to_batch(data, node.schema, node.not_null, source=node.name)
         return self.ingest(node, batch)
 
-    def ingest(self, node: Node, batch: pa.RecordBatch) -> int:
-        n = batch.num_rows
+    def ingest(self, node: Node, batch: pa.RecordBatch | None, *, watermark: int | None = None) -> int:
+        """Run one batch of ``node`` (a source) through the DAG, then advance its watermark.
+
+        ``watermark`` overrides "max event time − delay" for sources that track it
+        themselves (Kafka: the minimum over partitions) or are driven by a coordinator.
+        """
+        n = 0 if batch is None else batch.num_rows
         if n == 0:
+            if watermark is not None and watermark > node.wm:
+                errors: list[Exception] = []
+                self._advance(node, watermark, errors)
+                if errors:
+                    raise errors[0]
             return 0
         self.events_ingested += n
         errors: list[Exception] = []
@@ -203,7 +234,7 @@ class Reactor:
         if node.time_col is not None:
             ts = numeric_view(batch.column(node.time_col))
             node.max_ts = max(node.max_ts, int(ts.max()))
-            wm = node.max_ts - node.delay_ticks
+            wm = node.max_ts - node.delay_ticks if watermark is None else watermark
             if wm > node.wm:
                 self._advance(node, wm, errors)
         if errors:

@@ -35,6 +35,8 @@ class CreateSource:
     watermark_delay_ms: int = 0
     options: dict[str, str] = field(default_factory=dict)
     if_not_exists: bool = False
+    connector: str | None = None  # e.g. "kafka" for FROM KAFKA (…)
+    connector_options: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -199,16 +201,24 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
     if wm_col is not None and wm_col not in names:
         raise SqlParseError(f"WATERMARK FOR {wm_col}: source {name!r} has no column {wm_col!r}")
     rest = text[body_end + 1 :].strip()
-    options = {}
-    if rest:
-        om = re.match(r"(?is)WITH\s*\((.*)\)\s*$", rest)
-        if not om:
+    options: dict[str, str] = {}
+    connector, conn_opts = None, {}
+    while rest:
+        om = re.match(r"(?is)WITH\s*\(", rest)
+        fm = re.match(r"(?is)FROM\s+([A-Za-z_]+)\s*\(", rest)
+        if om:
+            close = _close_paren(rest, om.end() - 1)
+            options = _options(rest[om.end() : close])
+        elif fm:
+            close = _close_paren(rest, fm.end() - 1)
+            connector, conn_opts = fm.group(1).lower(), _options(rest[fm.end() : close])
+        else:
             raise UnsupportedSqlError(
                 f"unexpected text after the column list of source {name!r}: {rest[:40]!r} "
-                "(only WITH (key = 'value', …) is supported here)"
+                "(expected WITH (key = 'value', …) and/or FROM KAFKA (…))"
             )
-        options = _options(om.group(1))
-    return CreateSource(name, columns, wm_col, wm_delay, options, bool(m.group(1)))
+        rest = rest[close + 1 :].strip()
+    return CreateSource(name, columns, wm_col, wm_delay, options, bool(m.group(1)), connector, conn_opts)
 
 
 def _watermark_delay(col: str, expr_text: str) -> int:
