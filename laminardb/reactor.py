@@ -86,6 +86,9 @@ class Reactor:
         self.events_ingested = 0
         self.events_emitted = 0
         self.late_routed = 0
+        # how a query's operator is built: in-process here, a DistributedOperator in a cluster
+        self.make_operator = lambda name, plan: QueryOperator(plan)
+        self.connectors_enabled = True  # actors install sources without polling them
 
     # ------------------------------------------------------------------ catalog
     def relation(self, name: str) -> RelationInfo:
@@ -120,7 +123,7 @@ class Reactor:
             not_null.add(stmt.watermark_col)  # rows without event time cannot be placed in time
         node = Node(stmt.name, "source", schema, time_col=stmt.watermark_col,
                     not_null=frozenset(not_null), delay_ticks=delay, options=stmt.options)
-        if stmt.connector is not None:
+        if stmt.connector is not None and self.connectors_enabled:
             node.connector = make_source_connector(stmt.connector, node, stmt.connector_options)
         self.nodes[stmt.name] = node
         return True
@@ -133,7 +136,7 @@ class Reactor:
                 self.drop(ddl.Drop(self.nodes[stmt.name].kind.upper(), stmt.name))
         self._check_new(stmt.name)
         plan = plan_query(stmt.query, self.relation)
-        op = QueryOperator(plan)
+        op = self.make_operator(stmt.name, plan)
         kind = kind or ("view" if stmt.materialized else "stream")
         node = Node(stmt.name, kind, op.schema, sql=sql or stmt.query.text, time_col=plan.time_col,
                     changelog=plan.changelog, input=plan.input, plan=plan, op=op)

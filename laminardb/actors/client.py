@@ -1,14 +1,159 @@
-"""The cluster client: ``laminardb.connect("ray://…")`` (built out in the Delta data-plane work)."""
+"""The cluster client: ``laminardb.connect("ray://…")`` → a ``Connection`` over Ray actors.
+
+Entry point: ``connect(address, *, actors=None, vnodes=256)``. Addresses:
+``ray://auto`` (inside a Ray cluster, or reuse this process's ``ray.init``),
+``ray://host:port`` (Ray Client), ``ray://local`` (start Ray on this machine).
+The connection has exactly the embedded API: DDL is planned once here and installed on
+every actor; stateful work runs on the actors (``DistributedOperator``); subscriptions,
+views and sinks are served here. A dead actor raises ``ActorLostError`` on the next call
+and shows in ``metrics()["cluster"]``.
+"""
 
 from __future__ import annotations
 
-from laminardb.errors import ClusterError
+from typing import Any
+
+import numpy as np
+
+from laminardb.actors.distributed import DistributedOperator
+from laminardb.actors.exceptions import ActorLostError, ClusterStartError
+from laminardb.actors.routing import DEFAULT_VNODES, Routing
+from laminardb.connection import Connection, ExecuteResult
+from laminardb.operators.warmup import warm_kernels
+from laminardb.sql import ddl
+
+_CALL_TIMEOUT_S = 300.0  # one batch on one actor; generous, but a hung actor must not hang the client
 
 
-def connect(address: str, **kwargs):
-    """Connect to a Delta cluster (``ray://host:port`` or ``ray://auto``)."""
-    raise ClusterError(
-        f"connect({address!r}): the Delta cluster client is not available in this build yet; "
-        "use laminardb.open() for the embedded engine",
-        code="LDB-8001",
-    )
+class Cluster:
+    """The actors of one connection and how to call them."""
+
+    def __init__(self, n_actors: int, vnodes: int) -> None:
+        import ray
+
+        from laminardb.actors.reactor_actor import actor_class
+
+        cls = actor_class()
+        self.actors = [cls.remote(i, n_actors) for i in range(n_actors)]
+        self.n_actors = n_actors
+        self.dead: dict[int, str] = {}
+        self.info = ray.get([a.ready.remote() for a in self.actors], timeout=_CALL_TIMEOUT_S)
+        self.routing = Routing.from_members(n_actors, vnodes)
+        ray.get([a.set_ownership.remote(self.routing.owned_mask(i).tobytes())
+                 for i, a in enumerate(self.actors)], timeout=_CALL_TIMEOUT_S)
+
+    def single_owner(self) -> int:
+        return int(self.routing.owner[0])
+
+    def call_each(self, targets: list[int], method: str, *args) -> list[Any]:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        futures = [getattr(self.actors[i], method).remote(*args) for i in targets]
+        try:
+            return ray.get(futures, timeout=_CALL_TIMEOUT_S)
+        except (RayActorError, GetTimeoutError) as e:
+            for i, f in zip(targets, futures, strict=True):
+                try:
+                    ray.get(f, timeout=0.01)
+                except Exception as inner:  # noqa: BLE001 - classify which actor failed
+                    if isinstance(inner, RayActorError | GetTimeoutError):
+                        self.dead[i] = type(inner).__name__
+            lost = ", ".join(f"actor {i} (pid {self.info[i]['pid']})" for i in sorted(self.dead)) or "an actor"
+            raise ActorLostError(
+                f"{lost} died or stopped answering during {method}(); its partitions' state is lost "
+                "until checkpoint recovery is available — reconnect to start fresh actors"
+            ) from e
+
+    def broadcast(self, method: str, *args) -> list[Any]:
+        return self.call_each(list(range(self.n_actors)), method, *args)
+
+    def status(self) -> dict:
+        return {
+            "actors": self.n_actors,
+            "dead": dict(self.dead),
+            "members": [dict(i, vnodes=int((self.routing.owner == i["index"]).sum())) for i in self.info],
+        }
+
+    def shutdown(self) -> None:
+        import ray
+
+        for a in self.actors:
+            try:
+                ray.kill(a)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
+
+class ClusterConnection(Connection):
+    """A ``Connection`` whose queries run on Ray actors (same methods, same results)."""
+
+    def __init__(self, cluster: Cluster, *, config: dict[str, Any] | None = None) -> None:
+        super().__init__(":memory:", config=config)
+        self.cluster = cluster
+        self._reactor.make_operator = lambda name, plan: DistributedOperator(name, plan, cluster)
+
+    def execute(self, sql: str) -> ExecuteResult:
+        self._check_open()
+        results = []
+        with self._reactor.lock:
+            for stmt, text in ddl.parse_script_with_text(sql, self.variables):
+                self._install_on_actors(stmt, text)
+                results.append(self._execute_one(stmt))
+        if not results:
+            return ExecuteResult("empty")
+        results[-1].statements = results
+        return results[-1]
+
+    def _install_on_actors(self, stmt, text: str) -> None:
+        """Actors hold the same catalog; sinks and connector polling stay on the client."""
+        if isinstance(stmt, ddl.CreateSource | ddl.CreateStream):
+            self.cluster.broadcast("execute", text)
+        elif isinstance(stmt, ddl.CreateSink) and stmt.query is not None:
+            self.cluster.broadcast("execute", f"CREATE STREAM {stmt.name}__query AS {stmt.query.text}")
+        elif isinstance(stmt, ddl.Drop) and stmt.kind != "SINK":
+            self.cluster.broadcast("execute", text)
+
+    def metrics(self) -> dict[str, Any]:
+        m = super().metrics()
+        m["cluster"] = self.cluster.status()
+        if not self.cluster.dead:
+            per_actor = self.cluster.broadcast("metrics")
+            m["cluster"]["rows_per_actor"] = [a["rows_in"] for a in per_actor]
+        return m
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        super().close()
+        self.cluster.shutdown()
+
+
+def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: int = DEFAULT_VNODES,
+            config: dict[str, Any] | None = None) -> ClusterConnection:
+    """Connect to (or start) a Ray cluster and start one reactor actor per core."""
+    try:
+        import ray
+    except ImportError:
+        raise ClusterStartError(
+            "connect() needs Ray: pip install 'laminardb[cluster]'"
+        ) from None
+    if not address.startswith("ray://"):
+        raise ClusterStartError(f"connect({address!r}): use ray://auto, ray://local or ray://host:port")
+    target = address[len("ray://"):]
+    if not ray.is_initialized():
+        if target == "local":
+            ray.init(num_cpus=actors or None, include_dashboard=False, log_to_driver=False)
+        elif target == "auto":
+            ray.init(address="auto", log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
+    n = actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    free = int(ray.available_resources().get("CPU", 0))
+    if free < n:
+        raise ClusterStartError(
+            f"connect(): {n} actors need {n} free CPUs but the Ray cluster has {free}; "
+            "pass actors=… or add nodes"
+        )
+    warm_kernels()
+    return ClusterConnection(Cluster(n, vnodes), config=config)

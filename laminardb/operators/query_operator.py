@@ -52,9 +52,11 @@ class QueryOperator:
                                           emit=plan.emit, time_type=agg.time_type)
 
     # ------------------------------------------------------------------ contract
-    def process(self, batch: pa.RecordBatch, wm_before: int = NO_WATERMARK) -> tuple[list[pa.RecordBatch], pa.RecordBatch | None]:
+    def process(self, batch: pa.RecordBatch, wm_before: int = NO_WATERMARK, *,
+                skip_where: bool = False) -> tuple[list[pa.RecordBatch], pa.RecordBatch | None]:
+        """Run one input batch; ``skip_where`` when the caller already applied WHERE (routing)."""
         plan = self.plan
-        if plan.where is not None and batch.num_rows:
+        if plan.where is not None and batch.num_rows and not skip_where:
             mask = evaluate_mask(plan.where, batch)
             if not mask.all():
                 batch = batch.filter(pa.array(mask))

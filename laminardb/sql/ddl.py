@@ -104,8 +104,13 @@ def unquote(name: str) -> str:
 
 
 def parse_script(sql: str, variables: dict[str, object] | None = None) -> list[Statement]:
+    return [stmt for stmt, _ in parse_script_with_text(sql, variables)]
+
+
+def parse_script_with_text(sql: str, variables: dict[str, object] | None = None) -> list[tuple[Statement, str]]:
+    """Each statement with its text after ``${VAR}`` substitution (the cluster re-sends it)."""
     sql = _lexer.substitute(sql, variables or {})
-    return [parse_statement(s.text, line=s.line, col=s.col) for s in _lexer.split_statements(sql)]
+    return [(parse_statement(s.text, line=s.line, col=s.col), s.text) for s in _lexer.split_statements(sql)]
 
 
 def parse_statement(text: str, *, line: int = 0, col: int = 0) -> Statement:

@@ -1,0 +1,86 @@
+"""``ReactorActor``: one Ray actor per core running the embedded engine over its vnodes.
+
+Entry point: ``actor_class()`` returns the Ray actor class (Ray is imported lazily so the
+embedded mode never needs it). The actor installs the same DDL as the client and runs the
+operators of each query over the rows it owns; the client (``DistributedOperator``)
+drives watermarks, so every actor judges lateness and closes windows exactly as the
+embedded engine would. Batches arrive and leave as Arrow IPC bytes.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from laminardb.actors._wire import from_ipc, to_ipc
+from laminardb.actors.routing import range_slice, vnode_of
+from laminardb.sql.expressions import evaluate_mask
+
+
+class ReactorActorImpl:
+    """The actor's body (wrapped by ``ray.remote`` in ``actor_class``)."""
+
+    def __init__(self, index: int, n_actors: int) -> None:
+        self.index = index
+        self.n_actors = n_actors
+        self.core = None
+        if hasattr(os, "sched_setaffinity"):
+            cores = sorted(os.sched_getaffinity(0))
+            self.core = cores[index % len(cores)]
+            os.sched_setaffinity(0, {self.core})  # one reactor per core: no migrations, warm caches
+        import laminardb
+
+        self.conn = laminardb.open()  # also compiles/loads the numba kernels before any query
+        self.conn._reactor.connectors_enabled = False  # the client polls connector sources
+        self.owned = np.zeros(0, dtype=np.bool_)
+        self.rows_in = 0
+
+    def ready(self) -> dict:
+        import ray
+
+        return {"index": self.index, "pid": os.getpid(), "core": self.core,
+                "node_id": ray.get_runtime_context().get_node_id()}
+
+    def set_ownership(self, owned: bytes) -> None:
+        self.owned = np.frombuffer(owned, dtype=np.bool_).copy()
+
+    def execute(self, sql: str) -> None:
+        self.conn.execute(sql)
+
+    def _op(self, node: str):
+        return self.conn._reactor.nodes[node].op
+
+    def process(self, node: str, ipc: bytes, wm_before: int, mode: str) -> tuple[list[bytes], bytes | None]:
+        op = self._op(node)
+        batch = from_ipc(ipc)
+        if mode == "range":
+            start, end = range_slice(batch.num_rows, self.index, self.n_actors)
+            batch = batch.slice(start, end - start)
+        elif mode == "keyed":
+            if op.plan.where is not None and batch.num_rows:
+                batch = batch.filter(pa.array(evaluate_mask(op.plan.where, batch)))
+            keys = [k.evaluate(batch) for k in op.plan.aggregate.keys]
+            mine = self.owned[vnode_of(keys, len(self.owned))] if batch.num_rows else np.zeros(0, np.bool_)
+            batch = batch.filter(pa.array(mine))
+        self.rows_in += batch.num_rows
+        outs, late = op.process(batch, wm_before, skip_where=(mode == "keyed"))
+        return [to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None)
+
+    def on_watermark(self, node: str, wm: int) -> list[bytes]:
+        return [to_ipc(b) for b in self._op(node).on_watermark(wm)]
+
+    def current_rows(self, node: str) -> bytes:
+        return to_ipc(self._op(node).current_rows())
+
+    def metrics(self) -> dict:
+        m = self.conn.metrics()
+        m.update(index=self.index, core=self.core, pid=os.getpid(), rows_in=self.rows_in)
+        return m
+
+
+def actor_class():
+    import ray
+
+    return ray.remote(num_cpus=1)(ReactorActorImpl)
