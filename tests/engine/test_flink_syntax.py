@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oracle import ENGINE_SETTINGS, Scenario, assert_same_rows, expected_sessions, expected_windowed, run_engine
-from test_oracle_windows import scenarios
+from strategies import scenarios
 
 AGG = "count(*) AS n, sum(qty) AS sq, max(price) AS mxp"
 DUCK_AGG = [("count(*)", "count(*)", "n"), ("sum(qty)", "CAST(sum(qty) AS BIGINT)", "sq"),
