@@ -88,9 +88,12 @@ class Cluster:
 class ClusterConnection(Connection):
     """A ``Connection`` whose queries run on Ray actors (same methods, same results)."""
 
-    def __init__(self, cluster: Cluster, *, config: dict[str, Any] | None = None) -> None:
+    def __init__(self, cluster: Cluster, *, config: dict[str, Any] | None = None,
+                 shutdown_on_close: bool = True) -> None:
         super().__init__(":memory:", config=config)
         self.cluster = cluster
+        self._shutdown_on_close = shutdown_on_close
+        cluster.broadcast("reset")  # actors start from an empty catalog
         self._reactor.make_operator = lambda name, plan: DistributedOperator(name, plan, cluster)
 
     def execute(self, sql: str) -> ExecuteResult:
@@ -126,7 +129,8 @@ class ClusterConnection(Connection):
         if self._closed:
             return
         super().close()
-        self.cluster.shutdown()
+        if self._shutdown_on_close:
+            self.cluster.shutdown()
 
 
 def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: int = DEFAULT_VNODES,

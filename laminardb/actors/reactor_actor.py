@@ -37,6 +37,15 @@ class ReactorActorImpl:
         self.owned = np.zeros(0, dtype=np.bool_)
         self.rows_in = 0
 
+    def reset(self) -> None:
+        """Forget every query and all state (a pooled actor serving a new connection)."""
+        import laminardb
+
+        self.conn.close()
+        self.conn = laminardb.open()
+        self.conn._reactor.connectors_enabled = False
+        self.rows_in = 0
+
     def ready(self) -> dict:
         import ray
 
