@@ -8,6 +8,8 @@ stream's batches to a file. Errors are ``LDB-4xxx`` (:mod:`laminardb.connectors.
 from laminardb.connectors.exceptions import (
     FileFormatError,
     FileReadError,
+    KafkaConfigError,
+    KafkaUnavailableError,
     SinkClosedError,
     SinkSchemaError,
     SinkWriteError,
@@ -21,12 +23,17 @@ from laminardb.connectors.files import (
     infer_format,
     read_file,
 )
+from laminardb.connectors.kafka import KafkaSink, KafkaSource
 
 __all__ = [
     "FileFormat",
     "FileFormatError",
     "FileReadError",
     "FileReader",
+    "KafkaConfigError",
+    "KafkaSink",
+    "KafkaSource",
+    "KafkaUnavailableError",
     "FileSink",
     "ReadReport",
     "SinkClosedError",

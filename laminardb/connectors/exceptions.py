@@ -15,6 +15,8 @@ __all__ = [
     "SinkWriteError",
     "SinkSchemaError",
     "SinkClosedError",
+    "KafkaConfigError",
+    "KafkaUnavailableError",
 ]
 
 
@@ -52,3 +54,15 @@ class SinkClosedError(ConnectorError, RuntimeError):
     """write()/flush() after close()."""
 
     code = "LDB-4006"
+
+
+class KafkaConfigError(ConnectorError, ValueError):
+    """A Kafka source or sink option is missing or invalid (brokers, topic, format, …)."""
+
+    code = "LDB-4010"
+
+
+class KafkaUnavailableError(ConnectorError, ConnectionError):
+    """The Kafka brokers cannot be reached, or a topic's metadata does not arrive in time."""
+
+    code = "LDB-4011"

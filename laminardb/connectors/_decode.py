@@ -1,0 +1,340 @@
+"""Decoding Kafka message values (JSON, CSV, msgpack, raw) into Arrow rows of a source's schema.
+
+Entry point: :class:`Decoder` (``Decoder(fmt, schema, key_column, time_column).decode(values,
+keys)`` → :class:`Decoded`). One call decodes all messages of one poll at once:
+
+* JSON: the values joined with newlines go through ``pyarrow.json.read_json`` with an explicit
+  schema; CSV likewise through ``pyarrow.csv``; raw: one Arrow cast. msgpack unpacks per
+  message (C) and builds each column with one ``pa.array`` call.
+* Then the shared, vectorized conversion of :mod:`laminardb.connectors.files` turns the parsed
+  columns into the schema's types (ISO-8601 text or integer epoch ms for TIMESTAMP columns)
+  and flags values that do not fit and NULLs in NOT NULL columns (the event-time column counts
+  as NOT NULL: a row without event time cannot be placed in time).
+
+Bad messages never raise: they come back in :attr:`Decoded.rejected` as ``(index, error)``
+with the rows around them kept. Python loops per message run only on error paths (bisection
+of a JSON/CSV chunk that fails to parse, value-by-value conversion of a failing msgpack column)
+and for the O(1)-per-message work of collecting values and keys.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import msgpack
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+
+from laminardb.connectors.files import _conform, _convert
+from laminardb.sql.types import type_name
+
+__all__ = ["FORMATS", "Decoded", "Decoder", "MessageFormat"]
+
+MessageFormat = Literal["json", "csv", "msgpack", "raw"]
+FORMATS: tuple[str, ...] = ("json", "csv", "msgpack", "raw")
+
+# Arrow's JSON/CSV readers split input into blocks; one block per poll keeps a parse error
+# local to the bisection of one chunk instead of a half-parsed stream.
+_MIN_BLOCK = 1 << 20
+_CSV_NULLS = ["", "NULL", "null"]
+
+
+@dataclass
+class Decoded:
+    """The result of decoding one poll's messages."""
+
+    table: pa.Table  # valid rows, in the source schema
+    positions: np.ndarray  # int64: for each row of ``table``, the index of its message
+    rejected: list[tuple[int, str]] = field(default_factory=list)  # (message index, error)
+
+
+class _ParseError(Exception):
+    """A chunk does not parse to exactly one row per message."""
+
+
+def _text_or_bytes(values: list[Any], target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Message bytes (or None) → ``target``; returns (array, bad) with bad marking misfits."""
+    raw = pa.array(values, pa.binary())
+    bad = np.zeros(len(values), bool)
+    if pa.types.is_binary(target) or pa.types.is_large_binary(target):
+        return raw.cast(target), bad
+    try:
+        text = raw.cast(pa.string())
+    except pa.ArrowInvalid:  # error path: invalid UTF-8 somewhere
+        out = []
+        for i, v in enumerate(values):
+            try:
+                out.append(None if v is None else bytes(v).decode("utf-8"))
+            except UnicodeDecodeError:
+                out.append(None)
+                bad[i] = True
+        text = pa.array(out, pa.string())
+    if pa.types.is_string(target):
+        return text, bad
+    converted, misfit = _convert(text, target)
+    return converted, bad | misfit.to_numpy(zero_copy_only=False)
+
+
+class Decoder:
+    """Decodes message values of one format into rows of ``schema``.
+
+    Args:
+        fmt: ``json`` | ``csv`` | ``msgpack`` | ``raw``.
+        schema: the source schema.
+        key_column: a column filled from the message key instead of the value.
+        time_column: the event-time column; NULL there rejects the row.
+    """
+
+    def __init__(self, fmt: MessageFormat, schema: pa.Schema, *, key_column: str | None = None,
+                 time_column: str | None = None) -> None:
+        self.fmt, self.schema, self.key_column = fmt, schema, key_column
+        self.value_fields = [f for f in schema if f.name != key_column]
+        # Conversion target: the schema with the event-time column NOT NULL.
+        self._required = pa.schema([f.with_nullable(False) if f.name == time_column else f
+                                    for f in schema])
+        ts = [f for f in self.value_fields if pa.types.is_timestamp(f.type)]
+        # JSON: explicit types for the fast path (ISO timestamps parse natively); when a
+        # timestamp column holds epoch numbers, the timestamp columns are inferred instead and
+        # converted afterwards. The mode that worked last is tried first.
+        self._json_strict = pajson.ParseOptions(
+            explicit_schema=pa.schema([f.with_nullable(True) for f in self.value_fields]),
+            unexpected_field_behavior="ignore", newlines_in_values=False)
+        self._json_loose = pajson.ParseOptions(
+            explicit_schema=pa.schema([f.with_nullable(True) for f in self.value_fields
+                                       if f not in ts]),
+            unexpected_field_behavior="infer", newlines_in_values=False) if ts else None
+        self._json_modes = [self._json_strict] + ([self._json_loose] if ts else [])
+
+    # -- entry point ------------------------------------------------------------------------
+
+    def decode(self, values: Sequence[bytes | None], keys: Sequence[bytes | None]) -> Decoded:
+        """Decode message ``values`` (and ``keys`` for the key column) into schema rows."""
+        n = len(values)
+        rejected: list[tuple[int, str]] = []
+        if all(values):
+            idx = np.arange(n, dtype=np.int64)
+            vals = list(values)
+        else:  # tombstones and empty messages carry no row
+            idx_list = []
+            for i, v in enumerate(values):
+                if v:
+                    idx_list.append(i)
+                else:
+                    rejected.append((i, "the message has no value (empty or tombstone)"))
+            idx = np.array(idx_list, np.int64)
+            vals = [values[i] for i in idx_list]
+        pieces: list[tuple[pa.Table, np.ndarray]] = []
+        if vals:
+            parse = {"json": self._json, "csv": self._csv, "msgpack": self._msgpack,
+                     "raw": self._raw}[self.fmt]
+            for table, pos in parse(vals, 0, rejected, idx):
+                pieces.append(self._finish(table, idx[pos], keys, rejected))
+        pieces = [(t, p) for t, p in pieces if t.num_rows]
+        rejected.sort()
+        if not pieces:
+            return Decoded(self.schema.empty_table(), np.empty(0, np.int64), rejected)
+        if len(pieces) == 1:
+            return Decoded(pieces[0][0], pieces[0][1], rejected)
+        return Decoded(pa.concat_tables([t for t, _ in pieces]),
+                       np.concatenate([p for _, p in pieces]), rejected)
+
+    def _finish(self, table: pa.Table, positions: np.ndarray, keys: Sequence[bytes | None],
+                rejected: list[tuple[int, str]]) -> tuple[pa.Table, np.ndarray]:
+        """Add the key column, convert to the schema, move misfits to ``rejected``."""
+        if self.key_column is not None:
+            target = self.schema.field(self.key_column).type
+            col, bad = _text_or_bytes([keys[i] for i in positions], target)
+            for j in np.flatnonzero(bad):
+                rejected.append((int(positions[j]), f"column {self.key_column!r}: the message "
+                                 f"key is not a valid {type_name(target)}"))
+            table = table.append_column(self.key_column, col)
+            if bad.any():
+                keep = np.flatnonzero(~bad)
+                table, positions = table.take(keep), positions[keep]
+        c = _conform(table, self._required)
+        if len(c.positions):
+            for j, why in zip(c.positions, c.reasons.to_pylist(), strict=True):
+                rejected.append((int(positions[j]), why))
+            positions = np.delete(positions, c.positions)
+        out = c.table
+        if not out.schema.equals(self.schema):
+            out = pa.Table.from_arrays(out.columns, schema=self.schema)
+        return out, positions
+
+    # -- formats: each yields (table with any column types, row → index into ``vals``) ------
+
+    def _json(self, vals: list[bytes], base: int, rejected: list[tuple[int, str]],
+              idx: np.ndarray) -> Any:
+        data = b"\n".join(vals)
+        if data.count(b"\n") != len(vals) - 1:  # pretty-printed messages: newlines are blanks
+            vals = [v.replace(b"\n", b" ").replace(b"\r", b" ") for v in vals]
+            data = b"\n".join(vals)
+        yield from self._json_chunk(vals, data, base, rejected, idx)
+
+    def _json_parse(self, data: bytes, rows: int) -> pa.Table:
+        error: Exception | None = None
+        for k, opts in enumerate(self._json_modes):
+            try:
+                table = pajson.read_json(io.BytesIO(data), parse_options=opts,
+                                         read_options=pajson.ReadOptions(
+                                             use_threads=False,
+                                             block_size=max(len(data) + 1, _MIN_BLOCK)))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                error = exc
+                continue
+            if table.num_rows != rows:
+                error = _ParseError("the message is not exactly one JSON object")
+                continue
+            if k:  # remember the mode that worked
+                self._json_modes.insert(0, self._json_modes.pop(k))
+            return table
+        assert error is not None
+        raise error
+
+    def _json_chunk(self, vals: list[bytes], data: bytes, base: int,
+                    rejected: list[tuple[int, str]], idx: np.ndarray) -> Any:
+        try:
+            table = self._json_parse(data, len(vals))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, _ParseError) as exc:
+            # error path: bisect down to the messages that do not parse
+            if len(vals) == 1:
+                why = str(exc).split(" in row ")[0]
+                rejected.append((int(idx[base]), f"bad JSON: {why}"))
+                return
+            mid = len(vals) // 2
+            for part, start in ((vals[:mid], base), (vals[mid:], base + mid)):
+                yield from self._json_chunk(part, b"\n".join(part), start, rejected, idx)
+            return
+        yield table, np.arange(base, base + len(vals), dtype=np.int64)
+
+    def _csv(self, vals: list[bytes], base: int, rejected: list[tuple[int, str]],
+             idx: np.ndarray) -> Any:
+        data = b"\n".join(vals)
+        if data.count(b"\n") != len(vals) - 1:
+            vals = [v.replace(b"\n", b" ").replace(b"\r", b" ") for v in vals]
+            data = b"\n".join(vals)
+        yield from self._csv_chunk(vals, data + b"\n", base, rejected, idx)
+
+    def _csv_chunk(self, vals: list[bytes], data: bytes, base: int,
+                   rejected: list[tuple[int, str]], idx: np.ndarray) -> Any:
+        names = [f.name for f in self.value_fields]
+        invalid: list[tuple[int, str]] = []
+
+        def on_invalid(row: Any) -> str:  # error path: one call per malformed line
+            invalid.append((row.number - 1, f"bad CSV: expected {row.expected_columns} fields, "
+                                            f"got {row.actual_columns}"))
+            return "skip"
+
+        try:
+            table = pacsv.read_csv(
+                io.BytesIO(data),
+                read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
+                                               block_size=max(len(data) + 1, _MIN_BLOCK)),
+                parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid,
+                                                  ignore_empty_lines=False),
+                convert_options=pacsv.ConvertOptions(
+                    column_types={name: pa.string() for name in names},
+                    null_values=_CSV_NULLS, strings_can_be_null=True))
+            if table.num_rows + len(invalid) != len(vals) or any(
+                    not 0 <= i < len(vals) for i, _ in invalid):
+                raise _ParseError("the message is not exactly one CSV record")
+        except (pa.ArrowInvalid, _ParseError) as exc:
+            if len(vals) == 1:
+                rejected.append((int(idx[base]), f"bad CSV: {exc}"))
+                return
+            mid = len(vals) // 2
+            for part, start in ((vals[:mid], base), (vals[mid:], base + mid)):
+                yield from self._csv_chunk(part, b"\n".join(part) + b"\n", start, rejected, idx)
+            return
+        keep = np.arange(len(vals), dtype=np.int64)
+        if invalid:
+            rejected.extend((int(idx[base + i]), why) for i, why in invalid)
+            keep = np.delete(keep, [i for i, _ in invalid])
+        yield table, keep + base
+
+    def _msgpack(self, vals: list[bytes], base: int, rejected: list[tuple[int, str]],
+                 idx: np.ndarray) -> Any:
+        rows: list[dict[str, Any]] = []
+        pos: list[int] = []
+        for i, v in enumerate(vals):
+            try:
+                # raw=False: text as str; strict_map_key: only str/bytes keys; size limits
+                # default to the message length, so a hostile length prefix cannot balloon.
+                rec = msgpack.unpackb(v, raw=False, strict_map_key=True, timestamp=3,
+                                      ext_hook=_no_ext)
+            except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError,
+                    msgpack.StackError) as exc:
+                rejected.append((int(idx[i]), f"bad msgpack: {type(exc).__name__} {exc}".rstrip()))
+                continue
+            if not isinstance(rec, dict):
+                rejected.append((int(idx[i]), f"bad msgpack: expected a map, got "
+                                              f"{type(rec).__name__}"))
+                continue
+            rows.append(rec)
+            pos.append(i)
+        bad = np.zeros(len(rows), bool)
+        columns = []
+        for f in self.value_fields:
+            col, misfit = _py_column([r.get(f.name) for r in rows], f.type)
+            for j in np.flatnonzero(misfit & ~bad):
+                rejected.append((int(idx[pos[j]]), f"column {f.name!r}: "
+                                 f"{rows[j].get(f.name)!r} is not a valid {type_name(f.type)}"))
+            bad |= misfit
+            columns.append(col)
+        table = pa.Table.from_arrays(columns, names=[f.name for f in self.value_fields])
+        positions = np.array(pos, np.int64)
+        if bad.any():
+            keep = np.flatnonzero(~bad)
+            table, positions = table.take(keep), positions[keep]
+        yield table, positions
+
+    def _raw(self, vals: list[bytes], base: int, rejected: list[tuple[int, str]],
+             idx: np.ndarray) -> Any:
+        (f,) = self.value_fields
+        col, bad = _text_or_bytes(vals, f.type)
+        for j in np.flatnonzero(bad):
+            rejected.append((int(idx[j]), f"column {f.name!r}: the message value is not a "
+                                          f"valid {type_name(f.type)}"))
+        keep = np.flatnonzero(~bad)
+        table = pa.Table.from_arrays([col], names=[f.name])
+        yield (table.take(keep) if bad.any() else table), keep.astype(np.int64)
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    msg = f"msgpack extension type {code} is not accepted"
+    raise ValueError(msg)
+
+
+def _py_column(values: list[Any], target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Python values → an Arrow column of ``target`` (or inferred for timestamps, converted by
+    the shared conversion later); value by value only when the whole column fails."""
+    parse_type = None if pa.types.is_timestamp(target) else target
+    try:
+        arr = pa.array(values, parse_type)
+        if parse_type is None and not (pa.types.is_integer(arr.type) or pa.types.is_string(
+                arr.type) or pa.types.is_timestamp(arr.type) or pa.types.is_null(arr.type)):
+            raise TypeError(arr.type)
+        return arr, np.zeros(len(values), bool)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError):
+        pass
+    out: list[Any] = []
+    bad = np.zeros(len(values), bool)
+    for i, v in enumerate(values):  # error path
+        try:
+            one = pa.array([v], parse_type)
+            if parse_type is None:
+                one, misfit = _convert(one, target)
+                if pc.any(misfit).as_py():
+                    raise ValueError(v)
+            out.append(one[0].as_py())
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError,
+                OverflowError, ValueError):
+            out.append(None)
+            bad[i] = True
+    return pa.array(out, target), bad
