@@ -67,9 +67,13 @@ def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.Rec
         if len(rows[0]) != len(schema) or any(k not in rows[0] for k in schema.names):
             return None
         try:
-            batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+            # inferred, not coerced: Arrow's coercing constructor truncates 1.5 into a BIGINT
+            batch = pa.RecordBatch.from_pylist(rows)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, KeyError):
             return None
+        if batch.schema.names != schema.names or batch.schema.types != schema.types:
+            return None
+        batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
     for name in not_null:
         if batch.column(name).null_count:
             return None  # the checked path names the offending row
@@ -94,9 +98,12 @@ def _as_table(data: Any, schema: pa.Schema, source: str) -> pa.Table:
             values = [r.get(n) for r in data]
             target = _field_type(schema, n)
             try:
-                cols[n] = pa.array(values, type=target) if target is not None else pa.array(values)
+                # infer, then cast checked in _convert (a typed constructor would truncate 1.5 → 1)
+                cols[n] = pa.array(values)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
                 cols[n] = _array_or_error(values, n, target, source)
+            if pa.types.is_null(cols[n].type) and target is not None:
+                cols[n] = pa.nulls(len(values), target)
         return pa.table(cols)
     mod = type(data).__module__
     if mod.startswith("pandas"):

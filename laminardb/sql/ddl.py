@@ -125,7 +125,7 @@ def parse_statement(text: str, *, line: int = 0, col: int = 0) -> Statement:
     )
     if m:
         materialized = m.group(2).upper() != "STREAM"
-        query = _query(m.group(5), line, col + m.start(5))
+        query = _query(m.group(5), *_position(text, m.start(5), line, col))
         return CreateStream(unquote(m.group(4)), query, materialized, bool(m.group(3)), bool(m.group(1)))
     if head.startswith("CREATE SINK"):
         return _create_sink(text, line, col)
@@ -154,6 +154,14 @@ def parse_statement(text: str, *, line: int = 0, col: int = 0) -> Statement:
         line=line + 1,
         col=col + 1,
     )
+
+
+def _position(text: str, offset: int, line: int, col: int) -> tuple[int, int]:
+    """(line, column) of ``text[offset]`` given where ``text`` starts in the script."""
+    breaks = text.count("\n", 0, offset)
+    if breaks == 0:
+        return line, col + offset
+    return line + breaks, offset - (text.rfind("\n", 0, offset) + 1)
 
 
 def _query(text: str, line: int, col: int) -> Query:

@@ -199,7 +199,15 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
         return _substring(node, scope)
     if isinstance(node, exp.Trim):
         a = _compile(node.this, scope)
-        return lambda b: pc.utf8_trim_whitespace(a(b))
+        pos = (node.args.get("position") or "BOTH").upper()
+        chars = node.args.get("expression")
+        if chars is not None and not isinstance(chars, exp.Literal):
+            raise UnsupportedSqlError("TRIM(… FROM x) needs literal characters")
+        fn_name = {"LEADING": "utf8_ltrim", "TRAILING": "utf8_rtrim"}.get(pos, "utf8_trim")
+        if chars is None:
+            fn_name += "_whitespace"
+            return lambda b: getattr(pc, fn_name)(a(b))
+        return lambda b: getattr(pc, fn_name)(a(b), characters=chars.this)
     if isinstance(node, exp.Replace):
         a, old, new = (_compile(node.this, scope), node.expression, node.args.get("replacement"))
         if not isinstance(old, exp.Literal) or not isinstance(new, exp.Literal):
@@ -503,6 +511,10 @@ def _cast(node: exp.Cast, scope: Scope) -> Fn:
                             _if_else(pc.is_in(low, value_set=pa.array(["false", "f", "0", "no"])), pa.scalar(False), pa.scalar(None, pa.bool_())))
         if pa.types.is_floating(v.type) and pa.types.is_integer(target):
             v = pc.round(v, round_mode="half_towards_infinity")
+        if pa.types.is_floating(v.type) and pa.types.is_string(target):
+            s = pc.cast(v, pa.string())  # DuckDB writes whole doubles as '1.0', Arrow as '1'
+            whole = pc.match_substring_regex(s, r"^-?[0-9]+$")
+            return _if_else(whole, pc.binary_join_element_wise(s, ".0", ""), s)
         try:
             return pc.cast(v, target, safe=not safe)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:

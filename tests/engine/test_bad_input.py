@@ -106,9 +106,6 @@ def test_syntax_error_reports_line_and_column():
     assert "line 2, column 53" in str(e.value), str(e.value)
 
 
-@pytest.mark.xfail(reason="engine bug: syntax error position is counted from the SELECT, not the statement, "
-                          "when the SELECT starts on a later line (reports line 3 for an error on line 4)",
-                   strict=True)
 def test_syntax_error_line_in_multiline_create_stream():
     db = laminardb.open()
     db.execute(SOURCE)
@@ -176,8 +173,6 @@ def test_integer_strings_and_ints_convert_losslessly():
     assert sub.to_arrow().to_pylist() == [{"ts": 1, "sym": None, "price": 2.0, "qty": 7}]
 
 
-@pytest.mark.xfail(reason="engine bug: a non-integral float inserted into a BIGINT column is silently "
-                          "truncated (1.5 -> 1) instead of raising LDB-2003", strict=True)
 def test_lossy_float_to_bigint_is_a_conversion_error():
     db = laminardb.open()
     db.execute(SOURCE)

@@ -68,9 +68,9 @@ EXPRESSIONS = [
 DUCK_OVERRIDES: dict[str, str] = {}
 
 KNOWN_BUGS = {
-    "ltrim(s)": "engine bug: ltrim trims both ends ('  pad me ' -> 'pad me', expected 'pad me ')",
-    "rtrim(s)": "engine bug: rtrim trims both ends ('  pad me ' -> 'pad me', expected '  pad me')",
-    "CAST(x AS VARCHAR)": "engine bug: CAST(0.0 AS VARCHAR) gives '0' (DuckDB: '0.0'); whole doubles lose '.0'",
+
+
+
 }
 
 
