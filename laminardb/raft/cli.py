@@ -1,4 +1,4 @@
-"""Command-line entry points of the control plane: ``raft-node`` and ``cluster status|plan``.
+"""Command-line entry points of the control plane: ``raft-node`` and ``cluster status|plan|up|down``.
 
 ``laminardb/cli.py`` calls :func:`register` to add these to the main parser; until then (and
 in tests) run ``python -m laminardb.raft.cli ...`` (:func:`main`). Every command is a thin
@@ -73,7 +73,18 @@ def _cmd_raft_node(args: argparse.Namespace) -> int:
 def _client(args: argparse.Namespace) -> Any:
     from laminardb.raft.client import RaftClient
 
-    return RaftClient(_csv(args.voters), secret=_read_secret(args), deadline=args.timeout)
+    voters = args.voters
+    if voters is None and args.data_dir:
+        # The voters `cluster up --data-dir D` started: addresses (and secret) from D/cluster.json.
+        from laminardb.raft.launch import read_cluster_file
+
+        info = read_cluster_file(args.data_dir)
+        voters = ",".join(v.rpc for v in info["voters"])
+        if not args.secret_file and not os.environ.get(SECRET_ENV) and info.get("secret_file"):
+            args.secret_file = info["secret_file"]
+    if voters is None:
+        voters = os.environ.get("LAMINARDB_RAFT_VOTERS", _DEFAULT_RPC_BIND)
+    return RaftClient(_csv(voters), secret=_read_secret(args), deadline=args.timeout)
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -172,11 +183,44 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- cluster up / down -----------------------------------------------------------------------
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    from laminardb.raft.launch import start_voters
+
+    try:
+        result = start_voters(args.data_dir, voters=args.voters, host=args.host,
+                              base_port=args.base_port, secret_file=args.secret_file,
+                              timeout=args.timeout)
+    except (TimeoutError, RuntimeError) as exc:  # no leader: the message carries the logs
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    for v in result.voters:
+        state = "running" if v.node_id in result.already_running else "started"
+        role = "leader" if v.raft == result.leader else "voter"
+        print(f"{v.node_id:<4} raft {v.raft:<21} rpc {v.rpc:<21} {state:<8} {role}")
+    print(f"voters: {','.join(result.rpc_addresses)}")
+    print(f"data dir: {result.data_dir}  (laminardb cluster status --data-dir {result.data_dir})")
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    from laminardb.raft.launch import stop_voters
+
+    result = stop_voters(args.data_dir, grace=args.grace)
+    if not result:
+        print(f"no voters recorded in {args.data_dir}")
+    for nid, what in sorted(result.items()):
+        print(f"{nid:<4} {what}")
+    return 0
+
+
 # -- registration --------------------------------------------------------------------------
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``raft-node`` and ``cluster {status,plan}`` to the main parser's subcommands."""
+    """Add ``raft-node`` and ``cluster {status,plan,up,down}`` to the main parser's subcommands."""
     node = subparsers.add_parser("raft-node", help="run one Raft voter of the control plane")
     node.add_argument("--id", required=True, help="voter id shown in cluster status")
     node.add_argument("--bind", default=_DEFAULT_BIND, help="Raft host:port (default loopback)")
@@ -199,8 +243,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ("plan", _cmd_plan, "what a rebalance would move (--commit to apply it)"),
     ):
         p = csub.add_parser(name, help=help_text)
-        p.add_argument("--voters", default=os.environ.get("LAMINARDB_RAFT_VOTERS", _DEFAULT_RPC_BIND),
-                       help="comma-separated voter RPC host:port (or $LAMINARDB_RAFT_VOTERS)")
+        p.add_argument("--voters", default=None,
+                       help="comma-separated voter RPC host:port (else the voters of --data-dir, "
+                            "else $LAMINARDB_RAFT_VOTERS)")
+        p.add_argument("--data-dir", default=None,
+                       help="data dir given to `cluster up`: voters and secret from its cluster.json")
         p.add_argument("--timeout", type=float, default=10.0, help="seconds before giving up")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         _add_secret(p)
@@ -212,6 +259,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help=f"vnode count if the source does not exist yet "
                                 f"(default {DEFAULT_VNODES})")
             p.add_argument("--commit", action="store_true", help="commit the plan through Raft")
+
+    from laminardb.raft.launch import DEFAULT_BASE_PORT, DEFAULT_DATA_DIR, DEFAULT_START_TIMEOUT_S
+
+    up = csub.add_parser("up", help="start the Raft voters of this machine in the background")
+    up.add_argument("--voters", type=int, default=3, help="number of voters (default 3)")
+    up.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                    help=f"journals, pid/log files, cluster.json (default {DEFAULT_DATA_DIR})")
+    up.add_argument("--host", default="127.0.0.1",
+                    help="interface the voters bind (default loopback; the Raft and RPC ports "
+                         "are authenticated, but bind a private interface only)")
+    up.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
+                    help=f"voter i uses base+i (Raft) and base+100+i (RPC) "
+                         f"(default {DEFAULT_BASE_PORT})")
+    up.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT_S,
+                    help="seconds to wait for a leader")
+    up.add_argument("--secret-file",
+                    help=f"cluster secret (created, mode 0600, if missing); default "
+                         f"${SECRET_ENV}, else DATA_DIR/secret (created if missing)")
+    up.set_defaults(func=_cmd_up)
+
+    down = csub.add_parser("down", help="stop the voters started by `cluster up`")
+    down.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
+                      help=f"the data dir given to `cluster up` (default {DEFAULT_DATA_DIR})")
+    down.add_argument("--grace", type=float, default=5.0,
+                      help="seconds between SIGTERM and SIGKILL")
+    down.set_defaults(func=_cmd_down)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
