@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
 from typing import Any
 
@@ -183,6 +184,10 @@ class KafkaSource:
         self.decoded = self.dead_lettered = self.dead_letter_failures = 0
         self._dlq: Any = None
         self._just_polled: set[int] = set()
+        # kafka-python consumers are not thread-safe, and the engine polls on a runner thread
+        # while flush()/metrics() ask lag() and positions() from the caller's thread.
+        self._lock = threading.RLock()
+        self._closed = False
 
         from kafka import KafkaConsumer, TopicPartition
         from kafka.errors import KafkaError
@@ -241,6 +246,12 @@ class KafkaSource:
     def poll(self, timeout_ms: int = 100) -> tuple[pa.RecordBatch | None, int | None]:
         """Rows decoded since the last poll as one batch (None if none) and the watermark
         candidate (None while it cannot be placed)."""
+        with self._lock:
+            if self._closed:
+                return None, self._watermarks.current()
+            return self._poll(timeout_ms)
+
+    def _poll(self, timeout_ms: int) -> tuple[pa.RecordBatch | None, int | None]:
         left = self.max_poll_records
         fetched = self._consumer.poll(timeout_ms=timeout_ms, max_records=left)
         chunks: list[tuple[int, list[Any]]] = []
@@ -319,21 +330,29 @@ class KafkaSource:
 
     def positions(self) -> dict[int, int]:
         """Next offset per assigned partition (what a checkpoint stores)."""
-        return {p: int(self._consumer.position(tp)) for p, tp in self._tps.items()}
+        with self._lock:
+            return {p: int(self._consumer.position(tp)) for p, tp in self._tps.items()}
 
     def lag(self) -> int:
         """Messages not yet returned by :meth:`poll`: end offsets − positions, summed over the
         assigned partitions (at least 1 for a partition whose last poll returned messages;
         see the module docs on Tansu)."""
-        ends = self._consumer.end_offsets(list(self._tps.values()))
-        total = 0
-        for p, tp in self._tps.items():
-            behind = max(0, int(ends.get(tp, 0) or 0) - int(self._consumer.position(tp)))
-            total += max(behind, 1 if p in self._just_polled else 0)
-        return total
+        with self._lock:
+            if self._closed:
+                return 0
+            ends = self._consumer.end_offsets(list(self._tps.values()))
+            total = 0
+            for p, tp in self._tps.items():
+                behind = max(0, int(ends.get(tp, 0) or 0) - int(self._consumer.position(tp)))
+                total += max(behind, 1 if p in self._just_polled else 0)
+            return total
 
     def metrics(self) -> dict[str, Any]:
         """Counters and per-partition state for monitoring and autoscaling."""
+        with self._lock:
+            return self._metrics()
+
+    def _metrics(self) -> dict[str, Any]:
         return {"decoded": self.decoded, "dead_lettered": self.dead_lettered,
                 "dead_letter_failures": self.dead_letter_failures,
                 "watermarks": self._watermarks.per_partition(),
@@ -343,10 +362,14 @@ class KafkaSource:
 
     def close(self) -> None:
         """Close the consumer and the dead-letter producer; idempotent."""
-        if self._dlq is not None:
-            self._dlq.close(timeout=_DLQ_FLUSH_TIMEOUT_S)
-            self._dlq = None
-        self._consumer.close()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._dlq is not None:
+                self._dlq.close(timeout=_DLQ_FLUSH_TIMEOUT_S)
+                self._dlq = None
+            self._consumer.close()
 
 
 class KafkaSink:

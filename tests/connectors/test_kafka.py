@@ -232,3 +232,55 @@ def test_sink_round_trip(fmt: str, new_topic: Callable[..., str], sources: Calla
                                           "offset_reset": "earliest"})
     table, _ = drain(src, rows=3)
     assert table.to_pylist() == batch.to_pylist()
+
+
+def test_sql_end_to_end_matches_duckdb(new_topic: Callable[..., str], producer: Any,
+                                       bootstrap: str,
+                                       read_topic: Callable[..., list[Any]]) -> None:
+    import duckdb
+    import numpy as np
+
+    import laminardb
+
+    trades, bars = new_topic(1), f"bars-{new_topic(1)}"
+    rng = np.random.default_rng(3)
+    n = 3_000
+    ts = 1_700_000_000_000 + np.arange(n) * 4 - rng.integers(0, 500, n)  # jitter < the 1 s delay
+    rows = [{"ts": int(t), "sym": f"S{rng.integers(0, 5)}", "price": float(i % 97)}
+            for i, t in enumerate(ts)]
+    bad = [b'{"ts": "soon", "sym": "S0", "price": 1}', b"not json"]
+
+    db = laminardb.open()
+    try:
+        db.execute(f"""CREATE SOURCE trades (ts BIGINT NOT NULL, sym VARCHAR, price DOUBLE,
+            WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+            FROM KAFKA (brokers = '{bootstrap}', topic = '{trades}', format = 'json',
+                        offset_reset = 'earliest')""")
+        db.execute("CREATE STREAM bars AS SELECT sym, window_start, count(*) AS n FROM trades "
+                   "GROUP BY sym, tumble(ts, INTERVAL '1' SECOND)")
+        db.execute(f"CREATE SINK out FROM bars INTO KAFKA (brokers = '{bootstrap}', "
+                   f"topic = '{bars}', format = 'json')")
+        db.start()
+        for i, row in enumerate(rows):
+            producer.send(trades, value=json.dumps(row).encode(), partition=0)
+            if i == n // 2:
+                for b in bad:
+                    producer.send(trades, value=b, partition=0)
+        producer.flush()
+        db.flush()
+        db.finish()
+    finally:
+        db.close()
+
+    got = sorted((json.loads(r.value)["sym"], json.loads(r.value)["window_start"],
+                  json.loads(r.value)["n"]) for r in read_topic(bars, expect=1))
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (ts BIGINT, sym VARCHAR, price DOUBLE)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", [(r["ts"], r["sym"], r["price"])
+                                                       for r in rows])
+    # window_start of a BIGINT time column is BIGINT epoch ms
+    want = con.execute("SELECT sym, ts // 1000 * 1000 AS ws, count(*) FROM t GROUP BY ALL "
+                       "ORDER BY ALL").fetchall()
+    assert got == [tuple(r) for r in want]
+    dlq = read_topic(f"{trades}.dlq", expect=len(bad))
+    assert sorted(r.value for r in dlq) == sorted(bad)
