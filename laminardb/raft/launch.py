@@ -327,7 +327,7 @@ def _stop(voters: list[VoterProcess], grace: float) -> dict[str, str]:
     alive = running_voters(voters)
     result = {v.node_id: "not running" for v in voters if v.node_id not in alive}
     by_id = {v.node_id: v for v in voters}
-    for nid, pid in alive.items():
+    for pid in alive.values():
         try:
             os.kill(pid, signal.SIGCONT)  # a SIGSTOPped voter would never handle SIGTERM
             os.kill(pid, signal.SIGTERM)

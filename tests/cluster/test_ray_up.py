@@ -1,0 +1,315 @@
+"""``ray up cluster_configs/local.yaml`` for real: Ray head + Raft voters, then a Delta client.
+
+The one test here (keep it alone in this module: ``ray up`` and ``ray down`` run ``ray stop``,
+which stops *every* Ray process on the machine):
+
+1. renders ``cluster_configs/local.yaml`` to a tmp copy — only what isolates a test run
+   changes: a unique cluster name, the throwaway ssh key and ``ssh_proxy_command`` of the
+   ``local_sshd`` fixture (conftest.py), a tmp Raft data dir and free ports, a Ray temp dir of
+   its own (so no other process's ``ray.init()`` finds this cluster through
+   ``/tmp/ray/ray_current_cluster``);
+2. ``ray up -y`` (bounded); the head setup starts 3 voters with ``laminardb cluster up``;
+3. in a *subprocess* (this process never calls ``ray.init``): the README example through
+   ``laminardb.connect("ray://auto", actors=2)`` and through ``laminardb.open()``: same rows;
+4. ``laminardb cluster status --data-dir …`` shows a leader with a quorum;
+5. ``ray exec … laminardb cluster down`` and ``ray down -y``; a ``finally`` also stops the
+   voters by their pid files and any Ray process of this run's temp dir, whatever failed.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests._services.procs import REPO_ROOT, free_port
+
+pytestmark = pytest.mark.integration
+
+LOCAL_YAML = REPO_ROOT / "cluster_configs" / "local.yaml"
+BIN = Path(sys.executable).parent
+_RAY_UP_TIMEOUT_S = 240.0
+_CLIENT_TIMEOUT_S = 180.0
+_DOWN_TIMEOUT_S = 90.0
+_FOREIGN_RAY_WAIT_S = 60.0
+_RAY_PROCESS_NAMES = (b"gcs_server", b"raylet")
+
+# The README example, with three symbols so both actors own some of the keys.
+CLIENT = r'''
+import json, sys
+from datetime import datetime, timedelta
+import laminardb
+
+mode = sys.argv[1]
+db = laminardb.connect("ray://auto", actors=2) if mode == "ray" else laminardb.open()
+with db:
+    db.execute("""
+        CREATE SOURCE trades (
+            ts TIMESTAMP(3) NOT NULL, symbol VARCHAR, price DOUBLE, qty BIGINT,
+            WATERMARK FOR ts AS ts - INTERVAL '1' SECOND
+        );
+        CREATE STREAM bars AS
+            SELECT symbol, window_start, first_value(price) AS open, max(price) AS high,
+                   min(price) AS low, last_value(price) AS close, sum(qty) AS volume
+            FROM trades GROUP BY symbol, tumble(ts, INTERVAL '1' SECOND);
+    """)
+    bars = db.subscribe_stream("bars")
+    t0 = datetime(2024, 1, 2, 9, 30)
+    rows = [{"ts": t0 + timedelta(milliseconds=137 * i), "symbol": ("ACME", "GLOBX", "INITECH")[i % 3],
+             "price": 10.0 + (i * 7 % 13) / 10, "qty": 10 + i % 50} for i in range(60)]
+    for start in range(0, len(rows), 20):
+        db.insert("trades", rows[start:start + 20])
+    db.finish()
+    out = [row for batch in bars for row in batch.to_pylist()]
+    info = db.metrics().get("cluster") if mode == "ray" else None
+print(json.dumps({"rows": out, "cluster": info}, default=str, sort_keys=True))
+'''
+
+
+def _pids_with_arg(marker: str) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    out.append(int(entry))
+        except OSError:
+            continue
+    return out
+
+
+def _ray_pids(exclude: str | None = None) -> list[int]:
+    """Ray core processes on this machine (``exclude``: not those whose args contain it)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv0 = fh.read().split(b"\0", 1)[0]
+        except OSError:
+            continue
+        if os.path.basename(argv0) in _RAY_PROCESS_NAMES and not (
+                exclude and exclude.encode() in _cmdline(int(entry))):
+            out.append(int(entry))
+    return out
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def _wait_no_foreign_ray(exclude: str | None = None) -> list[int]:
+    """``ray up``/``ray down`` run ``ray stop``: never kill a Ray instance we did not start.
+
+    Waits (bounded) until no other Ray instance runs; returns the pids still running.
+    """
+    end = time.monotonic() + _FOREIGN_RAY_WAIT_S
+    while (pids := _ray_pids(exclude)) and time.monotonic() < end:
+        time.sleep(1.0)
+    return pids
+
+
+def _render(path: Path, sshd, *, data_dir: Path, base_port: int, ray_port: int,
+            ray_temp: str, name: str) -> dict:
+    cfg = yaml.safe_load(LOCAL_YAML.read_text())
+    cfg["cluster_name"] = name
+    cfg["auth"] = {"ssh_user": sshd.user, "ssh_private_key": str(sshd.private_key),
+                   "ssh_proxy_command": sshd.proxy_command}
+
+    def fix(cmd: str) -> str:
+        new = (cmd.replace("/tmp/laminardb-raft", str(data_dir))
+               .replace("--base-port 7100", f"--base-port {base_port}")
+               .replace("--port=6379", f"--port={ray_port} --temp-dir={ray_temp}"))
+        return new
+
+    for key in ("head_setup_commands", "head_start_ray_commands"):
+        before = cfg[key]
+        cfg[key] = [fix(c) for c in before]
+    joined = " ".join(cfg["head_setup_commands"] + cfg["head_start_ray_commands"])
+    # The template must still contain what we rewrite (fail loudly if the YAML changes shape).
+    assert str(data_dir) in joined and f"--base-port {base_port}" in joined, joined
+    assert f"--port={ray_port}" in joined, joined
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return cfg
+
+
+def _run(cmd: list[str], *, timeout: float, log: Path | None = None,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                             env=env, stdin=subprocess.DEVNULL, cwd=REPO_ROOT)
+    except subprocess.TimeoutExpired as exc:
+        text = f"{exc.stdout or ''}\n{exc.stderr or ''}"
+        if log is not None:
+            log.write_text(text if isinstance(text, str) else str(text))
+        pytest.fail(f"{' '.join(cmd[:3])} … timed out after {timeout:.0f} s:\n{str(text)[-4000:]}",
+                    pytrace=False)
+    if log is not None:
+        log.write_text(f"$ {' '.join(cmd)}\n{out.stdout}\n--- stderr\n{out.stderr}")
+    return out
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    env.pop("RAY_ADDRESS", None)
+    env.update(extra)
+    return env
+
+
+def _normalize(rows: list[dict]) -> list[dict]:
+    return sorted(rows, key=lambda r: (r["symbol"], r["window_start"]))
+
+
+def _cleanup(cfg_path: Path, data_dir: Path, ray_temp: str, name: str, sshd, logs: Path) -> list[str]:
+    """Stop everything this test started, whatever state it is in; what needed force."""
+    from laminardb.raft.launch import stop_voters
+
+    notes = []
+    foreign = _wait_no_foreign_ray(exclude=ray_temp)
+    if foreign:
+        notes.append(f"another Ray instance started during the test (pids {foreign}): not running "
+                     "`ray down`, whose `ray stop` would kill it; stopped this run's Ray by pid")
+    elif cfg_path.exists():
+        down = _run([str(BIN / "ray"), "down", "-y", str(cfg_path)], timeout=_DOWN_TIMEOUT_S,
+                    log=logs / "ray_down.log", env=_env())
+        if down.returncode != 0:
+            notes.append(f"ray down rc {down.returncode}: {down.stderr[-1500:]}")
+    stopped = stop_voters(data_dir, grace=3.0)
+    if any(v in ("stopped", "killed") for v in stopped.values()):
+        notes.append(f"voters still running after ray down, stopped by pid file: {stopped}")
+    # Ray processes of *this* run only (their command lines carry our temp dir).
+    leftovers = _pids_with_arg(ray_temp)
+    for pid in leftovers:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if leftovers:
+        notes.append(f"killed {len(leftovers)} leftover Ray processes of {ray_temp}")
+    # Ray's ssh ControlMaster for this cluster (ControlPersist 10 s) and its sshd -i.
+    user_hash = hashlib.sha256(getpass.getuser().encode()).hexdigest()[:10]
+    control_dir = Path(f"/tmp/ray_ssh_{user_hash}") / hashlib.sha256(name.encode()).hexdigest()[:10]
+    if control_dir.is_dir():
+        for sock in control_dir.iterdir():
+            subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"],
+                           capture_output=True, timeout=10)
+        subprocess.run(["rm", "-rf", str(control_dir)], timeout=10)
+    state = Path(tempfile.gettempdir()) / "ray" / f"cluster-{name}.state"
+    state.unlink(missing_ok=True)
+    subprocess.run(["rm", "-rf", ray_temp], timeout=30)
+    return notes
+
+
+def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
+    started = time.monotonic()
+    if pids := _wait_no_foreign_ray():
+        pytest.fail(f"another Ray instance runs on this machine (pids {pids}); `ray up`/`ray down` "
+                    "run `ray stop`, which would kill it — run this test alone", pytrace=False)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    data_dir = tmp_path / "raft"
+    # Unix socket paths under the Ray temp dir must stay short (< 108 bytes).
+    ray_temp = tempfile.mkdtemp(prefix="ldbray-", dir="/tmp")
+    name = f"laminardb-test-{secrets.token_hex(4)}"
+    base_port = free_port()
+    while base_port > 65000 or any(_port_busy(base_port + o) for o in (1, 2, 3, 101, 102, 103)):
+        base_port = free_port()
+    ray_port = free_port()
+    cfg_path = tmp_path / "local.yaml"
+    _render(cfg_path, local_sshd, data_dir=data_dir, base_port=base_port, ray_port=ray_port,
+            ray_temp=ray_temp, name=name)
+    timings: dict[str, float] = {}
+    notes: list[str] = []
+    try:
+        t = time.monotonic()
+        up = _run([str(BIN / "ray"), "up", "-y", "--no-config-cache", str(cfg_path)],
+                  timeout=_RAY_UP_TIMEOUT_S, log=logs / "ray_up.log", env=_env())
+        timings["ray up"] = time.monotonic() - t
+        assert up.returncode == 0, f"ray up failed:\n{up.stdout[-5000:]}\n{up.stderr[-3000:]}"
+
+        # The voters the head setup started: pid files, cluster file, a leader.
+        info = json.loads((data_dir / "cluster.json").read_text())
+        assert [v["node_id"] for v in info["voters"]] == ["v1", "v2", "v3"]
+        assert all((data_dir / f"{v}.pid").exists() for v in ("v1", "v2", "v3"))
+        assert oct((data_dir / "secret").stat().st_mode & 0o777) == "0o600"
+
+        t = time.monotonic()
+        status = _run([str(BIN / "laminardb"), "cluster", "status", "--data-dir", str(data_dir)],
+                      timeout=60, env=_env())
+        timings["cluster status"] = time.monotonic() - t
+        assert status.returncode == 0, status.stderr
+        assert "quorum yes" in status.stdout and "raft: leader v" in status.stdout, status.stdout
+        for v in info["voters"]:
+            assert v["rpc"] in status.stdout
+
+        # The Delta client, in a subprocess, against the cluster ray up started.
+        script = tmp_path / "client.py"
+        script.write_text(CLIENT)
+        t = time.monotonic()
+        ray_run = _run([sys.executable, str(script), "ray"], timeout=_CLIENT_TIMEOUT_S,
+                       log=logs / "client_ray.log",
+                       env=_env(RAY_ADDRESS=f"127.0.0.1:{ray_port}"))
+        timings["connect(ray://auto) client"] = time.monotonic() - t
+        assert ray_run.returncode == 0, f"{ray_run.stdout[-3000:]}\n{ray_run.stderr[-5000:]}"
+        t = time.monotonic()
+        local_run = _run([sys.executable, str(script), "embedded"], timeout=_CLIENT_TIMEOUT_S,
+                         log=logs / "client_embedded.log", env=_env())
+        timings["open() client"] = time.monotonic() - t
+        assert local_run.returncode == 0, local_run.stderr[-5000:]
+        distributed = json.loads(ray_run.stdout.strip().splitlines()[-1])
+        embedded = json.loads(local_run.stdout.strip().splitlines()[-1])
+        assert embedded["rows"], "the embedded run produced no bars"
+        assert _normalize(distributed["rows"]) == _normalize(embedded["rows"])
+        cluster = distributed["cluster"]
+        assert cluster["actors"] == 2 and not cluster["dead"], cluster
+        assert all(n > 0 for n in cluster["rows_per_actor"]), cluster
+
+        t = time.monotonic()
+        down = _run([str(BIN / "ray"), "exec", str(cfg_path),
+                     f"laminardb cluster down --data-dir {data_dir}"],
+                    timeout=_DOWN_TIMEOUT_S, log=logs / "cluster_down.log", env=_env())
+        timings["cluster down (ray exec)"] = time.monotonic() - t
+        assert down.returncode == 0, f"{down.stdout[-3000:]}\n{down.stderr[-3000:]}"
+        assert not any((data_dir / f"{v}.pid").exists() for v in ("v1", "v2", "v3"))
+    finally:
+        t = time.monotonic()
+        notes = _cleanup(cfg_path, data_dir, ray_temp, name, local_sshd, logs)
+        timings["ray down + cleanup"] = time.monotonic() - t
+        timings["total"] = time.monotonic() - started
+        print("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
+        if notes:
+            print("cleanup notes: " + "; ".join(notes))
+    assert not notes, notes
+    assert not _pids_with_arg(ray_temp), "Ray processes of this run survived ray down"
+
+
+def _port_busy(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
