@@ -89,6 +89,7 @@ class Reactor:
         # how a query's operator is built: in-process here, a DistributedOperator in a cluster
         self.make_operator = lambda name, plan: QueryOperator(plan)
         self.connectors_enabled = True  # actors install sources without polling them
+        self.make_source_connector = make_source_connector  # the cluster reads Kafka on actors
 
     # ------------------------------------------------------------------ catalog
     def relation(self, name: str) -> RelationInfo:
@@ -124,7 +125,7 @@ class Reactor:
         node = Node(stmt.name, "source", schema, time_col=stmt.watermark_col,
                     not_null=frozenset(not_null), delay_ticks=delay, options=stmt.options)
         if stmt.connector is not None and self.connectors_enabled:
-            node.connector = make_source_connector(stmt.connector, node, stmt.connector_options)
+            node.connector = self.make_source_connector(stmt.connector, node, stmt.connector_options)
         self.nodes[stmt.name] = node
         return True
 

@@ -93,8 +93,18 @@ class ClusterConnection(Connection):
         super().__init__(":memory:", config=config)
         self.cluster = cluster
         self._shutdown_on_close = shutdown_on_close
-        cluster.broadcast("reset")  # actors start from an empty catalog
         self._reactor.make_operator = lambda name, plan: DistributedOperator(name, plan, cluster)
+        self._reactor.make_source_connector = self._source_connector
+        cluster.broadcast("reset")  # actors start from an empty catalog
+
+    def _source_connector(self, kind: str, node, options: dict[str, str]):
+        if kind != "kafka":
+            from laminardb.reactor import make_source_connector
+
+            return make_source_connector(kind, node, options)
+        from laminardb.actors.kafka_ingest import ClusterKafkaSource
+
+        return ClusterKafkaSource(self.cluster, node, options)
 
     def execute(self, sql: str) -> ExecuteResult:
         self._check_open()

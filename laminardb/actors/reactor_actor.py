@@ -36,11 +36,14 @@ class ReactorActorImpl:
         self.conn._reactor.connectors_enabled = False  # the client polls connector sources
         self.owned = np.zeros(0, dtype=np.bool_)
         self.rows_in = 0
+        self.kafka: dict = {}
 
     def reset(self) -> None:
         """Forget every query and all state (a pooled actor serving a new connection)."""
         import laminardb
 
+        for name in list(self.kafka):
+            self.stop_kafka(name)
         self.conn.close()
         self.conn = laminardb.open()
         self.conn._reactor.connectors_enabled = False
@@ -82,6 +85,34 @@ class ReactorActorImpl:
 
     def current_rows(self, node: str) -> bytes:
         return to_ipc(self._op(node).current_rows())
+
+    # -- Kafka partitions this actor owns (see kafka_ingest.py) ----------------------
+    def start_kafka_all(self, source: str, options_json: str, assignment_json: str) -> None:
+        import json
+
+        from laminardb.connectors.kafka import KafkaSource
+
+        partitions = json.loads(assignment_json).get(str(self.index), [])
+        node = self.conn._reactor.nodes[source]
+        self.kafka[source] = KafkaSource(
+            name=source, schema=node.schema, options=json.loads(options_json),
+            time_col=node.time_col, delay_ticks=node.delay_ticks, partitions=partitions,
+        )
+
+    def poll_kafka(self, source: str, timeout_ms: int) -> tuple[bytes | None, dict]:
+        src = self.kafka[source]
+        batch, _ = src.poll(timeout_ms)
+        marks = src._watermarks
+        states = {p: (wm, marks.idle(p)) for p, wm in marks.per_partition().items()}
+        return (to_ipc(batch) if batch is not None and batch.num_rows else None), states
+
+    def kafka_lag(self, source: str) -> int:
+        return self.kafka[source].lag()
+
+    def stop_kafka(self, source: str) -> None:
+        src = self.kafka.pop(source, None)
+        if src is not None:
+            src.close()
 
     def metrics(self) -> dict:
         m = self.conn.metrics()

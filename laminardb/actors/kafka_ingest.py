@@ -1,0 +1,109 @@
+"""Kafka sources in the Delta mode: each Kafka partition is read by the actor owning it.
+
+Entry point: ``ClusterKafkaSource`` — a polled connector with the ``KafkaSource`` surface
+(``poll``, ``lag``, ``close``) that the client's ``SourceRunner`` drives. Partition p
+belongs to the owner of vnode ``p % V`` (manual ``assign()``, never consumer-group
+rebalancing); the owning actor consumes and decodes it. The client concatenates the
+actors' rows and combines the per-partition watermarks with the single-process rule —
+MIN over partitions that are not idle, MAX when all are idle, never decreasing — so the
+cluster closes windows exactly when one consumer of all partitions would.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from laminardb.actors._wire import from_ipc
+
+_METADATA_TIMEOUT_S = 15.0
+
+
+def topic_partitions(options: dict[str, str]) -> list[int]:
+    """The topic's partitions (creating the topic with ``partitions`` if it does not exist)."""
+    import time
+
+    from kafka import KafkaConsumer
+
+    from laminardb.connectors.exceptions import KafkaUnavailableError
+    from laminardb.connectors.kafka import _ensure_topic
+
+    brokers = [b.strip() for b in options["brokers"].split(",") if b.strip()]
+    consumer = KafkaConsumer(bootstrap_servers=brokers, group_id=None, enable_auto_commit=False)
+    try:
+        deadline = time.monotonic() + _METADATA_TIMEOUT_S
+        created = False
+        while True:
+            found = consumer.partitions_for_topic(options["topic"])
+            if found:
+                return sorted(found)
+            if not created:
+                _ensure_topic(brokers, options["topic"], max(1, int(options.get("partitions", 1))))
+                created = True
+            elif time.monotonic() > deadline:
+                raise KafkaUnavailableError(
+                    f"topic {options['topic']!r} has no partitions after {_METADATA_TIMEOUT_S:.0f} s: "
+                    "create it or check the brokers option"
+                )
+            time.sleep(0.1)
+    finally:
+        consumer.close()
+
+
+def partition_owners(n_partitions: int, n_actors: int) -> list[int]:
+    """Kafka partition → actor, by the same balanced rendezvous planner as vnodes."""
+    from laminardb.raft.plan import plan_assignment
+
+    plan = plan_assignment(n_partitions, members=[f"actor-{i}" for i in range(n_actors)])
+    return [int(plan.assignment[p].split("-")[1]) for p in range(n_partitions)]
+
+
+def combine(states: dict[int, tuple[int | None, bool]]) -> int | None:
+    """Source watermark candidate from per-partition (wm_p, idle) states."""
+    active = [wm for wm, idle in states.values() if not idle]
+    if active:
+        return None if any(w is None for w in active) else min(active)
+    known = [wm for wm, _ in states.values() if wm is not None]
+    return max(known) if known else None
+
+
+class ClusterKafkaSource:
+    def __init__(self, cluster, node, options: dict[str, str]) -> None:
+        self.cluster = cluster
+        self.name = node.name
+        parts = topic_partitions(options)
+        self.assignment: dict[int, list[int]] = {}
+        for p, a in zip(parts, partition_owners(len(parts), cluster.n_actors), strict=True):
+            self.assignment.setdefault(a, []).append(p)
+        self._actors = sorted(self.assignment)
+        cluster.call_each(self._actors, "start_kafka_all", node.name, json.dumps(options),
+                          json.dumps({str(a): ps for a, ps in self.assignment.items()}))
+        self._emitted: int | None = None
+
+    def poll(self, timeout_ms: int = 100) -> tuple[pa.RecordBatch | None, int | None]:
+        results = self.cluster.call_each(self._actors, "poll_kafka", self.name, timeout_ms)
+        batches, states = [], {}
+        for ipc, part_states in results:
+            if ipc is not None:
+                batches.append(from_ipc(ipc))
+            states.update({int(p): (wm, idle) for p, (wm, idle) in part_states.items()})
+        wm = combine(states)
+        if wm is not None and (self._emitted is None or wm > self._emitted):
+            self._emitted = wm
+        if not batches:
+            return None, self._emitted
+        batch = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+        return batch, self._emitted
+
+    def lag(self) -> int:
+        return sum(self.cluster.call_each(self._actors, "kafka_lag", self.name))
+
+    def metrics(self) -> dict:
+        return {"assignment": {str(a): ps for a, ps in self.assignment.items()}}
+
+    def close(self) -> None:
+        try:
+            self.cluster.call_each(self._actors, "stop_kafka", self.name)
+        except Exception:  # noqa: BLE001 - closing after an actor died must not raise
+            pass
