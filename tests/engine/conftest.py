@@ -6,6 +6,7 @@ import os
 import sys
 
 import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))  # so tests import the oracle as ``oracle``
 
 import laminardb  # noqa: E402

@@ -81,7 +81,7 @@ class Scenario:
 
     def batches(self) -> list[list[dict[str, Any]]]:
         edges = [0, *sorted(set(c for c in self.cuts if 0 < c < len(self.rows))), len(self.rows)]
-        return [self.rows[a:b] for a, b in zip(edges, edges[1:]) if b > a]
+        return [self.rows[a:b] for a, b in zip(edges, edges[1:], strict=False) if b > a]
 
     def annotated(self) -> pd.DataFrame:
         """One row per input row: seq, batch, wm_before (watermark the row is judged against), wm_after."""
@@ -145,10 +145,11 @@ def duck(sql: str, **tables: Any) -> pa.Table:
         pass
     for name, t in tables.items():
         con.register(name, t)
-    res = con.execute(sql)
-    for name in ("to_arrow_table", "fetch_arrow_table", "arrow"):  # the name moved between duckdb releases
-        if hasattr(res, name):
-            return getattr(res, name)()
+    rel = con.sql(sql)
+    for name in ("to_arrow_table", "arrow", "fetch_arrow_table"):  # the name moved between duckdb releases
+        if hasattr(rel, name):
+            t = getattr(rel, name)()
+            return t.read_all() if isinstance(t, pa.RecordBatchReader) else t
     raise RuntimeError("this duckdb cannot return Arrow")
 
 
@@ -227,7 +228,7 @@ def simulate_sessions(scenario: Scenario, gap: int) -> tuple[pd.DataFrame, dict[
             tgt[1], tgt[2] = min(tgt[1], lo), max(tgt[2], hi)
             sid_of[int(r["seq"])] = tgt[0]
         wm_after = int(part["wm_after"].iloc[0])
-        for key, sess in open_.items():
+        for sess in open_.values():
             for s in [s for s in sess if s[2] <= wm_after]:
                 closed_after[s[0]] = b
                 sess.remove(s)
@@ -324,7 +325,7 @@ def assert_same_rows(got: pa.Table, expected: pa.Table | list[dict], *, cols: li
     if len(g) != len(e):
         raise AssertionError(f"{context}: {len(g)} rows from the engine, {len(e)} expected\n"
                              f"got={_show(g)}\nexpected={_show(e)}")
-    for gr, er in zip(g, e):
+    for gr, er in zip(g, e, strict=True):
         assert gr == {c: _norm(v) for c, v in er.items()}, f"{context}: row differs\ngot={gr}\nexpected={er}\n" \
             f"all got={_show(g)}\nall expected={_show(e)}"
 

@@ -4,7 +4,6 @@ event times, random insert() batch boundaries and watermark delays. Entry point:
 from __future__ import annotations
 
 from hypothesis import strategies as st
-
 from oracle import Scenario
 
 SYMS = st.sampled_from(["A", "B", "C", None])

@@ -10,9 +10,9 @@ import time
 import pandas as pd
 import pyarrow as pa
 import pytest
+from oracle import assert_same_rows
 
 import laminardb
-from oracle import assert_same_rows
 
 BARS = ("CREATE STREAM bars AS SELECT sym, window_start, window_end, count(*) AS n, sum(qty) AS q "
         "FROM trades GROUP BY sym, tumble(ts, INTERVAL '1' SECOND)")

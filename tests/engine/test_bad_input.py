@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from oracle import assert_same_rows
 
 import laminardb
-from oracle import assert_same_rows
 
 SOURCE = ("CREATE SOURCE trades (ts BIGINT NOT NULL, sym VARCHAR, price DOUBLE, qty BIGINT, "
           "WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)")

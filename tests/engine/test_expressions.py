@@ -6,9 +6,9 @@ import itertools
 
 import pyarrow as pa
 import pytest
+from oracle import assert_same_rows, duck
 
 import laminardb
-from oracle import assert_same_rows, duck
 
 SCHEMA = pa.schema([("ts", pa.int64()), ("a", pa.int64()), ("b", pa.int64()), ("x", pa.float64()),
                     ("y", pa.float64()), ("s", pa.string()), ("t", pa.string()), ("p", pa.bool_()),
@@ -67,11 +67,7 @@ EXPRESSIONS = [
 # (x / 0 = ±inf, 0 / 0 = NaN), ``%`` by zero is NULL (see oracle.duck).
 DUCK_OVERRIDES: dict[str, str] = {}
 
-KNOWN_BUGS = {
-
-
-
-}
+KNOWN_BUGS: dict[str, str] = {}  # expression -> "engine bug: …" (strict xfail)
 
 
 @pytest.fixture(scope="module")

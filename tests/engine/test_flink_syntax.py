@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from oracle import ENGINE_SETTINGS, Scenario, assert_same_rows, expected_sessions, expected_windowed, run_engine
+from oracle import (
+    ENGINE_SETTINGS,
+    Scenario,
+    assert_same_rows,
+    expected_sessions,
+    expected_windowed,
+    run_engine,
+)
 from strategies import scenarios
 
 AGG = "count(*) AS n, sum(qty) AS sq, max(price) AS mxp"

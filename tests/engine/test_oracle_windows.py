@@ -8,10 +8,8 @@ laminardb and compares with ``oracle`` after every batch and after ``finish()``.
 from __future__ import annotations
 
 import pyarrow as pa
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from oracle import (
     AGGREGATES,
     ENGINE_SETTINGS,
@@ -26,6 +24,7 @@ from oracle import (
     run_engine,
 )
 from strategies import scenarios
+
 
 def _check_window_close(run, expected: pa.Table, scenario: Scenario, cols: list[str]) -> None:
     """After each batch exactly the windows closed by then were emitted; all of them after finish."""
@@ -121,7 +120,7 @@ def _check_changelog_shape(changelog: pa.Table, key: list[str]) -> None:
             del live[k]
     # consecutive -1 / +1 of an identical row would be a no-op update
     rows = changelog.to_pylist()
-    for a, b in zip(rows, rows[1:]):
+    for a, b in zip(rows, rows[1:], strict=False):
         if a["__weight"] == -1 and b["__weight"] == 1:
             assert {c: v for c, v in a.items() if c != "__weight"} != {c: v for c, v in b.items() if c != "__weight"}, \
                 f"no-op update emitted: {a}"
@@ -200,3 +199,37 @@ def test_unkeyed_tumble_and_global_aggregate():
     assert_same_rows(run.final, expected, cols=["window_start", "window_end", *[a[2] for a in AGGREGATES]])
     # row (50, A) arrives after wm = 1100 → window [0, 1000) closed: late, dropped
     assert run.metrics["late_events_dropped"] == 1
+
+
+@ENGINE_SETTINGS.__class__(ENGINE_SETTINGS, max_examples=15)
+@given(sc=scenarios(max_rows=30), gap=st.sampled_from([100, 400]))
+def test_session_emit_changes_consolidates_to_duckdb(sc, gap):
+    """Merging sessions retract both old rows and insert the merged one; the net changelog after
+    every batch equals the sessions the oracle holds over the rows so far (open and closed)."""
+    sql = (f"CREATE STREAM out AS SELECT sym, window_start, window_end, {agg_select('engine')} "
+           f"FROM trades GROUP BY sym, session(ts, INTERVAL '{gap}' MILLISECOND) EMIT CHANGES")
+    run = run_engine(sql, sc)
+    rows = sc.annotated()
+    for b, got in enumerate(run.per_batch):
+        n = int((rows["batch"] <= b).sum())
+        exp_b, _ = expected_sessions(Scenario(sc.rows[:n], sc.cuts, sc.delay_ms), gap=gap)
+        assert_same_rows(consolidate(got), exp_b, cols=OUT_COLS, context=f"after batch {b}")
+    expected, late = expected_sessions(sc, gap=gap)
+    assert_same_rows(consolidate(run.final), expected, cols=OUT_COLS, context="after finish")
+    assert run.metrics["late_events_dropped"] == int(late["late"].sum())
+
+
+def test_tumble_and_session_with_negative_event_times():
+    sc = Scenario([{"ts": t, "sym": "x", "tag": None, "price": None, "qty": q} for t, q in
+                   [(-1500, 1), (-1, 2), (0, 3), (200, 4), (100, 5)]], cuts=[3, 4], delay_ms=1000)
+    run = run_engine(f"CREATE STREAM out AS SELECT sym, window_start, window_end, {agg_select('engine')} "
+                     "FROM trades GROUP BY sym, tumble(ts, INTERVAL '1' SECOND)", sc)
+    assert_same_rows(run.final, expected_windowed(sc, size=1000), cols=OUT_COLS)
+    assert sorted(run.final["window_start"].to_pylist()) == [-2000, -1000, 0]
+    run = run_engine(f"CREATE STREAM out AS SELECT sym, window_start, window_end, {agg_select('engine')} "
+                     "FROM trades GROUP BY sym, session(ts, INTERVAL '100' MILLISECOND)", sc)
+    expected, _ = expected_sessions(sc, gap=100)
+    assert_same_rows(run.final, expected, cols=OUT_COLS)
+    # -1 and 0 and 100 and 200 chain (gaps ≤ 100 touch); -1500 stands alone
+    assert sorted((r["window_start"], r["window_end"], r["n"]) for r in run.final.to_pylist()) == \
+        [(-1500, -1400, 1), (-1, 300, 4)]
