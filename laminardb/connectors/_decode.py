@@ -119,7 +119,7 @@ class Decoder:
         rejected: list[tuple[int, str]] = []
         if all(values):
             idx = np.arange(n, dtype=np.int64)
-            vals = list(values)
+            vals: list[bytes] = list(values)  # type: ignore[arg-type]  # all truthy
         else:  # tombstones and empty messages carry no row
             idx_list = []
             for i, v in enumerate(values):
@@ -128,7 +128,7 @@ class Decoder:
                 else:
                     rejected.append((i, "the message has no value (empty or tombstone)"))
             idx = np.array(idx_list, np.int64)
-            vals = [values[i] for i in idx_list]
+            vals = [values[i] for i in idx_list]  # type: ignore[misc]
         pieces: list[tuple[pa.Table, np.ndarray]] = []
         if vals:
             parse = {"json": self._json, "csv": self._csv, "msgpack": self._msgpack,
