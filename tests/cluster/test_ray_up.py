@@ -181,7 +181,46 @@ def _normalize(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: (r["symbol"], r["window_start"]))
 
 
-def _cleanup(cfg_path: Path, data_dir: Path, ray_temp: str, name: str, sshd, logs: Path) -> list[str]:
+def _children(pids: set[int]) -> set[int]:
+    """``pids`` and all their descendants."""
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    parent[int(entry)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out, grew = set(pids), True
+    while grew:
+        new = {p for p, pp in parent.items() if pp in out and p not in out}
+        out |= new
+        grew = bool(new)
+    return out
+
+
+def _our_ray_processes(ray_temp: str, ray_port: int) -> list[int]:
+    marks = set(_pids_with_arg(ray_temp)) | set(_pids_with_arg(f":{ray_port} "))
+    marks |= {p for p in _pids_with_arg(f":{ray_port}") if b"ray" in _cmdline(p)}
+    return sorted(_children(marks))
+
+
+def _terminate(pids: list[int], grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL what is left after ``grace`` s (gcs_server/raylet may ignore TERM)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        end = time.monotonic() + grace
+        while time.monotonic() < end and any(Path(f"/proc/{p}").exists() and
+                                             _cmdline(p) for p in pids):
+            time.sleep(0.1)
+
+
+def _cleanup(cfg_path: Path, data_dir: Path, ray_temp: str, ray_port: int, name: str,
+             logs: Path) -> list[str]:
     """Stop everything this test started, whatever state it is in; what needed force."""
     from laminardb.raft.launch import stop_voters
 
@@ -198,15 +237,12 @@ def _cleanup(cfg_path: Path, data_dir: Path, ray_temp: str, name: str, sshd, log
     stopped = stop_voters(data_dir, grace=3.0)
     if any(v in ("stopped", "killed") for v in stopped.values()):
         notes.append(f"voters still running after ray down, stopped by pid file: {stopped}")
-    # Ray processes of *this* run only (their command lines carry our temp dir).
-    leftovers = _pids_with_arg(ray_temp)
-    for pid in leftovers:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    # Ray processes of *this* run only: command lines with our temp dir or GCS port, and
+    # their children (the agents rename themselves to ray::…).
+    leftovers = _our_ray_processes(ray_temp, ray_port)
     if leftovers:
-        notes.append(f"killed {len(leftovers)} leftover Ray processes of {ray_temp}")
+        _terminate(leftovers)
+        notes.append(f"stopped {len(leftovers)} leftover Ray processes of {ray_temp} by pid")
     # Ray's ssh ControlMaster for this cluster (ControlPersist 10 s) and its sshd -i.
     user_hash = hashlib.sha256(getpass.getuser().encode()).hexdigest()[:10]
     control_dir = Path(f"/tmp/ray_ssh_{user_hash}") / hashlib.sha256(name.encode()).hexdigest()[:10]
@@ -215,8 +251,8 @@ def _cleanup(cfg_path: Path, data_dir: Path, ray_temp: str, name: str, sshd, log
             subprocess.run(["ssh", "-o", f"ControlPath={sock}", "-O", "exit", "x"],
                            capture_output=True, timeout=10)
         subprocess.run(["rm", "-rf", str(control_dir)], timeout=10)
-    state = Path(tempfile.gettempdir()) / "ray" / f"cluster-{name}.state"
-    state.unlink(missing_ok=True)
+    for suffix in ("state", "lock"):  # the local provider's node table and its lock
+        (Path(tempfile.gettempdir()) / "ray" / f"cluster-{name}.{suffix}").unlink(missing_ok=True)
     subprocess.run(["rm", "-rf", ray_temp], timeout=30)
     return notes
 
@@ -294,14 +330,14 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
         assert not any((data_dir / f"{v}.pid").exists() for v in ("v1", "v2", "v3"))
     finally:
         t = time.monotonic()
-        notes = _cleanup(cfg_path, data_dir, ray_temp, name, local_sshd, logs)
+        notes = _cleanup(cfg_path, data_dir, ray_temp, ray_port, name, logs)
         timings["ray down + cleanup"] = time.monotonic() - t
         timings["total"] = time.monotonic() - started
         print("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
         if notes:
             print("cleanup notes: " + "; ".join(notes))
     assert not notes, notes
-    assert not _pids_with_arg(ray_temp), "Ray processes of this run survived ray down"
+    assert not _our_ray_processes(ray_temp, ray_port), "Ray processes of this run survived"
 
 
 def _port_busy(port: int) -> bool:
