@@ -144,7 +144,7 @@ def run_pipeline(sql: str, *, inputs: dict[str, str], outputs: dict[str, str],
         readers: dict[str, Any] = {}
         try:
             for name, path in outputs.items():
-                subs[name] = conn.subscribe_stream(name)
+                subs[name] = conn.subscribe_stream(name, history_rows=0)
                 sinks[name] = FileSink(path, schema=subs[name].schema)
             for name, path in inputs.items():
                 readers[name] = read_file(path, schema=_source_schema(conn, name),

@@ -181,11 +181,16 @@ class Connection:
         with self._reactor.lock:
             return self._reactor.insert(source, data)
 
-    def subscribe_stream(self, name: str) -> Subscription:
-        """Every row ``name`` emits from now on (streams, views, late-data streams, sources)."""
+    def subscribe_stream(self, name: str, *, history_rows: int | None = None) -> Subscription:
+        """Every row ``name`` emits from now on (streams, views, late-data streams, sources).
+
+        ``history_rows`` bounds what ``to_arrow()`` keeps (0: keep nothing, for consumers
+        that only take batches with ``try_next``/``next_timeout``/iteration).
+        """
         self._check_open()
+        opts = {} if history_rows is None else {"history_rows": history_rows}
         with self._reactor.lock:
-            return self._reactor.subscribe(name)
+            return self._reactor.subscribe(name, **opts)
 
     subscribe = subscribe_stream
 

@@ -238,7 +238,7 @@ def run_demo(*, seconds: float = 30.0, symbols: int = 6, rate: float = 2000.0,
     interrupted = False
     try:
         conn.execute(DEMO_SQL)
-        bars = conn.subscribe_stream("bars")
+        bars = conn.subscribe_stream("bars", history_rows=0)
         conn.start()
         if tty:
             out.write("\x1b[?25l\x1b[2J")  # hide the cursor, clear the screen

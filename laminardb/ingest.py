@@ -1,7 +1,8 @@
 """Turn whatever ``insert()`` receives into one RecordBatch of the source's schema.
 
-Entry point: ``to_batch(data, schema, not_null)``. Accepts a dict (one row), a list of
-dicts, a pyarrow RecordBatch or Table, or a pandas DataFrame. Columns are matched by name
+Entry point: ``to_batch(data, schema, not_null)``. Accepts a dict (one row, or — when
+every value is a list/array — a dict of columns), a list of dicts, a pyarrow RecordBatch
+or Table, a pandas or polars DataFrame. Columns are matched by name
 (case-insensitively when unambiguous), cast to the declared types, and checked for NULLs
 in NOT NULL columns. A failure raises a ``DataError`` naming the column and the first bad
 value, and nothing of that call is ingested.
@@ -86,6 +87,16 @@ def _as_table(data: Any, schema: pa.Schema, source: str) -> pa.Table:
     if isinstance(data, pa.Table):
         return data
     if isinstance(data, dict):
+        if data and all(_is_column(v) for v in data.values()):
+            try:  # a dict of equal-length columns, as pandas/pyarrow users write it
+                return pa.table({k: v if isinstance(v, pa.Array | pa.ChunkedArray) else pa.array(v)
+                                 for k, v in data.items()})
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as e:
+                raise SchemaMismatchError(
+                    f"insert into {source!r}: a dict of lists is read as columns, which must have "
+                    f"equal lengths and one type each ({str(e).splitlines()[0]}); pass a list of row "
+                    "dicts instead"
+                ) from None
         data = [data]
     if isinstance(data, list):
         if not all(isinstance(r, dict) for r in data):
@@ -114,6 +125,12 @@ def _as_table(data: Any, schema: pa.Schema, source: str) -> pa.Table:
         f"insert into {source!r}: cannot insert a {type(data).__name__}; pass a dict, a list of dicts, "
         "a pyarrow RecordBatch or Table, or a pandas DataFrame"
     )
+
+
+def _is_column(v: Any) -> bool:
+    if isinstance(v, list | tuple | pa.Array | pa.ChunkedArray):
+        return True
+    return type(v).__module__ == "numpy" and getattr(v, "ndim", 0) == 1
 
 
 def _field_type(schema: pa.Schema, name: str) -> pa.DataType | None:

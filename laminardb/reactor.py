@@ -306,7 +306,7 @@ class Reactor:
             raise errors[0]
 
     # ------------------------------------------------------------------ reading
-    def subscribe(self, name: str) -> Subscription:
+    def subscribe(self, name: str, **options) -> Subscription:
         node = self._node(name)
         if node.kind == "sink":
             raise NotQueryableError(f"{name!r} is a sink; subscribe to the stream it reads ({node.input})")
@@ -316,7 +316,7 @@ class Reactor:
                 if sub in node.subscribers:
                     node.subscribers.remove(sub)
 
-        sub = Subscription(node.name, node.schema, on_cancel)
+        sub = Subscription(node.name, node.schema, on_cancel, **options)
         node.subscribers.append(sub)
         if self.finished:
             sub._end()
@@ -372,7 +372,10 @@ class Reactor:
         out = {}
         for n in self.nodes.values():
             if n.kind == "source":
-                out[n.name] = None if n.wm == NO_WATERMARK else (n.wm if n.wm != END_OF_TIME else None)
+                wm = n.wm
+                if wm == END_OF_TIME:  # after finish(): report the last watermark the data gave
+                    wm = n.max_ts - n.delay_ticks if n.max_ts != NO_WATERMARK else NO_WATERMARK
+                out[n.name] = None if wm == NO_WATERMARK else wm
         return out
 
     def late_dropped(self) -> int:

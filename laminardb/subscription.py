@@ -3,11 +3,18 @@
 Entry point: ``Subscription`` (created by ``Connection.subscribe_stream``). The engine
 calls ``_deliver`` and ``_end``; users call ``next_timeout``, ``try_next``, iterate, or
 read everything delivered so far with ``to_arrow()``.
+
+Memory: ``to_arrow()`` returns every batch delivered so far, so a subscription keeps
+them — up to ``history_rows`` (default ``_HISTORY_ROWS``); past that the oldest are released,
+``history_truncated`` becomes True and a warning is logged once. A long-running consumer
+that only uses ``try_next``/``next_timeout``/iteration should subscribe with
+``history_rows=0`` and keep nothing beyond its queue.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 from collections.abc import Callable, Iterator
 
@@ -15,15 +22,23 @@ import pyarrow as pa
 
 from laminardb.errors import SubscriptionClosedError
 
+log = logging.getLogger(__name__)
+
+_HISTORY_ROWS = 5_000_000  # to_arrow() history bound: a consumer left running must not eat RAM
+
 
 class Subscription:
     """Batches of one stream, in emission order, from the moment of subscribing."""
 
-    def __init__(self, name: str, schema: pa.Schema, on_cancel: Callable[[Subscription], None]) -> None:
+    def __init__(self, name: str, schema: pa.Schema, on_cancel: Callable[[Subscription], None], *,
+                 history_rows: int = _HISTORY_ROWS) -> None:
         self.name = name
         self.schema = schema
         self._queue: collections.deque[pa.RecordBatch] = collections.deque()
-        self._delivered: list[pa.RecordBatch] = []
+        self._delivered: collections.deque[pa.RecordBatch] = collections.deque()
+        self._held_rows = 0
+        self.history_rows = history_rows
+        self.history_truncated = False
         self._cond = threading.Condition()
         self._ended = False
         self._cancelled = False
@@ -35,7 +50,16 @@ class Subscription:
             if self._cancelled:
                 return
             self._queue.append(batch)
-            self._delivered.append(batch)
+            if self.history_rows:
+                self._delivered.append(batch)
+                self._held_rows += batch.num_rows
+                while self._held_rows > self.history_rows and len(self._delivered) > 1:
+                    self._held_rows -= self._delivered.popleft().num_rows
+                    if not self.history_truncated:
+                        self.history_truncated = True
+                        log.warning("subscription to %r: to_arrow() history over %d rows; oldest "
+                                    "batches released (subscribe with history_rows=0 to keep none)",
+                                    self.name, self.history_rows)
             self._cond.notify_all()
 
     def _end(self) -> None:
@@ -44,32 +68,34 @@ class Subscription:
             self._cond.notify_all()
 
     # user side ----------------------------------------------------------------
+    def _take(self) -> pa.RecordBatch | None:
+        return self._queue.popleft() if self._queue else None
+
     def try_next(self) -> pa.RecordBatch | None:
         """The next batch if one is waiting, else None (never blocks)."""
         with self._cond:
             self._check()
-            return self._queue.popleft() if self._queue else None
+            return self._take()
 
     def next_timeout(self, timeout_ms: float) -> pa.RecordBatch | None:
         """The next batch, waiting at most ``timeout_ms``; None on timeout or end of stream."""
         with self._cond:
             self._check()
             self._cond.wait_for(lambda: self._queue or self._ended or self._cancelled, timeout_ms / 1000.0)
-            return self._queue.popleft() if self._queue else None
+            return self._take()
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         """Blocking iteration; ends after ``finish()`` once every batch was taken."""
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._queue or self._ended or self._cancelled)
-                if self._queue:
-                    batch = self._queue.popleft()
-                else:
+                batch = self._take()
+                if batch is None:
                     return
             yield batch
 
     def to_arrow(self) -> pa.Table:
-        """Everything delivered to this subscription so far, as one Table (never blocks)."""
+        """Everything delivered so far, as one Table (never blocks); see the module docstring."""
         with self._cond:
             return pa.Table.from_batches(list(self._delivered), schema=self.schema)
 
