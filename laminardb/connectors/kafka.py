@@ -348,6 +348,13 @@ class KafkaSource:
         with self._lock:
             return {p: int(self._consumer.position(tp)) for p, tp in self._tps.items()}
 
+    def partition_watermarks(self) -> dict[int, tuple[int | None, bool]]:
+        """``{partition: (wm_p, idle)}``: what a caller combining partitions read by several
+        sources (Delta mode: one source per actor) needs to apply the same MIN/idle rule."""
+        with self._lock:
+            marks = self._watermarks
+            return {p: (wm, marks.idle(p)) for p, wm in marks.per_partition().items()}
+
     def lag(self) -> int:
         """Messages not yet returned by :meth:`poll`: end offsets − positions, summed over the
         assigned partitions (at least 1 for a partition whose last poll returned messages;

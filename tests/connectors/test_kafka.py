@@ -135,6 +135,7 @@ def test_watermark_is_min_over_partitions_and_skips_idle_ones(
     _, wm = drain(src, rows=1)
     assert wm == 4_000  # min(10 000, 5 000) − 1 000
     assert src.metrics()["watermarks"] == {0: 9_000, 1: 4_000}
+    assert src.partition_watermarks() == {0: (9_000, False), 1: (4_000, False)}
 
     # partition 1 falls silent: partition 0 alone drives the watermark once 1 is idle
     send(0, 20_000)
