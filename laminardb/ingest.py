@@ -52,6 +52,42 @@ def to_batch(data: Any, schema: pa.Schema, not_null: frozenset[str], *, source: 
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
+_FAST_ROWS = 64  # small inserts (the latency path) skip the general conversion
+_PLAIN = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,)}
+
+
+def _kind(t: pa.DataType) -> str | None:
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_string(t):
+        return "str"
+    return None
+
+
+def _plain_values(rows: list[dict], schema: pa.Schema) -> bool:
+    """Every value already has its column's Python type (Arrow's typed constructor would
+    otherwise coerce silently, e.g. truncate 1.5 into a BIGINT)."""
+    for f in schema:
+        kind = _kind(f.type)
+        if kind is None:
+            if not pa.types.is_timestamp(f.type):
+                return False
+            ok: tuple = (int,)  # epoch ms / µs as the column's unit
+            if f.type.unit != "ms":
+                return False
+        else:
+            ok = _PLAIN[kind]
+        for r in rows:
+            v = r[f.name]
+            if v is not None and (type(v) not in ok or (kind != "bool" and type(v) is bool)):
+                return False
+    return True
+
+
 def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.RecordBatch | None:
     """Rows whose keys are exactly the schema's names and whose values need no conversion:
     one C++ call (the one-row latency path). Anything else takes the checked path."""
@@ -67,14 +103,12 @@ def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.Rec
     if rows is not None:
         if len(rows[0]) != len(schema) or any(k not in rows[0] for k in schema.names):
             return None
+        if len(rows) > _FAST_ROWS or not _plain_values(rows, schema):
+            return None
         try:
-            # inferred, not coerced: Arrow's coercing constructor truncates 1.5 into a BIGINT
-            batch = pa.RecordBatch.from_pylist(rows)
+            batch = pa.RecordBatch.from_pylist(rows, schema=schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, KeyError):
             return None
-        if batch.schema.names != schema.names or batch.schema.types != schema.types:
-            return None
-        batch = pa.RecordBatch.from_arrays(batch.columns, schema=schema)
     for name in not_null:
         if batch.column(name).null_count:
             return None  # the checked path names the offending row

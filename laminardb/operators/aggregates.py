@@ -139,8 +139,8 @@ class SumAcc(Accumulator):
         if self.spec.kind == "avg":
             with np.errstate(divide="ignore", invalid="ignore"):
                 vals = self.sums[slots] / np.where(mask, 1, cnt)
-            return pa.array(vals, type=pa.float64(), mask=mask)
-        return pa.array(self.sums[slots], type=self.spec.out_type, mask=mask)
+            return pa.array(vals, type=pa.float64(), mask=mask if mask.any() else None)
+        return pa.array(self.sums[slots], type=self.spec.out_type, mask=mask if mask.any() else None)
 
     def merge(self, dst, src):
         self.sums[dst] += self.sums[src]

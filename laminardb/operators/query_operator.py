@@ -37,10 +37,10 @@ class QueryOperator:
         self.agg: GroupAggregate | SessionAggregate | None = None
         # with COUNT(*) over an append-only input a group that got rows always changed,
         # so the old/new comparison can be skipped (it dominates one-row updates)
+        counted = [f'"__a{j}"' for j, s in enumerate(agg.specs) if s.kind == "count_star"] if agg else []
         self._always_changes = bool(
-            agg is not None and not plan.input_changelog
-            and any(s.kind == "count_star" for s in agg.specs)
-            and any(p.sql.upper().find("COUNT(*)") >= 0 for p in plan.projections + ([plan.having] if plan.having else []))
+            counted and not plan.input_changelog and plan.having is None
+            and any(c in p.sql for p in plan.projections for c in counted)
         )
         if agg is not None:
             key_types = [k.type for k in agg.keys]
