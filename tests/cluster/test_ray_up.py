@@ -200,8 +200,14 @@ def _children(pids: set[int]) -> set[int]:
 
 
 def _our_ray_processes(ray_temp: str, ray_port: int) -> list[int]:
-    marks = set(_pids_with_arg(ray_temp)) | set(_pids_with_arg(f":{ray_port} "))
-    marks |= {p for p in _pids_with_arg(f":{ray_port}") if b"ray" in _cmdline(p)}
+    """This run's Ray: args naming our temp dir, or a Ray process given our GCS port (the Ray
+    Client server), and their descendants."""
+    suffix = f":{ray_port}".encode()
+    marks = set(_pids_with_arg(ray_temp))
+    for pid in _pids_with_arg(f":{ray_port}"):
+        argv = _cmdline(pid).split(b"\0")
+        if any(a.endswith(suffix) for a in argv) and any(b"ray" in a for a in argv[:3]):
+            marks.add(pid)
     return sorted(_children(marks))
 
 
