@@ -52,6 +52,7 @@ def to_batch(data: Any, schema: pa.Schema, not_null: frozenset[str], *, source: 
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
+_MISSING = object()
 _FAST_ROWS = 64  # small inserts (the latency path) skip the general conversion
 _PLAIN = {"int": (int,), "float": (float, int), "str": (str,), "bool": (bool,)}
 
@@ -82,7 +83,9 @@ def _plain_values(rows: list[dict], schema: pa.Schema) -> bool:
         else:
             ok = _PLAIN[kind]
         for r in rows:
-            v = r[f.name]
+            v = r.get(f.name, _MISSING)
+            if v is _MISSING or len(r) != len(schema):
+                return False
             if v is not None and (type(v) not in ok or (kind != "bool" and type(v) is bool)):
                 return False
     return True
