@@ -102,8 +102,7 @@ class ReactorActorImpl:
     def poll_kafka(self, source: str, timeout_ms: int) -> tuple[bytes | None, dict]:
         src = self.kafka[source]
         batch, _ = src.poll(timeout_ms)
-        marks = src._watermarks
-        states = {p: (wm, marks.idle(p)) for p, wm in marks.per_partition().items()}
+        states = src.partition_watermarks()
         return (to_ipc(batch) if batch is not None and batch.num_rows else None), states
 
     def kafka_lag(self, source: str) -> int:
