@@ -11,13 +11,13 @@ and shows in ``metrics()["cluster"]``.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
-
-import numpy as np
 
 from laminardb.actors.distributed import DistributedOperator
 from laminardb.actors.exceptions import ActorLostError, ClusterStartError
-from laminardb.actors.routing import DEFAULT_VNODES, Routing
+from laminardb.actors.ownership import RaftConfig, acquire_routing
+from laminardb.actors.routing import DEFAULT_VNODES
 from laminardb.connection import Connection, ExecuteResult
 from laminardb.operators.warmup import warm_kernels
 from laminardb.sql import ddl
@@ -28,7 +28,7 @@ _CALL_TIMEOUT_S = 300.0  # one batch on one actor; generous, but a hung actor mu
 class Cluster:
     """The actors of one connection and how to call them."""
 
-    def __init__(self, n_actors: int, vnodes: int) -> None:
+    def __init__(self, n_actors: int, vnodes: int, raft: RaftConfig | None = None) -> None:
         import ray
 
         from laminardb.actors.reactor_actor import actor_class
@@ -38,8 +38,16 @@ class Cluster:
         self.n_actors = n_actors
         self.dead: dict[int, str] = {}
         self.info = ray.get([a.ready.remote() for a in self.actors], timeout=_CALL_TIMEOUT_S)
-        self.routing = Routing.from_members(n_actors, vnodes)
-        ray.get([a.set_ownership.remote(self.routing.owned_mask(i).tobytes())
+        tag = uuid.uuid4().hex[:8]  # several connections may share one control plane
+        self.members = [f"reactor-{tag}-{i}" for i in range(n_actors)]
+        addresses = [f"{i['node_id'][:12]}/pid{i['pid']}/core{i['core']}" for i in self.info]
+        try:
+            self.ownership = acquire_routing(self.members, vnodes, raft, addresses)
+        except Exception:
+            self.shutdown()
+            raise
+        self.routing = self.ownership.routing
+        ray.get([a.set_ownership.remote(self.routing.owned_mask(i).tobytes(), self.ownership.epochs.tobytes())
                  for i, a in enumerate(self.actors)], timeout=_CALL_TIMEOUT_S)
 
     def single_owner(self) -> int:
@@ -72,12 +80,22 @@ class Cluster:
         return {
             "actors": self.n_actors,
             "dead": dict(self.dead),
-            "members": [dict(i, vnodes=int((self.routing.owner == i["index"]).sum())) for i in self.info],
+            "raft": self.ownership.raft is not None,
+            "members": [dict(i, member=self.members[i["index"]],
+                             vnodes=int((self.routing.owner == i["index"]).sum()),
+                             max_epoch=int(self.ownership.epochs[self.routing.owner == i["index"]].max(initial=0)))
+                        for i in self.info],
         }
 
     def shutdown(self) -> None:
         import ray
 
+        ownership = getattr(self, "ownership", None)
+        if ownership is not None:
+            try:
+                ownership.release()
+            except Exception:  # noqa: BLE001 - the voters may be gone; the actors still stop
+                pass
         for a in self.actors:
             try:
                 ray.kill(a)
@@ -144,8 +162,13 @@ class ClusterConnection(Connection):
 
 
 def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: int = DEFAULT_VNODES,
-            config: dict[str, Any] | None = None) -> ClusterConnection:
-    """Connect to (or start) a Ray cluster and start one reactor actor per core."""
+            raft: RaftConfig | str | None = None, config: dict[str, Any] | None = None) -> ClusterConnection:
+    """Connect to (or start) a Ray cluster and start one reactor actor per core.
+
+    ``raft``: the control plane that owns the vnodes — a ``RaftConfig``, or the data dir of
+    ``laminardb cluster up``; by default ``LAMINARDB_RAFT_DIR`` / ``LAMINARDB_RAFT_VOTERS``,
+    else ownership is planned in-process (single-user development clusters).
+    """
     try:
         import ray
     except ImportError:
@@ -170,4 +193,8 @@ def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: i
             "pass actors=… or add nodes"
         )
     warm_kernels()
-    return ClusterConnection(Cluster(n, vnodes), config=config)
+    if isinstance(raft, str):
+        raft = RaftConfig.from_data_dir(raft)
+    elif raft is None:
+        raft = RaftConfig.from_env()
+    return ClusterConnection(Cluster(n, vnodes, raft), config=config)

@@ -55,8 +55,10 @@ class ReactorActorImpl:
         return {"index": self.index, "pid": os.getpid(), "core": self.core,
                 "node_id": ray.get_runtime_context().get_node_id()}
 
-    def set_ownership(self, owned: bytes) -> None:
+    def set_ownership(self, owned: bytes, epochs: bytes) -> None:
+        """The vnodes this actor owns and their committed epochs (its fencing tokens)."""
         self.owned = np.frombuffer(owned, dtype=np.bool_).copy()
+        self.epochs = np.frombuffer(epochs, dtype=np.int64).copy()
 
     def execute(self, sql: str) -> None:
         self.conn.execute(sql)

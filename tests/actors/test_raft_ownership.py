@@ -1,0 +1,51 @@
+"""Delta actors own exactly the vnodes committed in Raft (3 real voter processes), and
+closing the connection releases them — raising the epochs, so old tokens are fenced."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests._services.fixtures import raft_cluster  # noqa: F401
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.integration
+def test_routing_comes_from_committed_raft_state(ray_local, raft_cluster):  # noqa: F811
+    import laminardb
+    from laminardb.actors.ownership import OWNERSHIP_SOURCE, RaftConfig
+    from laminardb.raft.exceptions import StaleEpochError
+
+    voters = raft_cluster(3)
+    cfg = RaftConfig(tuple(voters.rpc_addresses), voters.secret)
+    db = laminardb.connect("ray://auto", actors=2, vnodes=32, raft=cfg)
+    try:
+        status = db.metrics()["cluster"]
+        assert status["raft"] is True
+        snap = voters.client().ownership(OWNERSHIP_SOURCE, barrier=True)["sources"][OWNERSHIP_SOURCE]
+        members = db.cluster.members
+        # the client's routing is exactly the committed owner of every vnode
+        assert [members[i] for i in db.cluster.routing.owner.tolist()] == snap["owner"]
+        assert sorted(m["vnodes"] for m in status["members"]) == [16, 16]
+        tokens = db.cluster.ownership.tokens
+        assert sum(len(t) for t in tokens.values()) == 32
+        any_token = tokens[0][0]
+        assert voters.client().check_fence(any_token) == any_token.epoch
+
+        db.execute("CREATE SOURCE t (ts BIGINT NOT NULL, k VARCHAR, WATERMARK FOR ts AS ts);"
+                   "CREATE STREAM c AS SELECT k, count(*) AS n FROM t GROUP BY k")
+        sub = db.subscribe_stream("c")
+        db.insert("t", [{"ts": i, "k": f"k{i % 7}"} for i in range(70)])
+        assert sorted(r["n"] for r in sub.to_arrow().to_pylist() if r["__weight"] == 1) == [10] * 7
+    finally:
+        db.close()
+    # closing deregistered the actors: their vnodes moved on, the old tokens are stale
+    with pytest.raises(StaleEpochError):
+        voters.client().check_fence(any_token)
