@@ -8,6 +8,7 @@ laminardb and compares with ``oracle`` after every batch and after ``finish()``.
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from oracle import (
@@ -233,3 +234,43 @@ def test_tumble_and_session_with_negative_event_times():
     # -1 and 0 and 100 and 200 chain (gaps ≤ 100 touch); -1500 stands alone
     assert sorted((r["window_start"], r["window_end"], r["n"]) for r in run.final.to_pylist()) == \
         [(-1500, -1400, 1), (-1, 300, 4)]
+
+
+def _row(ts, sym="A", qty=1):
+    return {"ts": ts, "sym": sym, "tag": None, "price": None, "qty": qty}
+
+
+@pytest.mark.parametrize("late_ts,is_late", [(999, True), (1000, False), (0, True)])
+def test_tumble_lateness_boundary(late_ts, is_late):
+    """wm = 1000 after the first batch: [0, 1000) has closed (wm ≥ end), [1000, 2000) has not."""
+    sc = Scenario([_row(1000), _row(late_ts, "B")], cuts=[1], delay_ms=0)
+    run = run_engine("CREATE STREAM out AS SELECT sym, window_start, count(*) AS n FROM trades "
+                     "GROUP BY sym, tumble(ts, INTERVAL '1' SECOND) LATE DATA TO lt", sc, late_stream="lt")
+    assert run.metrics["late_events_routed"] == int(is_late)
+    assert run.late["ts"].to_pylist() == ([late_ts] if is_late else [])
+    assert sorted(run.final["sym"].to_pylist()) == (["A"] if is_late else ["A", "B"])
+    assert_same_rows(run.final, expected_windowed(sc, size=1000, aggs=[("count(*)", "count(*)", "n")]),
+                     cols=["sym", "window_start", "n"])
+
+
+@pytest.mark.parametrize("late_ts,is_late", [(900, True), (901, False)])
+def test_session_lateness_boundary(late_ts, is_late):
+    """wm = 1000: a lone row's session [ts, ts + 100) has closed iff ts + 100 ≤ 1000."""
+    sc = Scenario([_row(1000), _row(late_ts, "B")], cuts=[1], delay_ms=0)
+    run = run_engine("CREATE STREAM out AS SELECT sym, window_start, window_end, count(*) AS n FROM trades "
+                     "GROUP BY sym, session(ts, INTERVAL '100' MILLISECOND)", sc)
+    assert run.metrics["late_events_dropped"] == int(is_late)
+    _, rows = expected_sessions(sc, gap=100)
+    assert int(rows["late"].sum()) == int(is_late)
+
+
+def test_session_touching_rows_merge_and_a_late_row_can_join_an_open_session():
+    # 0 and 100 touch (gap exactly 100): one session [0, 200); 301 starts a new one (gap 201 > 100)
+    # then with wm = 301 - 50 = 251 a row at 120 (own window [120, 220) closed) joins nothing open
+    # → late; a row at 260 joins [301, 401) even though it is behind the watermark.
+    sc = Scenario([_row(0), _row(100), _row(301), _row(120), _row(260)], cuts=[3, 4], delay_ms=50)
+    run = run_engine("CREATE STREAM out AS SELECT sym, window_start, window_end, count(*) AS n FROM trades "
+                     "GROUP BY sym, session(ts, INTERVAL '100' MILLISECOND)", sc)
+    assert sorted((r["window_start"], r["window_end"], r["n"]) for r in run.final.to_pylist()) == \
+        [(0, 200, 2), (260, 401, 2)]
+    assert run.metrics["late_events_dropped"] == 1
