@@ -231,14 +231,19 @@ class Reactor:
             return 0
         self.events_ingested += n
         errors: list[Exception] = []
+        wm = None
+        if node.time_col is not None:
+            # the watermark after this batch is known up front: a distributed operator
+            # applies it in the same round trip as the batch (the order of outputs is kept)
+            ts = numeric_view(batch.column(node.time_col))
+            max_ts = max(node.max_ts, int(ts.max()))
+            wm = max_ts - node.delay_ticks if watermark is None else watermark
         for d in list(node.downstream):
-            self._guard(errors, self._push, d, batch, node.wm)
+            self._guard(errors, self._push, d, batch, node.wm, wm)
         for sub in node.subscribers:
             sub._deliver(batch)
         if node.time_col is not None:
-            ts = numeric_view(batch.column(node.time_col))
-            node.max_ts = max(node.max_ts, int(ts.max()))
-            wm = node.max_ts - node.delay_ticks if watermark is None else watermark
+            node.max_ts = max_ts
             if wm > node.wm:
                 self._advance(node, wm, errors)
         if errors:
@@ -253,12 +258,15 @@ class Reactor:
         except Exception as e:  # noqa: BLE001 - re-raised by the caller after all queries ran
             errors.append(e)
 
-    def _push(self, name: str, batch: pa.RecordBatch, wm_before: int) -> None:
+    def _push(self, name: str, batch: pa.RecordBatch, wm_before: int, wm_next: int | None = None) -> None:
         node = self.nodes[name]
         if node.op is None:  # a late-data stream
             self._emit(node, [batch])
             return
-        outs, late = node.op.process(batch, wm_before)
+        if wm_next is not None and getattr(node.op, "accepts_next_watermark", False):
+            outs, late = node.op.process(batch, wm_before, wm_next=wm_next)
+        else:
+            outs, late = node.op.process(batch, wm_before)
         if late is not None and late.num_rows and node.late_target:
             self.late_routed += late.num_rows
             node.op.late_dropped -= late.num_rows

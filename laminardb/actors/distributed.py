@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from laminardb.actors._wire import from_ipc, to_ipc
+from laminardb.actors._wire import from_ipc, to_ipc_array
 from laminardb.actors.routing import partition_mode
 from laminardb.operators.query_operator import output_schema
 from laminardb.sql.planner import QueryPlan
@@ -27,26 +27,37 @@ class DistributedOperator:
         self.schema = output_schema(plan)
         self.mode = partition_mode(plan)
         self.late_dropped = 0
+        self._closed_at: tuple[int, list[pa.RecordBatch]] | None = None
 
     def _targets(self) -> list[int]:
         if self.mode == "single":
             return [self.cluster.single_owner()]
         return list(range(self.cluster.n_actors))
 
-    def process(self, batch: pa.RecordBatch, wm_before: int, *, skip_where: bool = False):
+    #: the reactor may pass the watermark that follows this batch (one round trip for both)
+    accepts_next_watermark = True
+
+    def process(self, batch: pa.RecordBatch, wm_before: int, *, skip_where: bool = False,
+                wm_next: int | None = None):
         if batch.num_rows == 0:
             return [], None
         import ray
 
-        ref = ray.put(to_ipc(batch))
+        ref = ray.put(to_ipc_array(batch))  # written once, read zero-copy by every actor
         mode = "all" if self.mode == "single" else self.mode
-        results = self.cluster.call_each(self._targets(), "process", self.name, ref, wm_before, mode)
+        if wm_next is not None and self.plan.aggregate is None:
+            wm_next = None
+        results = self.cluster.call_each(self._targets(), "process", self.name, ref, wm_before, mode, wm_next)
         outs: list[pa.RecordBatch] = []
         lates: list[pa.RecordBatch] = []
-        for out_ipc, late_ipc in results:
+        closed: list[pa.RecordBatch] = []
+        for out_ipc, late_ipc, closed_ipc in results:
             outs += [from_ipc(b) for b in out_ipc]
+            closed += [from_ipc(b) for b in closed_ipc]
             if late_ipc is not None:
                 lates.append(from_ipc(late_ipc))
+        if wm_next is not None:
+            self._closed_at = (wm_next, _merge(closed, self.schema))
         late = None
         if lates:
             late = pa.Table.from_batches(lates).combine_chunks().to_batches()[0]
@@ -56,6 +67,10 @@ class DistributedOperator:
     def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
         if self.plan.aggregate is None:
             return []
+        done = self._closed_at
+        self._closed_at = None
+        if done is not None and done[0] == wm:
+            return done[1]  # the actors already advanced with the batch
         results = self.cluster.call_each(self._targets(), "on_watermark", self.name, wm)
         return _merge([from_ipc(b) for r in results for b in r], self.schema)
 

@@ -66,9 +66,14 @@ class ReactorActorImpl:
     def _op(self, node: str):
         return self.conn._reactor.nodes[node].op
 
-    def process(self, node: str, ipc: bytes, wm_before: int, mode: str) -> tuple[list[bytes], bytes | None]:
+    def process(self, node: str, ipc, wm_before: int, mode: str,
+                wm_next: int | None = None) -> tuple[list[bytes], bytes | None, list[bytes]]:
+        """Run this actor's share of a batch; with ``wm_next`` also advance the watermark
+        (the windows it closes come back as the third element)."""
         op = self._op(node)
         batch = from_ipc(ipc)
+        if mode == "keyed" and self.owned.all():
+            mode = "all"  # owning every vnode: nothing to route
         if mode == "range":
             start, end = range_slice(batch.num_rows, self.index, self.n_actors)
             batch = batch.slice(start, end - start)
@@ -80,7 +85,9 @@ class ReactorActorImpl:
             batch = batch.filter(pa.array(mine))
         self.rows_in += batch.num_rows
         outs, late = op.process(batch, wm_before, skip_where=(mode == "keyed"))
-        return [to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None)
+        closed = op.on_watermark(wm_next) if wm_next is not None else []
+        return ([to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None),
+                [to_ipc(b) for b in closed])
 
     def on_watermark(self, node: str, wm: int) -> list[bytes]:
         return [to_ipc(b) for b in self._op(node).on_watermark(wm)]
