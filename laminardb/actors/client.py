@@ -22,6 +22,7 @@ from laminardb.connection import Connection, ExecuteResult
 from laminardb.operators.warmup import warm_kernels
 from laminardb.sql import ddl
 
+_START_ATTEMPTS = 3  # actor starts cancelled by a raylet still cleaning up are retried
 _CALL_TIMEOUT_S = 300.0  # one batch on one actor; generous, but a hung actor must not hang the client
 
 
@@ -33,11 +34,9 @@ class Cluster:
 
         from laminardb.actors.reactor_actor import actor_class
 
-        cls = actor_class()
-        self.actors = [cls.remote(i, n_actors) for i in range(n_actors)]
         self.n_actors = n_actors
         self.dead: dict[int, str] = {}
-        self.info = ray.get([a.ready.remote() for a in self.actors], timeout=_CALL_TIMEOUT_S)
+        self.actors, self.info = self._start_actors(actor_class(), n_actors)
         tag = uuid.uuid4().hex[:8]  # several connections may share one control plane
         self.members = [f"reactor-{tag}-{i}" for i in range(n_actors)]
         addresses = [f"{i['node_id'][:12]}/pid{i['pid']}/core{i['core']}" for i in self.info]
@@ -49,6 +48,27 @@ class Cluster:
         self.routing = self.ownership.routing
         ray.get([a.set_ownership.remote(self.routing.owned_mask(i).tobytes(), self.ownership.epochs.tobytes())
                  for i, a in enumerate(self.actors)], timeout=_CALL_TIMEOUT_S)
+
+    @staticmethod
+    def _start_actors(cls, n_actors: int):
+        """Start the actors; a start the raylet cancelled (it happens while another Ray
+        session on the machine is still shutting down) is retried, a bounded number of times."""
+        import ray
+        from ray.exceptions import ActorDiedError
+
+        for attempt in range(_START_ATTEMPTS):
+            actors = [cls.remote(i, n_actors) for i in range(n_actors)]
+            try:
+                return actors, ray.get([a.ready.remote() for a in actors], timeout=_CALL_TIMEOUT_S)
+            except ActorDiedError:
+                for a in actors:
+                    ray.kill(a)
+                if attempt == _START_ATTEMPTS - 1:
+                    raise ClusterStartError(
+                        f"the {n_actors} reactor actors died before starting {_START_ATTEMPTS} times; "
+                        "check `ray status` for free CPUs and the raylet logs"
+                    ) from None
+        raise AssertionError("unreachable")
 
     def single_owner(self) -> int:
         return int(self.routing.owner[0])
