@@ -246,9 +246,10 @@ def _watermark_delay(col: str, expr_text: str) -> int:
     )
 
 
-def _close_paren(text: str, open_at: int) -> int:
+def _top_level(text: str, start: int = 0):
+    """Yield (index, char, depth) for characters outside quotes; depth after '(' / before ')'."""
     depth, quote = 0, None
-    for i in range(open_at, len(text)):
+    for i in range(start, len(text)):
         ch = text[i]
         if quote:
             if ch == quote:
@@ -256,29 +257,25 @@ def _close_paren(text: str, open_at: int) -> int:
             continue
         if ch in "'\"`":
             quote = ch
-        elif ch == "(":
+            continue
+        if ch == "(":
             depth += 1
         elif ch == ")":
             depth -= 1
-            if depth == 0:
-                return i
+        yield i, ch, depth
+
+
+def _close_paren(text: str, open_at: int) -> int:
+    for i, ch, depth in _top_level(text, open_at):
+        if ch == ")" and depth == 0:
+            return i
     raise SqlParseError("unbalanced parentheses in column list")
 
 
 def _split_top_level(text: str) -> list[str]:
-    out, depth, quote, start = [], 0, None, 0
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = None
-            continue
-        if ch in "'\"`":
-            quote = ch
-        elif ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
+    out, start = [], 0
+    for i, ch, depth in _top_level(text):
+        if ch == "," and depth == 0:
             out.append(text[start:i])
             start = i + 1
     out.append(text[start:])
