@@ -69,24 +69,45 @@ def _kind(t: pa.DataType) -> str | None:
     return None
 
 
-def _plain_values(rows: list[dict], schema: pa.Schema) -> bool:
-    """Every value already has its column's Python type (Arrow's typed constructor would
-    otherwise coerce silently, e.g. truncate 1.5 into a BIGINT)."""
+_ROW_PLANS: dict[pa.Schema, list[tuple[str, tuple, bool]] | None] = {}
+
+
+def _row_plan(schema: pa.Schema) -> list[tuple[str, tuple, bool]] | None:
+    """Per column: its name, the Python types taken as they are, whether bools are refused.
+    None when a column type has no plain Python form (e.g. TIMESTAMP(6))."""
+    if schema in _ROW_PLANS:
+        return _ROW_PLANS[schema]
+    plan: list[tuple[str, tuple, bool]] | None = []
     for f in schema:
         kind = _kind(f.type)
         if kind is None:
-            if not pa.types.is_timestamp(f.type):
-                return False
-            ok: tuple = (int,)  # epoch ms / µs as the column's unit
-            if f.type.unit != "ms":
-                return False
+            if not (pa.types.is_timestamp(f.type) and f.type.unit == "ms"):
+                plan = None
+                break
+            plan.append((f.name, (int,), True))  # epoch milliseconds
         else:
-            ok = _PLAIN[kind]
-        for r in rows:
-            v = r.get(f.name, _MISSING)
-            if v is _MISSING or len(r) != len(schema):
-                return False
-            if v is not None and (type(v) not in ok or (kind != "bool" and type(v) is bool)):
+            plan.append((f.name, _PLAIN[kind], kind != "bool"))
+    if len(_ROW_PLANS) < 1024:
+        _ROW_PLANS[schema] = plan
+    return plan
+
+
+def _plain_values(rows: list[dict], schema: pa.Schema) -> bool:
+    """Every value already has its column's Python type (Arrow's typed constructor would
+    otherwise coerce silently, e.g. truncate 1.5 into a BIGINT)."""
+    plan = _row_plan(schema)
+    if plan is None:
+        return False
+    width = len(plan)
+    for r in rows:
+        if len(r) != width:
+            return False
+        for name, ok, no_bool in plan:
+            v = r.get(name, _MISSING)
+            if v is None:
+                continue
+            t = type(v)
+            if t not in ok or (no_bool and t is bool):
                 return False
     return True
 

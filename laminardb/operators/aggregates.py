@@ -78,8 +78,15 @@ class Accumulator:
     def update(self, slots, arr, weights, ts, seqs) -> None:
         raise NotImplementedError
 
-    def output(self, slots: np.ndarray) -> pa.Array:
+    def raw(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The result values of ``slots`` as numpy (a copy) and the NULL mask (None: no NULLs)."""
         raise NotImplementedError
+
+    def to_arrow(self, vals: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+        return pa.array(vals, type=self.spec.out_type, mask=mask if mask is not None and mask.any() else None)
+
+    def output(self, slots: np.ndarray) -> pa.Array:
+        return self.to_arrow(*self.raw(slots))
 
     def merge(self, dst: int, src: int) -> None:
         raise NotImplementedError
@@ -109,8 +116,8 @@ class CountAcc(Accumulator):
             valid, has_valid = validity(arr)
             A.acc_count(slots, valid, has_valid, weights, self.counts)
 
-    def output(self, slots):
-        return pa.array(self.counts[slots], type=pa.int64())
+    def raw(self, slots):
+        return self.counts[slots], None
 
     def merge(self, dst, src):
         self.counts[dst] += self.counts[src]
@@ -133,14 +140,13 @@ class SumAcc(Accumulator):
             vals = vals.astype(self.sums.dtype)
         A.acc_sum(slots, vals, valid, has_valid, weights, self.sums, self.counts)
 
-    def output(self, slots):
+    def raw(self, slots):
         cnt = self.counts[slots]
         mask = cnt <= 0
         if self.spec.kind == "avg":
             with np.errstate(divide="ignore", invalid="ignore"):
-                vals = self.sums[slots] / np.where(mask, 1, cnt)
-            return pa.array(vals, type=pa.float64(), mask=mask if mask.any() else None)
-        return pa.array(self.sums[slots], type=self.spec.out_type, mask=mask if mask.any() else None)
+                return self.sums[slots] / np.where(mask, 1, cnt), mask
+        return self.sums[slots], mask
 
     def merge(self, dst, src):
         self.sums[dst] += self.sums[src]
@@ -198,8 +204,11 @@ class MinMaxAcc(Accumulator):
         else:
             A.acc_minmax(slots, vals, valid, has_valid, self.best, self.has, self.is_max)
 
-    def output(self, slots):
-        return self.domain.to_arrow(self.best[slots], ~self.has[slots])
+    def raw(self, slots):
+        return self.best[slots], ~self.has[slots]
+
+    def to_arrow(self, vals, mask):
+        return self.domain.to_arrow(vals, mask if mask is not None else np.zeros(len(vals), np.bool_))
 
     def merge(self, dst, src):
         if not self.has[src]:
@@ -237,8 +246,11 @@ class FirstLastAcc(Accumulator):
             self.has, self.is_last,
         )
 
-    def output(self, slots):
-        return self.domain.to_arrow(self.best[slots], ~self.has[slots])
+    def raw(self, slots):
+        return self.best[slots], ~self.has[slots]
+
+    def to_arrow(self, vals, mask):
+        return self.domain.to_arrow(vals, mask if mask is not None else np.zeros(len(vals), np.bool_))
 
     def merge(self, dst, src):
         if not self.has[src]:
@@ -288,8 +300,8 @@ class DistinctCountAcc(Accumulator):
         keep[slots] = False
         self._rebuild(keep, 2 * int(self.set_n[0]) + 2)
 
-    def output(self, slots):
-        return pa.array(self.counts[slots], type=pa.int64())
+    def raw(self, slots):
+        return self.counts[slots], None
 
     def merge(self, dst, src):
         A.move_distinct(self.set_slot, self.set_val, src, dst, self.counts)

@@ -42,10 +42,15 @@ class WindowSpec:
 class GroupRows:
     """Groups leaving an aggregate. ``old``/``old_valid`` are set only for EMIT CHANGES."""
 
-    new: pa.RecordBatch
+    new: pa.RecordBatch | None
     new_valid: np.ndarray
     old: pa.RecordBatch | None = None
     old_valid: np.ndarray | None = None
+    pair: pa.RecordBatch | None = None  # old rows then new rows in one batch (EMIT CHANGES)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.new_valid)
 
 
 def group_schema(
@@ -142,12 +147,11 @@ class GroupAggregate:
         if self.window is not None:
             self._min_open_end = min(self._min_open_end, int(wins.min()) + self.window.size)
 
-        touched = old = old_valid = key_cols = None
+        touched = old_raw = old_valid = None
         if self.emit == "changes":
             touched = self._touched(slots)
             old_valid = self.rows.counts[touched] > 0
-            key_cols = self._key_columns(touched)
-            old = self._materialize(touched, key_cols)
+            old_raw = [a.raw(touched) for a in self.accs]
 
         w = np.ones(len(slots), dtype=np.int64) if weights is None else (
             weights if rows is None else weights[rows]
@@ -168,11 +172,11 @@ class GroupAggregate:
         if self.emit != "changes":
             return None, late
         new_valid = self.rows.counts[touched] > 0
-        new = self._materialize(touched, key_cols)
+        pair = self._materialize_pair(touched, old_raw)
         gone = touched[~new_valid]
         if len(gone) and self.window is None:
             self._free(gone)
-        return GroupRows(new=new, new_valid=new_valid, old=old, old_valid=old_valid), late
+        return GroupRows(new=None, new_valid=new_valid, old_valid=old_valid, pair=pair), late
 
     def _touched(self, slots: np.ndarray) -> np.ndarray:
         self._stamp += 1
@@ -229,6 +233,18 @@ class GroupAggregate:
         if self.keys is not None:
             cols += self.keys.take(self.groups.slot_key[slots])
         return cols
+
+    def _materialize_pair(self, slots: np.ndarray, old_raw: list) -> pa.RecordBatch:
+        """Old values (captured before the update) then new values of ``slots``, one batch."""
+        keys = self._key_columns(slots)
+        cols = [pa.concat_arrays([c, c]) for c in keys]
+        for acc, (ov, om) in zip(self.accs, old_raw, strict=True):
+            nv, nm = acc.raw(slots)
+            mask = None if om is None and nm is None else np.concatenate([
+                om if om is not None else np.zeros(len(ov), np.bool_),
+                nm if nm is not None else np.zeros(len(nv), np.bool_)])
+            cols.append(acc.to_arrow(np.concatenate([ov, nv]), mask))
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
     def _materialize(self, slots: np.ndarray, key_cols: list[pa.Array] | None = None) -> pa.RecordBatch:
         cols = list(key_cols) if key_cols is not None else self._key_columns(slots)

@@ -100,8 +100,12 @@ class QueryOperator:
     # ------------------------------------------------------------------ helpers
     def _project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         cols = [p.evaluate(batch) for p in self.plan.projections]
-        cols = [c.cast(f.type) if c.type != f.type else c for c, f in zip(cols, self.plan.output_schema, strict=True)]
-        return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
+        try:  # types match the plan on every batch but odd ones (an all-NULL literal column)
+            return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            cols = [c.cast(f.type) if c.type != f.type else c
+                    for c, f in zip(cols, self.plan.output_schema, strict=True)]
+            return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
 
     def _with_wt(self, g: pa.RecordBatch) -> pa.RecordBatch:
         if self.plan.aggregate.window is None:
@@ -118,25 +122,26 @@ class QueryOperator:
         return self._project(g), ok
 
     def _finish(self, rows: GroupRows | None) -> list[pa.RecordBatch]:
-        if rows is None or rows.new.num_rows == 0:
+        if rows is None or rows.n_rows == 0:
             return []
-        if rows.old is None:
+        if rows.old is None and rows.pair is None:
             new, new_ok = self._visible(rows.new, rows.new_valid)
             out = new.filter(pa.array(new_ok)) if not new_ok.all() else new
             if self.plan.changelog:
                 out = self._with_weight(out, np.ones(out.num_rows, dtype=np.int64))
             return [out] if out.num_rows else []
         # old and new values of the same groups: one HAVING + projection over both halves
-        n = rows.old.num_rows
-        both = pa.concat_batches([rows.old, rows.new])
+        n = len(rows.old_valid)
+        both = rows.pair if rows.pair is not None else pa.concat_batches([rows.old, rows.new])
         proj, ok = self._visible(both, np.concatenate([rows.old_valid, rows.new_valid]))
         old_ok, new_ok = ok[:n], ok[n:]
         if self._always_changes:
             same = np.zeros(n, dtype=np.bool_)
         else:
             # keys are identical by construction; equal aggregates (and bounds) mean equal rows
-            changing = [i for i, f in enumerate(rows.old.schema) if not f.name.startswith("__k")]
-            same = old_ok & new_ok & _rows_equal(rows.old.select(changing), rows.new.select(changing))
+            changing = [i for i, f in enumerate(both.schema) if not f.name.startswith("__k")]
+            part = both.select(changing)
+            same = old_ok & new_ok & _rows_equal(part.slice(0, n), part.slice(n))
         retract = np.flatnonzero(old_ok & ~same)
         insert = np.flatnonzero(new_ok & ~same)
         if len(retract) == 0 and len(insert) == 0:

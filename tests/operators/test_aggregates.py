@@ -59,10 +59,10 @@ def test_changes_emits_old_and_new():
     g = GroupAggregate(key_types=[pa.string()], specs=SPECS[:2], window=None, emit="changes")
     r1, _ = g.process(2, [pa.array(["a", "a"])], [None, pa.array([1, 2])], None, None, NO_WATERMARK)
     assert r1.old_valid.tolist() == [False]
-    assert r1.new.to_pylist() == [{"__k0": "a", "__a0": 2, "__a1": 3}]
+    assert r1.pair.to_pylist()[1] == {"__k0": "a", "__a0": 2, "__a1": 3}  # old half, then new half
     r2, _ = g.process(1, [pa.array(["a"])], [None, pa.array([10])], None, None, NO_WATERMARK)
-    assert r2.old.to_pylist() == [{"__k0": "a", "__a0": 2, "__a1": 3}] and r2.old_valid.tolist() == [True]
-    assert r2.new.to_pylist() == [{"__k0": "a", "__a0": 3, "__a1": 13}]
+    assert r2.old_valid.tolist() == [True] and r2.new_valid.tolist() == [True]
+    assert r2.pair.to_pylist() == [{"__k0": "a", "__a0": 2, "__a1": 3}, {"__k0": "a", "__a0": 3, "__a1": 13}]
 
 
 def test_session_merges_when_a_row_bridges():
