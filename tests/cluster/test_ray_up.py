@@ -168,7 +168,10 @@ def _run(cmd: list[str], *, timeout: float, log: Path | None = None,
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
+    # Ray settings left in this process's environment by an earlier in-process ray.init()
+    # (RAY_AUTH_MODE=token, PYTHONBREAKPOINT, …) must not leak into the launched cluster's
+    # clients: a client with token auth cannot start actors on a cluster started without it.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "PYTHONBREAKPOINT"}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH")) if p)
     env["RAY_USAGE_STATS_ENABLED"] = "0"
