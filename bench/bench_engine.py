@@ -276,6 +276,7 @@ def main() -> int:
 
     # warm-up: numba kernels compiled / loaded from cache, pyarrow & duckdb code paths touched
     import duckdb  # noqa: F401
+
     import laminardb  # noqa: F401
 
     t = time.perf_counter()

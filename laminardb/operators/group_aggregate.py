@@ -24,6 +24,7 @@ from laminardb.operators.aggregates import AggSpec, CountAcc, make_accumulator
 
 EmitMode = Literal["changes", "close"]
 NO_WATERMARK = np.iinfo(np.int64).min
+_INT64 = pa.int64()
 END_OF_TIME = np.iinfo(np.int64).max
 
 
@@ -74,7 +75,7 @@ class GroupAggregate:
         specs: list[AggSpec],
         window: WindowSpec | None,
         emit: EmitMode,
-        time_type: pa.DataType = pa.int64(),
+        time_type: pa.DataType = _INT64,
     ) -> None:
         if window is not None and window.kind == "session":
             raise ValueError("session windows are handled by SessionAggregate")

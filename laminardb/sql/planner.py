@@ -19,7 +19,12 @@ from laminardb.operators.aggregates import INVERTIBLE, AggSpec, result_type
 from laminardb.operators.group_aggregate import WindowSpec, group_schema
 from laminardb.sql._dialect import parse_select
 from laminardb.sql.ddl import Query
-from laminardb.sql.exceptions import GroupingError, SqlTypeError, UnknownObjectError, UnsupportedSqlError
+from laminardb.sql.exceptions import (
+    GroupingError,
+    SqlTypeError,
+    UnknownObjectError,
+    UnsupportedSqlError,
+)
 from laminardb.sql.expressions import Expr, Scope, compile_expr
 from laminardb.sql.intervals import interval_ms
 from laminardb.sql.types import ticks_per_ms, type_name

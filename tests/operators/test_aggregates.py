@@ -6,7 +6,12 @@ import numpy as np
 import pyarrow as pa
 
 from laminardb.operators.aggregates import AggSpec
-from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK, GroupAggregate, WindowSpec
+from laminardb.operators.group_aggregate import (
+    END_OF_TIME,
+    NO_WATERMARK,
+    GroupAggregate,
+    WindowSpec,
+)
 from laminardb.operators.session import SessionAggregate
 
 SPECS = [
