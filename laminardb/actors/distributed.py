@@ -28,6 +28,12 @@ class DistributedOperator:
         self.mode = partition_mode(plan)
         self.late_dropped = 0
         self._closed_at: tuple[int, list[pa.RecordBatch]] | None = None
+        self.merger = None
+        if self.mode == "partial":
+            from laminardb.actors.partial import PartialMerger
+            from laminardb.operators.query_operator import QueryOperator
+
+            self.merger = PartialMerger(plan, QueryOperator(plan))
 
     def _targets(self) -> list[int]:
         if self.mode == "single":
@@ -44,6 +50,8 @@ class DistributedOperator:
         import ray
 
         ref = ray.put(to_ipc_array(batch))  # written once, read zero-copy by every actor
+        if self.merger is not None:
+            return self._process_partial(ref, wm_before, wm_next)
         mode = "all" if self.mode == "single" else self.mode
         if wm_next is not None and self.plan.aggregate is None:
             wm_next = None
@@ -64,6 +72,24 @@ class DistributedOperator:
             self.late_dropped += late.num_rows
         return _merge(outs, self.schema), late
 
+    def _process_partial(self, ref, wm_before: int, wm_next: int | None):
+        targets = self._targets()
+        if self.plan.aggregate.window is None:
+            wm_next = None
+        results = self.cluster.call_each(targets, "process_partial", self.name, ref, wm_before, wm_next)
+        lates = [from_ipc(r[0]) for r in results if r[0] is not None]
+        touched = {a: from_ipc(r[1]) for a, r in zip(targets, results, strict=True)}
+        changes = self.plan.emit == "changes"
+        outs = self.merger.changed(touched) if changes else []
+        if wm_next is not None:
+            closed = {a: from_ipc(r[2]) for a, r in zip(targets, results, strict=True)}
+            self._closed_at = (wm_next, self.merger.close(closed, changes=changes))
+        late = None
+        if lates:
+            late = pa.Table.from_batches(lates).combine_chunks().to_batches()[0]
+            self.late_dropped += late.num_rows
+        return _merge(outs, self.schema), late
+
     def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
         if self.plan.aggregate is None:
             return []
@@ -71,10 +97,16 @@ class DistributedOperator:
         self._closed_at = None
         if done is not None and done[0] == wm:
             return done[1]  # the actors already advanced with the batch
+        if self.merger is not None:
+            results = self.cluster.call_each(self._targets(), "close_partial", self.name, wm)
+            closed = {a: from_ipc(r) for a, r in zip(self._targets(), results, strict=True)}
+            return self.merger.close(closed, changes=self.plan.emit == "changes")
         results = self.cluster.call_each(self._targets(), "on_watermark", self.name, wm)
         return _merge([from_ipc(b) for r in results for b in r], self.schema)
 
     def current_rows(self) -> pa.RecordBatch:
+        if self.merger is not None:
+            return self.merger.current()
         results = self.cluster.call_each(self._targets(), "current_rows", self.name)
         batches = [from_ipc(b) for b in results]
         return pa.Table.from_batches(batches).combine_chunks().to_batches()[0] if any(

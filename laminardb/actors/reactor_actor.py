@@ -37,6 +37,7 @@ class ReactorActorImpl:
         self.owned = np.zeros(0, dtype=np.bool_)
         self.rows_in = 0
         self.kafka: dict = {}
+        self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
 
     def reset(self) -> None:
         """Forget every query and all state (a pooled actor serving a new connection)."""
@@ -45,6 +46,7 @@ class ReactorActorImpl:
         for name in list(self.kafka):
             self.stop_kafka(name)
         self.conn.close()
+        self.partial = {}
         self.conn = laminardb.open()
         self.conn._reactor.connectors_enabled = False
         self.rows_in = 0
@@ -88,6 +90,37 @@ class ReactorActorImpl:
         closed = op.on_watermark(wm_next) if wm_next is not None else []
         return ([to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None),
                 [to_ipc(b) for b in closed])
+
+    def process_partial(self, node: str, ipc, wm_before: int,
+                        wm_next: int | None) -> tuple[bytes | None, bytes, bytes | None]:
+        """Unkeyed aggregate: fold this actor's row range in; return late rows, the partials of
+        the groups it touched and (with ``wm_next``) of the windows that closes."""
+        from laminardb.actors.partial import PartialState
+        from laminardb.operators._buffers import numeric_view
+
+        op = self._op(node)
+        state = self.partial.get(node)
+        if state is None:
+            state = self.partial[node] = PartialState(op.plan)
+        batch = from_ipc(ipc)
+        start, end = range_slice(batch.num_rows, self.index, self.n_actors)
+        batch = batch.slice(start, end - start)
+        if op.plan.where is not None and batch.num_rows:
+            batch = batch.filter(pa.array(evaluate_mask(op.plan.where, batch)))
+        self.rows_in += batch.num_rows
+        idx = op.plan.aggregate.time_index
+        late, touched = state.run(batch, wm_before,
+                                  lambda b: numeric_view(b.column(idx)) if idx is not None else None)
+        closed = to_ipc(state.close(wm_next)) if wm_next is not None else None
+        return (to_ipc(late) if late is not None and late.num_rows else None), to_ipc(touched), closed
+
+    def close_partial(self, node: str, wm: int) -> bytes:
+        from laminardb.actors.partial import PartialState
+
+        state = self.partial.get(node)
+        if state is None:
+            state = self.partial[node] = PartialState(self._op(node).plan)
+        return to_ipc(state.close(wm))
 
     def on_watermark(self, node: str, wm: int) -> list[bytes]:
         return [to_ipc(b) for b in self._op(node).on_watermark(wm)]

@@ -23,7 +23,11 @@ def partition_mode(plan: QueryPlan) -> str:
     if plan.aggregate is None:
         return "range"
     if not plan.aggregate.keys:
-        return "single"  # unkeyed aggregate: one owner (partial aggregation is future work)
+        from laminardb.actors.partial import partial_eligible
+
+        # unkeyed: partial aggregates on every actor merged by the client when the
+        # aggregates allow it (COUNT/SUM/AVG/MIN/MAX); else all rows to one owner
+        return "partial" if partial_eligible(plan) else "single"
     return "keyed"
 
 

@@ -119,6 +119,10 @@ class CountAcc(Accumulator):
     def raw(self, slots):
         return self.counts[slots], None
 
+    def partials(self, slots) -> list[np.ndarray]:
+        """Mergeable state of ``slots`` (Delta partial aggregation): here, the counts."""
+        return [self.counts[slots]]
+
     def merge(self, dst, src):
         self.counts[dst] += self.counts[src]
 
@@ -147,6 +151,9 @@ class SumAcc(Accumulator):
             with np.errstate(divide="ignore", invalid="ignore"):
                 return self.sums[slots] / np.where(mask, 1, cnt), mask
         return self.sums[slots], mask
+
+    def partials(self, slots) -> list[np.ndarray]:
+        return [self.sums[slots], self.counts[slots]]
 
     def merge(self, dst, src):
         self.sums[dst] += self.sums[src]

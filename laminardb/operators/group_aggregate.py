@@ -145,6 +145,7 @@ class GroupAggregate:
         if len(key_ids) == 0:
             return None, late
         slots = self.groups.upsert(key_ids, wins)
+        self.last_slots = slots  # read by the partial aggregation of the Delta mode
         if self.window is not None:
             self._min_open_end = min(self._min_open_end, int(wins.min()) + self.window.size)
 

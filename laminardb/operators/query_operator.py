@@ -91,7 +91,10 @@ class QueryOperator:
     def current_rows(self) -> pa.RecordBatch:
         """The SELECT rows of every group now in state (a view's current value)."""
         assert self.agg is not None
-        g = self.agg.current()
+        return self.rows_of(self.agg.current())
+
+    def rows_of(self, g: pa.RecordBatch) -> pa.RecordBatch:
+        """HAVING and the SELECT list over group rows (``__ws``/``__we``/``__k*``/``__a*``)."""
         gb = self._with_wt(g)
         if self.plan.having is not None and gb.num_rows:
             gb = gb.filter(pa.array(evaluate_mask(self.plan.having, gb)))

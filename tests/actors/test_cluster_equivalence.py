@@ -22,10 +22,16 @@ CREATE MATERIALIZED VIEW totals AS SELECT sym, count(*) AS n, avg(price) AS ap F
 CREATE STREAM changes AS SELECT sym, sum(qty) AS q FROM trades GROUP BY sym HAVING sum(qty) > 50;
 CREATE STREAM filtered AS SELECT ts, sym, price * qty AS notional FROM trades WHERE qty > 3;
 CREATE STREAM overall AS SELECT count(*) AS n, max(price) AS mx FROM trades;
+CREATE STREAM per_second AS SELECT window_start, count(*) AS n, avg(price) AS ap, min(qty) AS mq,
+    sum(qty) AS q FROM trades GROUP BY tumble(ts, INTERVAL '1' SECOND);
+CREATE MATERIALIZED VIEW overall_view AS SELECT sum(qty) AS q, avg(price) AS ap FROM trades WHERE qty > 2;
+CREATE STREAM distinct_all AS SELECT window_start, count(DISTINCT sym) AS d FROM trades
+    GROUP BY hop(ts, INTERVAL '2' SECOND, INTERVAL '1' SECOND);
 CREATE STREAM late_bars AS SELECT sym, window_start, count(*) AS n FROM trades
     GROUP BY sym, tumble(ts, INTERVAL '500' MILLISECOND) LATE DATA TO late_rows;
 """
-STREAMS = ["bars", "hops", "sessions", "totals", "changes", "filtered", "overall", "late_bars", "late_rows"]
+STREAMS = ["bars", "hops", "sessions", "totals", "changes", "filtered", "overall", "per_second",
+           "overall_view", "distinct_all", "late_bars", "late_rows"]
 
 
 def _batches(seed: int = 7, n_batches: int = 25) -> list[pa.RecordBatch]:
@@ -49,12 +55,20 @@ def run_script(db) -> tuple[dict[str, pa.Table], pa.Table, dict]:
     for b in _batches():
         db.insert("trades", b)
     view = db.query("SELECT * FROM totals ORDER BY sym").to_arrow()
+    overall = db.query("SELECT * FROM overall_view").to_arrow()
+    assert overall.num_rows == 1
+    view = (view, overall.to_pylist())
     db.finish()
     return {s: subs[s].to_arrow() for s in STREAMS}, view, db.metrics()
 
 
+def _round(x):
+    # partial aggregates add floats in another order than one process: equal to ~1e-12
+    return float(f"{x:.10g}") if isinstance(x, float) else x
+
+
 def _sorted(t: pa.Table) -> list[tuple]:
-    rows = [tuple(r.values()) for r in t.to_pylist()]
+    rows = [tuple(_round(v) for v in r.values()) for r in t.to_pylist()]
     return sorted(rows, key=lambda r: tuple((x is None, str(type(x)), x if x is not None else 0) for x in r))
 
 
@@ -75,7 +89,8 @@ def test_cluster_matches_embedded(clusters, n_actors):
         assert expected[s].num_rows > 0, f"{s}: the scenario must exercise this stream"
     # rows of the order-preserving stateless stream arrive in the embedded order
     assert got["filtered"].equals(expected["filtered"])
-    assert view_c.equals(view_e)
+    assert view_c[0].equals(view_e[0])
+    assert {k: _round(v) for k, v in view_c[1][0].items()} == {k: _round(v) for k, v in view_e[1][0].items()}
     assert m_c["late_events_dropped"] == m_e["late_events_dropped"] > 0
     assert m_c["late_events_routed"] == m_e["late_events_routed"] > 0
     if n_actors == 2:

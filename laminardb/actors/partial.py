@@ -1,0 +1,173 @@
+"""Partial aggregation for unkeyed aggregates in the Delta mode.
+
+An aggregate with no GROUP BY key (``SELECT count(*) … FROM t [GROUP BY tumble(…)]``) has
+one group per window, so keyed routing would put all its rows on one actor. Instead every
+actor aggregates its share of the rows (a contiguous row range) into *partial* state —
+counts, sums with their non-NULL counts, minima, maxima — and the client merges the
+actors' partials into the final group values, which then go through the same HAVING,
+projection and changelog logic as the embedded engine (``QueryOperator._finish``).
+
+Entry points: ``partial_eligible(plan)``, ``PartialState`` (actor side: ``run``/``close``),
+``PartialMerger`` (client side).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from laminardb.operators.group_aggregate import GroupAggregate, GroupRows
+from laminardb.sql.planner import QueryPlan
+
+_MERGEABLE = frozenset({"count_star", "count", "sum", "avg", "min", "max"})
+
+
+def partial_eligible(plan: QueryPlan) -> bool:
+    agg = plan.aggregate
+    return bool(
+        agg is not None and not agg.keys and not plan.input_changelog
+        and (agg.window is None or agg.window.kind in ("tumble", "hop"))
+        and all(s.kind in _MERGEABLE for s in agg.specs)
+        and all(not (s.kind in ("min", "max") and (pa.types.is_string(s.arg_type) or pa.types.is_boolean(s.arg_type)))
+                for s in agg.specs)
+    )
+
+
+def _partials(agg: GroupAggregate, slots: np.ndarray) -> pa.RecordBatch:
+    """Window start, hidden row count and each accumulator's mergeable arrays (Arrow, so
+    they cross processes as IPC, never pickled)."""
+    out = {"ws": agg.groups.slot_win[slots].copy(), "rows": agg.rows.counts[slots].copy()}
+    for j, acc in enumerate(agg.accs):
+        if acc.spec.kind in ("min", "max"):
+            out[f"a{j}_v"] = acc.best[slots].astype(np.float64) if acc.best.dtype == np.float64 else acc.best[slots].copy()
+            out[f"a{j}_h"] = acc.has[slots].copy()
+        else:
+            for i, arr in enumerate(acc.partials(slots)):
+                out[f"a{j}_{i}"] = arr.copy()
+    return pa.RecordBatch.from_pydict(out)
+
+
+class PartialState:
+    """Actor side: the node's aggregation over this actor's rows, reported as partials."""
+
+    def __init__(self, plan: QueryPlan) -> None:
+        a = plan.aggregate
+        self.plan = plan
+        self.agg = GroupAggregate(key_types=[], specs=a.specs, window=a.window, emit="close",
+                                  time_type=a.time_type)
+
+    def run(self, batch: pa.RecordBatch, wm_before: int, evaluate) -> tuple[pa.RecordBatch | None, pa.RecordBatch]:
+        """Fold a batch in; returns (late rows, partials of the groups it touched)."""
+        a = self.plan.aggregate
+        args = [x.evaluate(batch) if x is not None else None for x in a.args]
+        ts = evaluate(batch)
+        self.agg.last_slots = np.zeros(0, np.int64)
+        _, late = self.agg.process(batch.num_rows, [], args, ts, None, wm_before)
+        touched = np.unique(self.agg.last_slots)
+        late_rows = batch.filter(pa.array(late)) if late is not None else None
+        return late_rows, _partials(self.agg, touched)
+
+    def close(self, wm: int) -> pa.RecordBatch:
+        """Partials of the windows the watermark closes (then forgotten here)."""
+        agg = self.agg
+        if agg.window is None:
+            return _partials(agg, np.zeros(0, np.int64))
+        live = agg.groups.live_slots()
+        closing = live[agg.groups.slot_win[live] + agg.window.size <= wm]
+        out = _partials(agg, closing)
+        if len(closing):
+            agg._free(closing)
+        return out
+
+
+class PartialMerger:
+    """Client side: per window, the latest partials of every actor, merged into group rows."""
+
+    def __init__(self, plan: QueryPlan, finisher) -> None:
+        self.plan = plan
+        self.specs = plan.aggregate.specs
+        self.window = plan.aggregate.window
+        self.finisher = finisher  # a QueryOperator whose _finish turns group rows into output
+        self.state: dict[int, dict[int, tuple]] = {}  # ws → actor → partial tuple
+        self.closed: dict[int, list[tuple]] = {}
+
+    @staticmethod
+    def _rows(p: pa.RecordBatch) -> list[tuple]:
+        """(window start, partial tuple) per group; a handful of groups per call (unkeyed)."""
+        cols = p.to_pydict()
+        ws = cols.pop("ws")
+        rest = list(cols.values())
+        return [(int(ws[i]), tuple(c[i] for c in rest)) for i in range(len(ws))]
+
+    def _merge(self, parts: list[tuple]) -> tuple[int, list]:
+        """Combine partial tuples (rows, then per-aggregate arrays in `_partials` order)."""
+        rows = int(sum(t[0] for t in parts))
+        vals: list = []
+        pos = 1
+        for s in self.specs:
+            if s.kind in ("count_star", "count"):
+                vals.append(int(sum(t[pos] for t in parts)))
+                pos += 1
+            elif s.kind in ("sum", "avg"):
+                tot = sum(t[pos] for t in parts)
+                cnt = int(sum(t[pos + 1] for t in parts))
+                vals.append(None if cnt <= 0 else (tot / cnt if s.kind == "avg" else tot))
+                pos += 2
+            else:
+                have = [t[pos] for t in parts if t[pos + 1]]
+                vals.append(None if not have else (max(have) if s.kind == "max" else min(have)))
+                pos += 2
+        return rows, vals
+
+    def _group_batch(self, wss: list[int], merged: list[tuple[int, list]]) -> pa.RecordBatch:
+        schema = self.finisher.agg.schema
+        cols: list[pa.Array] = []
+        if self.window is not None:
+            ws = np.array(wss, dtype=np.int64)
+            tt = self.plan.aggregate.time_type
+            cols += [pa.array(ws).cast(tt), pa.array(ws + self.window.size).cast(tt)]
+        for j, s in enumerate(self.specs):
+            cols.append(pa.array([m[1][j] for m in merged], type=s.out_type))
+        return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+    def changed(self, per_actor: dict[int, pa.RecordBatch]) -> list[pa.RecordBatch]:
+        """EMIT CHANGES: new partials of touched windows → −old/+new final rows."""
+        touched: list[int] = []
+        before: dict[int, tuple[int, list] | None] = {}
+        for actor, p in per_actor.items():
+            for ws, tup in self._rows(p):
+                if ws not in before:
+                    before[ws] = self._merge(list(self.state[ws].values())) if ws in self.state else None
+                    touched.append(ws)
+                self.state.setdefault(ws, {})[actor] = tup
+        if not touched:
+            return []
+        after = [self._merge(list(self.state[ws].values())) for ws in touched]
+        old = [before[ws] or (0, [None] * len(self.specs)) for ws in touched]
+        pair = pa.concat_batches([self._group_batch(touched, old), self._group_batch(touched, after)])
+        rows = GroupRows(new=None, new_valid=np.array([a[0] > 0 for a in after]),
+                         old_valid=np.array([b is not None and b[0] > 0 for b in (before[w] for w in touched)]),
+                         pair=pair)
+        return self.finisher._finish(rows)
+
+    def close(self, per_actor: dict[int, pa.RecordBatch], *, changes: bool) -> list[pa.RecordBatch]:
+        """Windows the watermark closed on every actor → final rows (EOWC), state dropped."""
+        closing: dict[int, list[tuple]] = {}
+        for p in per_actor.values():
+            for ws, tup in self._rows(p):
+                closing.setdefault(ws, []).append(tup)
+        for ws in closing:
+            self.state.pop(ws, None)
+        if changes or not closing:
+            return []
+        wss = sorted(closing)
+        merged = [self._merge(closing[ws]) for ws in wss]
+        batch = self._group_batch(wss, merged)
+        return self.finisher._finish(GroupRows(new=batch, new_valid=np.array([m[0] > 0 for m in merged])))
+
+    def current(self) -> pa.RecordBatch:
+        wss = sorted(self.state)
+        merged = [self._merge(list(self.state[ws].values())) for ws in wss]
+        keep = [i for i, m in enumerate(merged) if m[0] > 0]
+        batch = self._group_batch([wss[i] for i in keep], [merged[i] for i in keep])
+        return self.finisher.rows_of(batch)
