@@ -583,15 +583,19 @@ class FileSink:
             self._pending, self._pending_rows = [], 0
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        if batch.schema.equals(self.schema):
-            return batch
-        if batch.schema.names != self.schema.names:
-            msg = (f"sink {self.path!r} expects columns {self.schema.names}, got "
-                   f"{batch.schema.names}: write batches of the stream the sink was created for")
-            raise SinkSchemaError(msg)
-        try:
-            return batch.cast(self.schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            msg = (f"sink {self.path!r}: batch types {batch.schema.types} do not convert to the "
-                   f"sink's {self.schema.types}: {exc}")
-            raise SinkSchemaError(msg) from exc
+        return conform_to_sink(batch, self.schema, f"sink {self.path!r}")
+
+
+def conform_to_sink(data, schema: pa.Schema, what: str):
+    """A batch or table of a sink's stream, cast to the sink's schema (or a clear error)."""
+    if data.schema.equals(schema):
+        return data
+    if data.schema.names != schema.names:
+        msg = (f"{what} expects columns {schema.names}, got {data.schema.names}: write batches "
+               "of the stream the sink was created for")
+        raise SinkSchemaError(msg)
+    try:
+        return data.cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        msg = f"{what}: batch types {data.schema.types} do not convert to {schema.types}: {exc}"
+        raise SinkSchemaError(msg) from exc

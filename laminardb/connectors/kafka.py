@@ -44,10 +44,9 @@ from laminardb.connectors.exceptions import (
     KafkaConfigError,
     KafkaUnavailableError,
     SinkClosedError,
-    SinkSchemaError,
     SinkWriteError,
 )
-from laminardb.connectors.files import json_lines
+from laminardb.connectors.files import conform_to_sink, json_lines
 
 __all__ = ["KafkaSink", "KafkaSource"]
 
@@ -483,17 +482,7 @@ class KafkaSink:
         return [msgpack.packb(r, use_bin_type=True) for r in rows]
 
     def _conform(self, table: pa.Table) -> pa.Table:
-        if table.schema.equals(self.schema):
-            return table
-        if table.schema.names != self.schema.names:
-            msg = (f"Kafka sink for {self.topic!r} expects columns {self.schema.names}, got "
-                   f"{table.schema.names}: write batches of the stream the sink was created for")
-            raise SinkSchemaError(msg)
-        try:
-            return table.cast(self.schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            msg = f"Kafka sink for {self.topic!r}: batch types do not convert: {exc}"
-            raise SinkSchemaError(msg) from exc
+        return conform_to_sink(table, self.schema, f"Kafka sink for {self.topic!r}")
 
     def flush(self) -> None:
         """Wait until every written message is acknowledged.

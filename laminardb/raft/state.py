@@ -141,18 +141,22 @@ class OwnershipState:
 
         return self._once(rid, run)
 
+    def _owned_source(self, owner: str, source: str, vnode_count: int | None, vnodes: list[int]):
+        """The source table for a change of owner, or the refusal (unknown node, bad vnodes)."""
+        if owner not in self.nodes:
+            return fail("LDB-6006", f"node {owner!r} is not registered; register it first")
+        src = self._source(source, vnode_count, create=True)
+        if "ok" in src:
+            return src
+        return self._check_vnodes(src, vnodes) or src
+
     def apply_assign(
         self, rid: str, source: str, vnodes: list[int], owner: str, vnode_count: int | None
     ) -> Result:
         def run() -> Result:
-            if owner not in self.nodes:
-                return fail("LDB-6006", f"node {owner!r} is not registered; register it first")
-            src = self._source(source, vnode_count, create=True)
-            if "ok" in src:
+            src = self._owned_source(owner, source, vnode_count, vnodes)
+            if "ok" in src:  # a refusal, not the source table
                 return src
-            bad = self._check_vnodes(src, vnodes)
-            if bad:
-                return bad
             changed = sum(self._set_owner(src, int(v), owner) for v in vnodes)
             if changed:
                 self.cluster_epoch += 1
@@ -164,14 +168,9 @@ class OwnershipState:
         self, rid: str, source: str, vnodes: list[int], owner: str, vnode_count: int | None
     ) -> Result:
         def run() -> Result:
-            if owner not in self.nodes:
-                return fail("LDB-6006", f"node {owner!r} is not registered; register it first")
-            src = self._source(source, vnode_count, create=True)
-            if "ok" in src:
+            src = self._owned_source(owner, source, vnode_count, vnodes)
+            if "ok" in src:  # a refusal, not the source table
                 return src
-            bad = self._check_vnodes(src, vnodes)
-            if bad:
-                return bad
             taken = [int(v) for v in vnodes if src["owner"][int(v)] not in (None, owner)]
             if taken:
                 return fail(

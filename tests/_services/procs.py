@@ -1,7 +1,8 @@
 """Process and port utilities shared by the service starters.
 
 Entry points: :func:`free_port`, :func:`repo_env` (environment for child Python processes),
-:func:`wait_until` (the bounded wait every test uses) and :func:`kill_proc`.
+:func:`wait_until` (the bounded wait every test uses), :func:`kill_proc` and
+:func:`pids_with_arg`.
 """
 
 from __future__ import annotations
@@ -74,3 +75,18 @@ def kill_proc(proc: subprocess.Popen, *, hard: bool = False) -> None:
         proc.wait(timeout=_TERM_GRACE_S)
     except ProcessLookupError:
         pass
+
+
+def pids_with_arg(marker: str) -> list[int]:
+    """Pids (other than this one) whose command line contains ``marker`` (a unique path)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    out.append(int(entry))
+        except OSError:
+            continue
+    return out

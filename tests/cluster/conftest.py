@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._services.procs import pids_with_arg
+
 # Make ``tests._services`` importable however pytest was started (no tests/__init__.py).
 _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
@@ -142,23 +144,10 @@ def local_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSshd]:
                     f"{probe.stdout}\n{probe.stderr}", pytrace=False)
     yield sshd
     # Stragglers: sshd processes of this config still serving a lingering ssh ControlMaster.
-    for pid in _pids_with_arg(str(config)):
+    for pid in pids_with_arg(str(config)):
         try:
             os.kill(pid, 15)
         except ProcessLookupError:
             pass
 
 
-def _pids_with_arg(marker: str) -> list[int]:
-    """Pids whose command line contains ``marker`` (a path unique to this fixture)."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    out.append(int(entry))
-        except OSError:
-            continue
-    return out

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests._services.procs import REPO_ROOT, free_port
+from tests._services.procs import REPO_ROOT, free_port, pids_with_arg
 
 pytestmark = pytest.mark.integration
 
@@ -75,20 +75,6 @@ with db:
     info = db.metrics().get("cluster") if mode == "ray" else None
 print(json.dumps({"rows": out, "cluster": info}, default=str, sort_keys=True))
 '''
-
-
-def _pids_with_arg(marker: str) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    out.append(int(entry))
-        except OSError:
-            continue
-    return out
 
 
 def _ray_pids(exclude: str | None = None) -> list[int]:
@@ -206,8 +192,8 @@ def _our_ray_processes(ray_temp: str, ray_port: int) -> list[int]:
     """This run's Ray: args naming our temp dir, or a Ray process given our GCS port (the Ray
     Client server), and their descendants."""
     suffix = f":{ray_port}".encode()
-    marks = set(_pids_with_arg(ray_temp))
-    for pid in _pids_with_arg(f":{ray_port}"):
+    marks = set(pids_with_arg(ray_temp))
+    for pid in pids_with_arg(f":{ray_port}"):
         argv = _cmdline(pid).split(b"\0")
         if any(a.endswith(suffix) for a in argv) and any(b"ray" in a for a in argv[:3]):
             marks.add(pid)
