@@ -5,7 +5,7 @@ Every error carries a stable ``code`` ("LDB-NNNN"); the thousands digit names th
 =========  ==========================================================
 LDB-1xxx   SQL: parsing, planning, unknown names, unsupported constructs
 LDB-2xxx   data: values that do not fit a source's schema
-LDB-3xxx   engine: connection/subscription state, internal faults
+LDB-3xxx   engine: connection/subscription state (3004: insert after finish), internal faults
 LDB-4xxx   connectors: files, Kafka, decoding
 LDB-5xxx   checkpoints and recovery
 LDB-6xxx   control plane: Raft, ownership, fencing, RPC

@@ -211,7 +211,8 @@ class Reactor:
         if node.kind != "source":
             raise NotQueryableError(f"{source!r} is a {node.kind}; insert() writes to sources only")
         if self.finished:
-            raise EngineError("the connection has finished (end of input); open a new connection to continue")
+            raise EngineError("the connection has finished (end of input); open a new connection to continue",
+                              code="LDB-3004")
         batch = to_batch(data, node.schema, node.not_null, source=node.name)
         return self.ingest(node, batch)
 
