@@ -88,7 +88,10 @@ def test_kill_leader_then_restart_all(raft_cluster: Callable[..., RaftCluster],
             idx = cluster.leader_index(probe)
             return idx + 1 if idx != old else None  # +1: index 0 is a valid leader
 
-        wait_until(new_leader, timeout=10, interval=0.02, what="a new leader")
+        try:
+            wait_until(new_leader, timeout=10, interval=0.02, what="a new leader")
+        except TimeoutError as e:  # keep the voters' own account for whoever reads the failure
+            raise TimeoutError(f"{e}\n{cluster.logs()}") from None
         elected_s = time.monotonic() - t_kill
         wait_until(lambda: any(t > t_kill for t, *_ in writer.acked[acked_before:]), timeout=10,
                    what="a commit after the kill")
