@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from laminardb.operators.group_aggregate import GroupAggregate, GroupRows
+from laminardb.operators.group_aggregate import END_OF_TIME, GroupAggregate, GroupRows
 from laminardb.sql.planner import QueryPlan
 
 _MERGEABLE = frozenset({"count_star", "count", "sum", "avg", "min", "max"})
@@ -70,10 +70,11 @@ class PartialState:
     def close(self, wm: int) -> pa.RecordBatch:
         """Partials of the windows the watermark closes (then forgotten here)."""
         agg = self.agg
-        if agg.window is None:
-            return _partials(agg, np.zeros(0, np.int64))
         live = agg.groups.live_slots()
-        closing = live[agg.groups.slot_win[live] + agg.window.size <= wm]
+        if agg.window is None:  # the whole input is the window: it closes at the end (finish)
+            closing = live if wm == END_OF_TIME else np.zeros(0, np.int64)
+        else:
+            closing = live[agg.groups.slot_win[live] + agg.window.size <= wm]
         out = _partials(agg, closing)
         if len(closing):
             agg._free(closing)

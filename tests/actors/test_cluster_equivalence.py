@@ -22,6 +22,7 @@ CREATE MATERIALIZED VIEW totals AS SELECT sym, count(*) AS n, avg(price) AS ap F
 CREATE STREAM changes AS SELECT sym, sum(qty) AS q FROM trades GROUP BY sym HAVING sum(qty) > 50;
 CREATE STREAM filtered AS SELECT ts, sym, price * qty AS notional FROM trades WHERE qty > 3;
 CREATE STREAM overall AS SELECT count(*) AS n, max(price) AS mx FROM trades;
+CREATE STREAM final_total AS SELECT count(*) AS n, sum(qty) AS q FROM trades EMIT FINAL;
 CREATE STREAM per_second AS SELECT window_start, count(*) AS n, avg(price) AS ap, min(qty) AS mq,
     sum(qty) AS q FROM trades GROUP BY tumble(ts, INTERVAL '1' SECOND);
 CREATE MATERIALIZED VIEW overall_view AS SELECT sum(qty) AS q, avg(price) AS ap FROM trades WHERE qty > 2;
@@ -31,7 +32,7 @@ CREATE STREAM late_bars AS SELECT sym, window_start, count(*) AS n FROM trades
     GROUP BY sym, tumble(ts, INTERVAL '500' MILLISECOND) LATE DATA TO late_rows;
 """
 STREAMS = ["bars", "hops", "sessions", "totals", "changes", "filtered", "overall", "per_second",
-           "overall_view", "distinct_all", "late_bars", "late_rows"]
+           "overall_view", "distinct_all", "final_total", "late_bars", "late_rows"]
 
 
 def _batches(seed: int = 7, n_batches: int = 25) -> list[pa.RecordBatch]:
