@@ -33,11 +33,11 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from laminardb.connectors._sinks import conform_to_sink
 from laminardb.connectors.exceptions import (
     FileFormatError,
     FileReadError,
     SinkClosedError,
-    SinkSchemaError,
     SinkWriteError,
     SourceFileNotFoundError,
 )
@@ -585,17 +585,3 @@ class FileSink:
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         return conform_to_sink(batch, self.schema, f"sink {self.path!r}")
 
-
-def conform_to_sink(data, schema: pa.Schema, what: str):
-    """A batch or table of a sink's stream, cast to the sink's schema (or a clear error)."""
-    if data.schema.equals(schema):
-        return data
-    if data.schema.names != schema.names:
-        msg = (f"{what} expects columns {schema.names}, got {data.schema.names}: write batches "
-               "of the stream the sink was created for")
-        raise SinkSchemaError(msg)
-    try:
-        return data.cast(schema)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        msg = f"{what}: batch types {data.schema.types} do not convert to {schema.types}: {exc}"
-        raise SinkSchemaError(msg) from exc
