@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from laminardb.connectors._decode import FORMATS, Decoder
-from laminardb.connectors._sinks import conform_to_sink, json_lines
+from laminardb.connectors._sinks import conform_to_sink
 from laminardb.connectors._watermarks import PartitionWatermarks
 from laminardb.connectors.exceptions import (
     KafkaConfigError,
@@ -47,6 +47,7 @@ from laminardb.connectors.exceptions import (
     SinkClosedError,
     SinkWriteError,
 )
+from laminardb.connectors.files import json_lines
 
 __all__ = ["KafkaSink", "KafkaSource"]
 
