@@ -191,7 +191,17 @@ class _ValueDomain:
         return pa.array(vals, type=pa.int64(), mask=mask).cast(t)
 
 
-class MinMaxAcc(Accumulator):
+class _ValueAcc(Accumulator):
+    """Accumulators whose result is one stored value per slot (``best``/``has``)."""
+
+    def raw(self, slots):
+        return self.best[slots], ~self.has[slots]
+
+    def to_arrow(self, vals, mask):
+        return self.domain.to_arrow(vals, mask if mask is not None else np.zeros(len(vals), np.bool_))
+
+
+class MinMaxAcc(_ValueAcc):
     _arrays = ("best", "has")
 
     def _init_arrays(self, capacity):
@@ -211,12 +221,6 @@ class MinMaxAcc(Accumulator):
         else:
             A.acc_minmax(slots, vals, valid, has_valid, self.best, self.has, self.is_max)
 
-    def raw(self, slots):
-        return self.best[slots], ~self.has[slots]
-
-    def to_arrow(self, vals, mask):
-        return self.domain.to_arrow(vals, mask if mask is not None else np.zeros(len(vals), np.bool_))
-
     def merge(self, dst, src):
         if not self.has[src]:
             return
@@ -234,7 +238,7 @@ class MinMaxAcc(Accumulator):
             self.best[dst] = self.best[src]
 
 
-class FirstLastAcc(Accumulator):
+class FirstLastAcc(_ValueAcc):
     _arrays = ("best", "best_ts", "best_seq", "has")
 
     def _init_arrays(self, capacity):
@@ -252,12 +256,6 @@ class FirstLastAcc(Accumulator):
             slots, vals, valid, has_valid, ts, seqs, self.best, self.best_ts, self.best_seq,
             self.has, self.is_last,
         )
-
-    def raw(self, slots):
-        return self.best[slots], ~self.has[slots]
-
-    def to_arrow(self, vals, mask):
-        return self.domain.to_arrow(vals, mask if mask is not None else np.zeros(len(vals), np.bool_))
 
     def merge(self, dst, src):
         if not self.has[src]:
@@ -336,6 +334,18 @@ _ACCUMULATORS: dict[str, type[Accumulator]] = {
     "last_value": FirstLastAcc,
     "count_distinct": DistinctCountAcc,
 }
+
+
+def fold(rows: Accumulator, accs: list[Accumulator], slots: np.ndarray, args: list[pa.Array | None],
+         take: np.ndarray | None, weights: np.ndarray, ts: np.ndarray, seqs: np.ndarray) -> None:
+    """Fold one batch into the hidden row count and every aggregate. ``take`` picks the
+    argument rows behind ``slots`` (window expansion, late rows dropped); None: all, in order."""
+    idx = None if take is None else pa.array(take)
+    rows.update(slots, None, weights, ts, seqs)
+    for acc, arr in zip(accs, args, strict=True):
+        if arr is not None and idx is not None:
+            arr = arr.take(idx)
+        acc.update(slots, arr, weights, ts, seqs)
 
 
 def make_accumulator(spec: AggSpec, capacity: int) -> Accumulator:

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from laminardb.operators import _kernels as K
 from laminardb.operators._interner import GroupTable, Interner
-from laminardb.operators.aggregates import AggSpec, CountAcc, make_accumulator
+from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulator
 
 EmitMode = Literal["changes", "close"]
 NO_WATERMARK = np.iinfo(np.int64).min
@@ -161,14 +161,9 @@ class GroupAggregate:
         ts_rows = None if ts is None else (ts if rows is None else ts[rows])
         if ts_rows is None:
             ts_rows = np.zeros(len(slots), dtype=np.int64)
-        idx = None if rows is None else pa.array(rows)
         # arrival order of the original rows (hop expands a row into several windows)
         seqs = self._seq + (rows if rows is not None else np.arange(len(slots), dtype=np.int64))
-        self.rows.update(slots, None, w, ts_rows, seqs)
-        for acc, arr in zip(self.accs, args, strict=True):
-            if arr is not None and idx is not None:
-                arr = arr.take(idx)
-            acc.update(slots, arr, w, ts_rows, seqs)
+        fold(self.rows, self.accs, slots, args, rows, w, ts_rows, seqs)
         self._seq += n
 
         if self.emit != "changes":

@@ -16,7 +16,7 @@ import pyarrow as pa
 from numba import njit
 
 from laminardb.operators._interner import Interner
-from laminardb.operators.aggregates import AggSpec, CountAcc, make_accumulator
+from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulator
 from laminardb.operators.group_aggregate import END_OF_TIME, EmitMode, GroupRows, group_schema
 
 _INITIAL = 1024
@@ -175,13 +175,8 @@ class SessionAggregate:
         else:
             ts_ok = ts
             w = np.ones(n, np.int64)
-        take = pa.array(idx) if idx is not None else None
         seqs = self._seq + (idx if idx is not None else np.arange(n, dtype=np.int64))
-        self.rows.update(slots, None, w, ts_ok, seqs)
-        for acc, arr in zip(self.accs, args, strict=True):
-            if arr is not None and take is not None:
-                arr = arr.take(take)
-            acc.update(slots, arr, w, ts_ok, seqs)
+        fold(self.rows, self.accs, slots, args, idx, w, ts_ok, seqs)
         self._seq += n
         if n_merge:
             gone = merge_src[:n_merge]

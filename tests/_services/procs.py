@@ -1,8 +1,8 @@
 """Process and port utilities shared by the service starters.
 
 Entry points: :func:`free_port`, :func:`repo_env` (environment for child Python processes),
-:func:`wait_until` (the bounded wait every test uses), :func:`kill_proc` and
-:func:`pids_with_arg`.
+:func:`wait_until` (the bounded wait every test uses), :func:`kill_proc`,
+:func:`pids_with_arg` and :func:`port_busy`.
 """
 
 from __future__ import annotations
@@ -90,3 +90,13 @@ def pids_with_arg(marker: str) -> list[int]:
         except OSError:
             continue
     return out
+
+
+def port_busy(port: int) -> bool:
+    """Whether a TCP port on loopback is taken (bind fails)."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False

@@ -12,8 +12,10 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, configure_logging=False)
+def ray_local(request):
+    """A local Ray for one module; the module may set ``RAY_CPUS`` (default 3)."""
+    ray.init(num_cpus=getattr(request.module, "RAY_CPUS", 3), include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 

@@ -18,11 +18,7 @@ from tests._services.fixtures import kafka_broker  # noqa: F401
 ray = pytest.importorskip("ray")
 
 
-@pytest.fixture(scope="module")
-def ray_local():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    yield
-    ray.shutdown()
+RAY_CPUS = 2  # read by the ray_local fixture (tests/actors/conftest.py)
 
 
 def _produce(bootstrap: str, topic: str, partitions: int, rows: list[dict], bad: list[bytes]) -> None:

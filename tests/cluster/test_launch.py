@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,18 +20,9 @@ from laminardb.raft.launch import (
     running_voters,
     stop_voters,
 )
-from tests._services.procs import free_port, repo_env, wait_until
+from tests._services.procs import free_port, port_busy, repo_env, wait_until
 
 pytestmark = pytest.mark.integration
-
-
-def _busy(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
 
 
 def _base_port(n: int = 3) -> int:
@@ -40,7 +30,7 @@ def _base_port(n: int = 3) -> int:
     for _ in range(200):
         base = free_port()
         if base + 100 + n < 65535 and not any(
-                _busy(base + off + i) for off in (0, 100) for i in range(1, n + 1)):
+                port_busy(base + off + i) for off in (0, 100) for i in range(1, n + 1)):
             return base
     raise RuntimeError("no free port range")
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests._services.procs import REPO_ROOT, free_port, pids_with_arg
+from tests._services.procs import REPO_ROOT, free_port, pids_with_arg, port_busy
 
 pytestmark = pytest.mark.integration
 
@@ -264,7 +264,7 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
     ray_temp = tempfile.mkdtemp(prefix="ldbray-", dir="/tmp")
     name = f"laminardb-test-{secrets.token_hex(4)}"
     base_port = free_port()
-    while base_port > 65000 or any(_port_busy(base_port + o) for o in (1, 2, 3, 101, 102, 103)):
+    while base_port > 65000 or any(port_busy(base_port + o) for o in (1, 2, 3, 101, 102, 103)):
         base_port = free_port()
     ray_port = free_port()
     cfg_path = tmp_path / "local.yaml"
@@ -335,12 +335,3 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
     assert not _our_ray_processes(ray_temp, ray_port), "Ray processes of this run survived"
 
 
-def _port_busy(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
