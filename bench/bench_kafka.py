@@ -4,14 +4,17 @@ Run from the repository root:
 
     .venv/bin/python bench/bench_kafka.py                  # 1M JSON trade messages
     .venv/bin/python bench/bench_kafka.py --rows 200000 --format msgpack
+    .venv/bin/python bench/bench_kafka.py --fetchers raw   # skip the slow kafka-python consumer
 
 Steps: start Tansu on a free loopback port; produce N trade messages (``{"ts", "sym",
-"price"}``, 1,000 symbols) to a topic with ``--partitions`` partitions (not timed); then time
-a fresh :class:`KafkaSource` (offset_reset earliest) calling ``poll()`` until all N rows are
-back as Arrow batches, and check the row count and the sum of ``ts``. Also times the decoder
-alone over the same message values (no broker), to split the cost between kafka-python's
-fetch/record parsing and laminardb's decoding; and KafkaSink write+flush of the same rows.
-The last stdout line is ``BENCH_JSON {...}``.
+"price"}``, 1,000 symbols) to a topic with ``--partitions`` partitions (not timed); then, for
+each fetcher (``raw``: laminardb's Fetch requests + numba record parser, the default;
+``consumer``: kafka-python's ``KafkaConsumer.poll``, the path before it), time a fresh
+:class:`KafkaSource` (offset_reset earliest) calling ``poll()`` until all N rows are back as
+Arrow batches (best of ``--repeat``), and check the row count and the sum of ``ts``. Also
+times the decoder alone over the same message values (no broker), to split the cost between
+fetching/record parsing and decoding; and KafkaSink write+flush of the same rows. The last
+stdout line is ``BENCH_JSON {...}``.
 """
 
 from __future__ import annotations
@@ -52,12 +55,39 @@ def encode(table: pa.Table, fmt: str) -> list[bytes]:
     return [msgpack.packb(r) for r in table.to_pylist()]
 
 
+def consume_once(bootstrap: str, args: argparse.Namespace, fetcher: str, n: int,
+                 want_ts: int) -> tuple[float, int, int | None]:
+    """A fresh source reads all n rows: (seconds, polls, final watermark); checks the rows."""
+    src = KafkaSource(name="trades", schema=SCHEMA, time_col="ts", delay_ticks=100,
+                      options={"brokers": bootstrap, "topic": "trades", "format": args.format,
+                               "offset_reset": "earliest", "fetcher": fetcher,
+                               "max_poll_records": str(args.max_poll_records)})
+    assert src.fetcher == fetcher, f"asked for fetcher {fetcher!r}, got {src.fetcher!r}"
+    got, ts_sum, polls, wm = 0, 0, 0, None
+    deadline = time.monotonic() + 600
+    t0 = time.perf_counter()
+    while got < n and time.monotonic() < deadline:
+        batch, wm = src.poll(timeout_ms=500)
+        polls += 1
+        if batch is not None:
+            got += batch.num_rows
+            ts_sum += int(pa.compute.sum(batch.column("ts")).as_py())
+    seconds = time.perf_counter() - t0
+    src.close()
+    assert got == n, f"{fetcher}: got {got} of {n} rows"
+    assert ts_sum == want_ts, f"{fetcher}: wrong sum of ts"
+    return seconds, polls, wm
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--format", choices=["json", "msgpack"], default="json")
     ap.add_argument("--max-poll-records", type=int, default=65536)
+    ap.add_argument("--fetchers", default="raw,consumer",
+                    help="comma-separated KafkaSource fetchers to time (raw, consumer)")
+    ap.add_argument("--repeat", type=int, default=2, help="consume runs per fetcher (best)")
     ap.add_argument("--no-sink", action="store_true", help="skip the sink measurement")
     args = ap.parse_args()
     n = args.rows
@@ -99,25 +129,16 @@ def main() -> None:
         produce_s = time.perf_counter() - t0
         print(f"produce (untimed): {n / produce_s:>12,.0f} events/s  ({produce_s:.2f} s)")
 
-        src = KafkaSource(name="trades", schema=SCHEMA, time_col="ts", delay_ticks=100,
-                          options={"brokers": broker.bootstrap, "topic": "trades",
-                                   "format": args.format, "offset_reset": "earliest",
-                                   "max_poll_records": str(args.max_poll_records)})
-        got, ts_sum, polls, wm = 0, 0, 0, None
-        deadline = time.monotonic() + 600
-        t0 = time.perf_counter()
-        while got < n and time.monotonic() < deadline:
-            batch, wm = src.poll(timeout_ms=500)
-            polls += 1
-            if batch is not None:
-                got += batch.num_rows
-                ts_sum += int(pa.compute.sum(batch.column("ts")).as_py())
-        consume_s = time.perf_counter() - t0
-        src.close()
-        assert got == n, f"got {got} of {n} rows"
-        assert ts_sum == int(pa.compute.sum(table.column("ts")).as_py())
-        print(f"consume+decode:    {n / consume_s:>12,.0f} events/s  ({consume_s:.2f} s, "
-              f"{polls} polls, {n / polls:,.0f} rows/poll, watermark {wm})")
+        want_ts = int(pa.compute.sum(table.column("ts")).as_py())
+        consume: dict[str, float] = {}
+        for fetcher in [f.strip() for f in args.fetchers.split(",") if f.strip()]:
+            for _ in range(max(1, args.repeat)):
+                s, polls, wm = consume_once(broker.bootstrap, args, fetcher, n, want_ts)
+                consume[fetcher] = min(consume.get(fetcher, s), s)
+                print(f"consume+decode ({fetcher}): {n / s:>10,.0f} events/s  ({s:.2f} s, "
+                      f"{polls} polls, {n / polls:,.0f} rows/poll, watermark {wm})")
+        if "raw" in consume and "consumer" in consume:
+            print(f"raw / consumer:    {consume['consumer'] / consume['raw']:>12.1f}x")
 
         sink_s = None
         if not args.no_sink:
@@ -135,7 +156,8 @@ def main() -> None:
     print("BENCH_JSON " + json.dumps({
         "rows": n, "format": args.format, "partitions": args.partitions,
         "bytes_per_msg": size / n, "decode_eps": n / decode_s,
-        "consume_decode_eps": n / consume_s, "produce_eps": n / produce_s,
+        "consume_decode_eps": {f: n / s for f, s in consume.items()},
+        "produce_eps": n / produce_s,
         "sink_eps": None if sink_s is None else n / sink_s}))
 
 

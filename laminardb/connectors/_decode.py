@@ -1,11 +1,14 @@
 """Decoding Kafka message values (JSON, CSV, msgpack, raw) into Arrow rows of a source's schema.
 
 Entry point: :class:`Decoder` (``Decoder(fmt, schema, key_column, time_column).decode(values,
-keys)`` → :class:`Decoded`). One call decodes all messages of one poll at once:
+keys)`` → :class:`Decoded`). Values and keys are Arrow binary arrays (what the Kafka fetch
+path builds, :mod:`laminardb.connectors._kafka_records`) or lists of bytes. One call decodes
+all messages of one poll at once:
 
-* JSON: the values joined with newlines go through ``pyarrow.json.read_json`` with an explicit
-  schema; CSV likewise through ``pyarrow.csv``; raw: one Arrow cast. msgpack unpacks per
-  message (C) and builds each column with one ``pa.array`` call.
+* JSON: the values joined with newlines (one Arrow ``binary_join``, no Python per message) go
+  through ``pyarrow.json.read_json`` with an explicit schema; CSV likewise through
+  ``pyarrow.csv``; raw: one Arrow cast. msgpack unpacks per message (C) and builds each column
+  with one ``pa.array`` call.
 * Then the shared, vectorized conversion of :mod:`laminardb.connectors.files` turns the parsed
   columns into the schema's types (ISO-8601 text or integer epoch ms for TIMESTAMP columns)
   and flags values that do not fit and NULLs in NOT NULL columns (the event-time column counts
@@ -19,7 +22,6 @@ and for the O(1)-per-message work of collecting values and keys.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -58,9 +60,39 @@ class _ParseError(Exception):
     """A chunk does not parse to exactly one row per message."""
 
 
-def _text_or_bytes(values: list[Any], target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+Messages = pa.Array | Sequence[bytes | None]
+
+
+def _binary(values: Messages | None, n: int) -> pa.Array:
+    """Message bytes as a ``binary`` array (None → all NULL; a poll's values stay < 2 GiB)."""
+    if values is None:
+        return pa.nulls(n, pa.binary())
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values if values.type == pa.binary() else values.cast(pa.binary())
+    return pa.array(values, pa.binary())
+
+
+def _join(vals: pa.Array, sep: bytes, end: bytes = b"") -> pa.Buffer:
+    """The values joined with ``sep`` (plus ``end``) as one buffer: one Arrow kernel call."""
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(vals)], pa.int32()), vals),
+                            sep)[0].as_buffer()
+    return pa.py_buffer(joined.to_pybytes() + end) if end else joined
+
+
+def _count(data: pa.Buffer, byte: int) -> int:
+    return int(np.count_nonzero(np.frombuffer(data, np.uint8) == byte))
+
+
+def _blank_newlines(vals: pa.Array) -> pa.Array:
+    """Pretty-printed messages: newlines inside a value become blanks (as JSON/CSV allow)."""
+    return pc.replace_substring(pc.replace_substring(vals, b"\n", b" "), b"\r", b" ")
+
+
+def _text_or_bytes(values: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
     """Message bytes (or None) → ``target``; returns (array, bad) with bad marking misfits."""
-    raw = pa.array(values, pa.binary())
+    raw = _binary(values, len(values))
     bad = np.zeros(len(values), bool)
     if pa.types.is_binary(target) or pa.types.is_large_binary(target):
         return raw.cast(target), bad
@@ -68,7 +100,7 @@ def _text_or_bytes(values: list[Any], target: pa.DataType) -> tuple[pa.Array, np
         text = raw.cast(pa.string())
     except pa.ArrowInvalid:  # error path: invalid UTF-8 somewhere
         out = []
-        for i, v in enumerate(values):
+        for i, v in enumerate(raw.to_pylist()):
             try:
                 out.append(None if v is None else bytes(v).decode("utf-8"))
             except UnicodeDecodeError:
@@ -113,28 +145,28 @@ class Decoder:
 
     # -- entry point ------------------------------------------------------------------------
 
-    def decode(self, values: Sequence[bytes | None], keys: Sequence[bytes | None]) -> Decoded:
-        """Decode message ``values`` (and ``keys`` for the key column) into schema rows."""
+    def decode(self, values: Messages, keys: Messages | None = None) -> Decoded:
+        """Decode message ``values`` (and ``keys`` for the key column) into schema rows;
+        both are Arrow binary arrays or lists of bytes, None standing for a missing value."""
         n = len(values)
+        vals = _binary(values, n)
         rejected: list[tuple[int, str]] = []
-        if all(values):
+        present = pc.fill_null(pc.greater(pc.binary_length(vals), 0), False)
+        if pc.all(present).as_py():
             idx = np.arange(n, dtype=np.int64)
-            vals: list[bytes] = list(values)  # type: ignore[arg-type]  # all truthy
         else:  # tombstones and empty messages carry no row
-            idx_list = []
-            for i, v in enumerate(values):
-                if v:
-                    idx_list.append(i)
-                else:
-                    rejected.append((i, "the message has no value (empty or tombstone)"))
-            idx = np.array(idx_list, np.int64)
-            vals = [values[i] for i in idx_list]  # type: ignore[misc]
+            ok = present.to_numpy(zero_copy_only=False)
+            idx = np.flatnonzero(ok).astype(np.int64)
+            rejected += [(int(i), "the message has no value (empty or tombstone)")
+                         for i in np.flatnonzero(~ok)]
+            vals = vals.filter(present)
         pieces: list[tuple[pa.Table, np.ndarray]] = []
-        if vals:
+        if len(vals):
+            key_col = None if self.key_column is None else _binary(keys, n)
             parse = {"json": self._json, "csv": self._csv, "msgpack": self._msgpack,
                      "raw": self._raw}[self.fmt]
             for table, pos in parse(vals, 0, rejected, idx):
-                pieces.append(self._finish(table, idx[pos], keys, rejected))
+                pieces.append(self._finish(table, idx[pos], key_col, rejected))
         pieces = [(t, p) for t, p in pieces if t.num_rows]
         rejected.sort()
         if not pieces:
@@ -144,12 +176,12 @@ class Decoder:
         return Decoded(pa.concat_tables([t for t, _ in pieces]),
                        np.concatenate([p for _, p in pieces]), rejected)
 
-    def _finish(self, table: pa.Table, positions: np.ndarray, keys: Sequence[bytes | None],
+    def _finish(self, table: pa.Table, positions: np.ndarray, keys: pa.Array | None,
                 rejected: list[tuple[int, str]]) -> tuple[pa.Table, np.ndarray]:
         """Add the key column, convert to the schema, move misfits to ``rejected``."""
-        if self.key_column is not None:
+        if self.key_column is not None and keys is not None:
             target = self.schema.field(self.key_column).type
-            col, bad = _text_or_bytes([keys[i] for i in positions], target)
+            col, bad = _text_or_bytes(keys.take(pa.array(positions)), target)
             for j in np.flatnonzero(bad):
                 rejected.append((int(positions[j]), f"column {self.key_column!r}: the message "
                                  f"key is not a valid {type_name(target)}"))
@@ -169,19 +201,19 @@ class Decoder:
 
     # -- formats: each yields (table with any column types, row → index into ``vals``) ------
 
-    def _json(self, vals: list[bytes], base: int, rejected: list[tuple[int, str]],
+    def _json(self, vals: pa.Array, base: int, rejected: list[tuple[int, str]],
               idx: np.ndarray) -> Any:
-        data = b"\n".join(vals)
-        if data.count(b"\n") != len(vals) - 1:  # pretty-printed messages: newlines are blanks
-            vals = [v.replace(b"\n", b" ").replace(b"\r", b" ") for v in vals]
-            data = b"\n".join(vals)
+        data = _join(vals, b"\n")
+        if _count(data, 10) != len(vals) - 1:  # pretty-printed messages: newlines are blanks
+            vals = _blank_newlines(vals)
+            data = _join(vals, b"\n")
         yield from self._json_chunk(vals, data, base, rejected, idx)
 
-    def _json_parse(self, data: bytes, rows: int) -> pa.Table:
+    def _json_parse(self, data: pa.Buffer, rows: int) -> pa.Table:
         error: Exception | None = None
         for k, opts in enumerate(self._json_modes):
             try:
-                table = pajson.read_json(io.BytesIO(data), parse_options=opts,
+                table = pajson.read_json(pa.BufferReader(data), parse_options=opts,
                                          read_options=pajson.ReadOptions(
                                              use_threads=False,
                                              block_size=max(len(data) + 1, _MIN_BLOCK)))
@@ -197,7 +229,7 @@ class Decoder:
         assert error is not None
         raise error
 
-    def _json_chunk(self, vals: list[bytes], data: bytes, base: int,
+    def _json_chunk(self, vals: pa.Array, data: pa.Buffer, base: int,
                     rejected: list[tuple[int, str]], idx: np.ndarray) -> Any:
         try:
             table = self._json_parse(data, len(vals))
@@ -209,19 +241,19 @@ class Decoder:
                 return
             mid = len(vals) // 2
             for part, start in ((vals[:mid], base), (vals[mid:], base + mid)):
-                yield from self._json_chunk(part, b"\n".join(part), start, rejected, idx)
+                yield from self._json_chunk(part, _join(part, b"\n"), start, rejected, idx)
             return
         yield table, np.arange(base, base + len(vals), dtype=np.int64)
 
-    def _csv(self, vals: list[bytes], base: int, rejected: list[tuple[int, str]],
+    def _csv(self, vals: pa.Array, base: int, rejected: list[tuple[int, str]],
              idx: np.ndarray) -> Any:
-        data = b"\n".join(vals)
-        if data.count(b"\n") != len(vals) - 1:
-            vals = [v.replace(b"\n", b" ").replace(b"\r", b" ") for v in vals]
-            data = b"\n".join(vals)
-        yield from self._csv_chunk(vals, data + b"\n", base, rejected, idx)
+        data = _join(vals, b"\n", b"\n")
+        if _count(data, 10) != len(vals):
+            vals = _blank_newlines(vals)
+            data = _join(vals, b"\n", b"\n")
+        yield from self._csv_chunk(vals, data, base, rejected, idx)
 
-    def _csv_chunk(self, vals: list[bytes], data: bytes, base: int,
+    def _csv_chunk(self, vals: pa.Array, data: pa.Buffer, base: int,
                    rejected: list[tuple[int, str]], idx: np.ndarray) -> Any:
         names = [f.name for f in self.value_fields]
         invalid: list[tuple[int, str]] = []
@@ -233,7 +265,7 @@ class Decoder:
 
         try:
             table = pacsv.read_csv(
-                io.BytesIO(data),
+                pa.BufferReader(data),
                 read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
                                                block_size=max(len(data) + 1, _MIN_BLOCK)),
                 parse_options=pacsv.ParseOptions(invalid_row_handler=on_invalid,
@@ -250,7 +282,8 @@ class Decoder:
                 return
             mid = len(vals) // 2
             for part, start in ((vals[:mid], base), (vals[mid:], base + mid)):
-                yield from self._csv_chunk(part, b"\n".join(part) + b"\n", start, rejected, idx)
+                yield from self._csv_chunk(part, _join(part, b"\n", b"\n"), start, rejected,
+                                           idx)
             return
         keep = np.arange(len(vals), dtype=np.int64)
         if invalid:
@@ -258,11 +291,11 @@ class Decoder:
             keep = np.delete(keep, [i for i, _ in invalid])
         yield table, keep + base
 
-    def _msgpack(self, vals: list[bytes], base: int, rejected: list[tuple[int, str]],
+    def _msgpack(self, vals: pa.Array, base: int, rejected: list[tuple[int, str]],
                  idx: np.ndarray) -> Any:
         rows: list[dict[str, Any]] = []
         pos: list[int] = []
-        for i, v in enumerate(vals):
+        for i, v in enumerate(vals.to_pylist()):
             try:
                 # raw=False: text as str; strict_map_key: only str/bytes keys; size limits
                 # default to the message length, so a hostile length prefix cannot balloon.
@@ -294,7 +327,7 @@ class Decoder:
             table, positions = table.take(keep), positions[keep]
         yield table, positions
 
-    def _raw(self, vals: list[bytes], base: int, rejected: list[tuple[int, str]],
+    def _raw(self, vals: pa.Array, base: int, rejected: list[tuple[int, str]],
              idx: np.ndarray) -> Any:
         (f,) = self.value_fields
         col, bad = _text_or_bytes(vals, f.type)

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-__all__ = ["CorruptBatchError", "Records", "parse_records"]
+__all__ = ["CorruptBatchError", "Records", "parse_records", "warm_up"]
 
 _HEADER = 61  # v2 batch header bytes: records start here
 _LOG_OVERHEAD = 12  # baseOffset int64 + batchLength int32: batchLength counts what follows
@@ -179,9 +179,7 @@ def _gather(buf, pos, lens, n):
         ln = lens[i]
         valid[i] = ln >= 0
         if ln > 0:
-            s = pos[i]
-            for j in range(ln):
-                data[o + j] = buf[s + j]
+            data[o:o + ln] = buf[pos[i]:pos[i] + ln]
             o += ln
     offs[n] = o
     return offs, data, valid
@@ -322,3 +320,14 @@ def parse_records(data: bytes | memoryview | None, fetch_offset: int, *,
         keys = pa.concat_arrays([p[2] for p in parts])
         values = pa.concat_arrays([p[3] for p in parts])
     return Records(offsets, ts, keys, values, next_offset, partial)
+
+
+def warm_up() -> None:
+    """Load (or compile, the first time on a machine) the kernels with the argument types
+    :func:`parse_records` uses, so the first fetch does not pay for it."""
+    one = np.zeros(1, np.int64)
+    meta = np.zeros((1, 9), np.int64)
+    buf = np.frombuffer(b"\0", np.uint8)  # read-only, as fetched bytes: its own signature
+    _scan(buf)
+    _records_of(buf, one, one, meta, 0)
+    _gather(buf, one, one.copy(), 1)

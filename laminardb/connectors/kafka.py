@@ -4,9 +4,16 @@ watermarks) and :class:`KafkaSink` (produce a stream's rows as messages).
 The source never joins a consumer group: it ``assign()`` s the partitions it is given (in Delta
 mode, those of the vnodes its actor owns) and positions itself from ``start_offsets`` (a
 checkpoint) or ``offset_reset``; offsets are never committed to Kafka, checkpoints hold them.
-Each :meth:`KafkaSource.poll` drains what the consumer has (up to ``max_poll_records``),
+Each :meth:`KafkaSource.poll` drains what has been fetched (up to ``max_poll_records``),
 decodes it in one vectorized pass (:mod:`laminardb.connectors._decode`) and returns one
 ``RecordBatch`` plus the watermark candidate (:mod:`laminardb.connectors._watermarks`).
+
+Fetching (option ``fetcher``): ``raw`` (default) sends Fetch requests over kafka-python's
+connections and parses the record batches in numba into Arrow arrays
+(:mod:`laminardb.connectors._kafka_fetch`, :mod:`laminardb.connectors._kafka_records`):
+~10× kafka-python's consumer, which builds one Python object per message. ``consumer`` uses
+``KafkaConsumer.poll``; it is also what ``raw`` falls back to with kafka-python < 3 or
+``kafka.isolation_level = 'read_committed'``.
 Messages that do not decode go to the dead-letter topic (default ``<topic>.dlq``) with their
 original key and value and headers ``laminardb.error``, ``laminardb.source``,
 ``laminardb.topic``, ``laminardb.partition``, ``laminardb.offset``; they never raise.
@@ -39,6 +46,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from laminardb.connectors._decode import FORMATS, Decoder
+from laminardb.connectors._kafka_fetch import RawFetcher, raw_fetch_supported
 from laminardb.connectors._sinks import conform_to_sink
 from laminardb.connectors._watermarks import PartitionWatermarks
 from laminardb.connectors.exceptions import (
@@ -150,7 +158,8 @@ class KafkaSource:
             ``offset_reset`` (earliest | latest, default latest), ``key`` (column filled from
             the message key), ``dead_letter_topic`` (default ``<topic>.dlq``),
             ``idle_timeout_ms`` (5000), ``max_poll_records`` (65536), ``partitions`` (count
-            used when the topic does not exist and is created), ``kafka.*`` (passed to
+            used when the topic does not exist and is created), ``fetcher`` (raw |
+            consumer, default raw: see the module docs), ``kafka.*`` (passed to
             kafka-python's ``KafkaConsumer``, dots as underscores).
         time_col: the event-time column (BIGINT ms, TIMESTAMP(3), TIMESTAMP(6)) or None.
         delay_ticks: the WATERMARK delay in ticks of ``time_col``.
@@ -177,6 +186,10 @@ class KafkaSource:
         idle = _int_option(options, "idle_timeout_ms", _DEFAULT_IDLE_TIMEOUT_MS)
         if fmt not in FORMATS:
             msg = f"source {name!r}: format {fmt!r} is not supported; use one of {', '.join(FORMATS)}"
+            raise KafkaConfigError(msg)
+        fetcher = str(options.get("fetcher", "raw")).lower()
+        if fetcher not in ("raw", "consumer"):
+            msg = f"source {name!r}: fetcher must be 'raw' or 'consumer', not {fetcher!r}"
             raise KafkaConfigError(msg)
         if reset not in ("earliest", "latest"):
             msg = f"source {name!r}: offset_reset must be 'earliest' or 'latest', not {reset!r}"
@@ -231,11 +244,17 @@ class KafkaSource:
                     self._consumer.seek_to_beginning(tp)
                 else:
                     self._consumer.seek_to_end(tp)
-            for tp in self._tps.values():  # resolve now: "latest" means when the source opened
-                self._consumer.position(tp)
+            # resolve now: "latest" means when the source opened
+            start = {p: int(self._consumer.position(tp)) for p, tp in self._tps.items()}
         except KafkaError as exc:
             self._consumer.close()
             raise _unavailable(self.brokers, exc) from exc
+        self._raw: RawFetcher | None = None
+        committed = str(self._passthrough.get("isolation_level", "")) == "read_committed"
+        if fetcher == "raw" and not committed and raw_fetch_supported(self._consumer):
+            self._raw = RawFetcher(self._consumer, self.topic, start, reset=reset,
+                                   config=self._consumer.config, explicit=set(self._passthrough))
+        self.fetcher = "raw" if self._raw is not None else "consumer"
         self._watermarks = PartitionWatermarks(self._tps, delay_ticks=delay_ticks,
                                                idle_timeout_ms=idle)
 
@@ -266,10 +285,26 @@ class KafkaSource:
             return self._poll(timeout_ms)
 
     def _poll(self, timeout_ms: int) -> tuple[pa.RecordBatch | None, int | None]:
+        if self._raw is None:
+            return self._deliver(*self._poll_consumer(timeout_ms))
+        chunks = self._raw.poll(timeout_ms, self.max_poll_records)
+        if len(chunks) == 1:
+            (p, r), = chunks
+            return self._deliver([p], [len(r)], r.offsets, r.values, r.keys)
+        return self._deliver(
+            [p for p, _ in chunks], [len(r) for _, r in chunks],
+            np.concatenate([r.offsets for _, r in chunks]) if chunks else np.empty(0, np.int64),
+            pa.concat_arrays([r.values for _, r in chunks]) if chunks else [],
+            pa.concat_arrays([r.keys for _, r in chunks]) if chunks else [])
+
+    def _poll_consumer(self, timeout_ms: int) -> tuple[list[int], list[int], np.ndarray,
+                                                       list[Any], list[Any]]:
+        """kafka-python's ``KafkaConsumer.poll`` (option ``fetcher = 'consumer'``)."""
         left = self.max_poll_records
         chunks: list[tuple[int, list[Any]]] = []
         values: list[Any] = []
         keys: list[Any] = []
+        offsets: list[int] = []
         counts = []
         with _no_cyclic_gc():
             fetched = self._consumer.poll(timeout_ms=timeout_ms, max_records=left)
@@ -283,14 +318,22 @@ class KafkaSource:
             for _, recs in chunks:
                 values += [r.value for r in recs]
                 keys += [r.key for r in recs]
+                offsets += [r.offset for r in recs]
                 counts.append(len(recs))
-        self._just_polled = {p for p, recs in chunks if recs}
-        if not chunks:
+        return ([p for p, _ in chunks], counts, np.array(offsets, np.int64), values, keys)
+
+    def _deliver(self, partitions: list[int], counts: list[int], offsets: np.ndarray,
+                 values: pa.Array | list[Any], keys: pa.Array | list[Any],
+                 ) -> tuple[pa.RecordBatch | None, int | None]:
+        """Decode one poll's messages (``counts[i]`` from ``partitions[i]``), dead-letter the
+        bad ones, advance the watermarks."""
+        self._just_polled = {p for p, c in zip(partitions, counts, strict=True) if c}
+        if not partitions:
             return None, self._watermarks.current()
-        parts = np.repeat(np.array([p for p, _ in chunks], np.int64), counts)
-        out = self._decoder.decode(values, keys)
+        parts = np.repeat(np.array(partitions, np.int64), counts)
+        out = self._decoder.decode(values, keys if self._decoder.key_column else None)
         if out.rejected:
-            self._dead_letter(out.rejected, chunks, values, keys)
+            self._dead_letter(out.rejected, parts, offsets, values, keys)
         self.decoded += out.table.num_rows
         self._advance(out.table, parts[out.positions], parts)
         wm = self._watermarks.current()
@@ -313,12 +356,15 @@ class KafkaSource:
                     top = int(mine.max())
             self._watermarks.seen(p, max_event_time=top)
 
-    def _dead_letter(self, rejected: list[tuple[int, str]], chunks: list[tuple[int, list[Any]]],
-                     values: list[Any], keys: list[Any]) -> None:
+    def _dead_letter(self, rejected: list[tuple[int, str]], parts: np.ndarray,
+                     offsets: np.ndarray, values: pa.Array | list[Any],
+                     keys: pa.Array | list[Any]) -> None:
         from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
-        starts = np.cumsum([0] + [len(r) for _, r in chunks])
+        def item(xs: pa.Array | list[Any], i: int) -> Any:
+            return xs[i].as_py() if isinstance(xs, pa.Array) else xs[i]
+
         self.dead_lettered += len(rejected)
         try:
             if self._dlq is None:
@@ -326,15 +372,13 @@ class KafkaSource:
                                           linger_ms=_LINGER_MS,
                                           client_id=f"laminardb-{self.name}-dlq")
             for i, error in rejected:
-                c = int(np.searchsorted(starts, i, side="right")) - 1
-                partition, rec = chunks[c][0], chunks[c][1][i - int(starts[c])]
                 headers = [("laminardb.error", error.encode()),
                            ("laminardb.source", self.name.encode()),
                            ("laminardb.topic", self.topic.encode()),
-                           ("laminardb.partition", str(partition).encode()),
-                           ("laminardb.offset", str(rec.offset).encode())]
-                self._dlq.send(self.dead_letter_topic, value=values[i], key=keys[i],
-                               headers=headers)
+                           ("laminardb.partition", str(int(parts[i])).encode()),
+                           ("laminardb.offset", str(int(offsets[i])).encode())]
+                self._dlq.send(self.dead_letter_topic, value=item(values, i),
+                               key=item(keys, i), headers=headers)
             self._dlq.flush(timeout=_DLQ_FLUSH_TIMEOUT_S)
         except KafkaError:  # the data is bad, not the pipeline: count and go on
             self.dead_letter_failures += len(rejected)
@@ -346,6 +390,8 @@ class KafkaSource:
     def positions(self) -> dict[int, int]:
         """Next offset per assigned partition (what a checkpoint stores)."""
         with self._lock:
+            if self._raw is not None:
+                return self._raw.positions()
             return {p: int(self._consumer.position(tp)) for p, tp in self._tps.items()}
 
     def partition_watermarks(self) -> dict[int, tuple[int | None, bool]]:
@@ -363,9 +409,10 @@ class KafkaSource:
             if self._closed:
                 return 0
             ends = self._consumer.end_offsets(list(self._tps.values()))
+            positions = self.positions()
             total = 0
             for p, tp in self._tps.items():
-                behind = max(0, int(ends.get(tp, 0) or 0) - int(self._consumer.position(tp)))
+                behind = max(0, int(ends.get(tp, 0) or 0) - positions[p])
                 total += max(behind, 1 if p in self._just_polled else 0)
             return total
 
