@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 import msgpack
 import numpy as np
@@ -60,7 +60,7 @@ class _ParseError(Exception):
     """A chunk does not parse to exactly one row per message."""
 
 
-Messages = pa.Array | Sequence[bytes | None]
+Messages: TypeAlias = "pa.Array | Sequence[bytes | None]"
 
 
 def _binary(values: Messages | None, n: int) -> pa.Array:
