@@ -268,11 +268,25 @@ class Reactor:
             outs, late = node.op.process(batch, wm_before, wm_next=wm_next)
         else:
             outs, late = node.op.process(batch, wm_before)
+        self.deliver(name, outs, late)
+
+    def deliver(self, name: str, outs: list[pa.RecordBatch], late: pa.RecordBatch | None = None) -> None:
+        """Route a query's output (and its late rows) on — also for operators that deliver later."""
+        node = self.nodes[name]
         if late is not None and late.num_rows and node.late_target:
             self.late_routed += late.num_rows
             node.op.late_dropped -= late.num_rows
             self._emit(self.nodes[node.late_target], [late])
         self._emit(node, outs)
+
+    def feeds_no_query(self, name: str) -> bool:
+        """True when no query reads ``name``'s output (or its late rows): only subscribers,
+        views and sinks do, so delivering it later cannot change any other query's result."""
+        node = self.nodes.get(name)
+        if node is None or node.downstream:
+            return False
+        late = self.nodes.get(node.late_target) if node.late_target else None
+        return late is None or not late.downstream
 
     def _emit(self, node: Node, batches: list[pa.RecordBatch]) -> None:
         for b in batches:

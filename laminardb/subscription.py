@@ -43,6 +43,9 @@ class Subscription:
         self._ended = False
         self._cancelled = False
         self._on_cancel = on_cancel
+        #: called before every read: a cluster connection delivers the outputs of batches
+        #: still on its actors here, so a read after insert() sees them as embedded
+        self.before_read: Callable[[], None] | None = None
 
     # engine side --------------------------------------------------------------
     def _deliver(self, batch: pa.RecordBatch) -> None:
@@ -73,12 +76,14 @@ class Subscription:
 
     def try_next(self) -> pa.RecordBatch | None:
         """The next batch if one is waiting, else None (never blocks)."""
+        self._sync()
         with self._cond:
             self._check()
             return self._take()
 
     def next_timeout(self, timeout_ms: float) -> pa.RecordBatch | None:
         """The next batch, waiting at most ``timeout_ms``; None on timeout or end of stream."""
+        self._sync()
         with self._cond:
             self._check()
             self._cond.wait_for(lambda: self._queue or self._ended or self._cancelled, timeout_ms / 1000.0)
@@ -96,6 +101,7 @@ class Subscription:
 
     def to_arrow(self) -> pa.Table:
         """Everything delivered so far, as one Table (never blocks); see the module docstring."""
+        self._sync()
         with self._cond:
             return pa.Table.from_batches(list(self._delivered), schema=self.schema)
 
@@ -109,6 +115,10 @@ class Subscription:
     @property
     def ended(self) -> bool:
         return self._ended
+
+    def _sync(self) -> None:
+        if self.before_read is not None and not self._cancelled:
+            self.before_read()
 
     def _check(self) -> None:
         if self._cancelled:

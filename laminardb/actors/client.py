@@ -11,10 +11,11 @@ and shows in ``metrics()["cluster"]``.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
-from laminardb.actors.distributed import DistributedOperator
+from laminardb.actors.distributed import DEFAULT_MAX_IN_FLIGHT, DistributedOperator
 from laminardb.actors.exceptions import ActorLostError, ClusterStartError
 from laminardb.actors.ownership import RaftConfig, acquire_routing
 from laminardb.actors.routing import DEFAULT_VNODES
@@ -74,10 +75,18 @@ class Cluster:
         return int(self.routing.owner[0])
 
     def call_each(self, targets: list[int], method: str, *args) -> list[Any]:
+        return self.gather(targets, self.submit(targets, method, *args), method)
+
+    def submit(self, targets: list[int], method: str, *args) -> list[Any]:
+        """Start ``method`` on each target actor; Ray runs one caller's calls to an actor in
+        submission order, so later calls see the effects of earlier ones."""
+        return [getattr(self.actors[i], method).remote(*args) for i in targets]
+
+    def gather(self, targets: list[int], futures: list[Any], method: str) -> list[Any]:
+        """The results of ``submit``; a dead or hung actor becomes ``ActorLostError``."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
 
-        futures = [getattr(self.actors[i], method).remote(*args) for i in targets]
         try:
             return ray.get(futures, timeout=_CALL_TIMEOUT_S)
         except (RayActorError, GetTimeoutError) as e:
@@ -92,6 +101,13 @@ class Cluster:
                 f"{lost} died or stopped answering during {method}(); its partitions' state is lost "
                 "until checkpoint recovery is available — reconnect to start fresh actors"
             ) from e
+
+    @staticmethod
+    def ready(futures: list[Any]) -> bool:
+        import ray
+
+        done, _ = ray.wait(futures, num_returns=len(futures), timeout=0)
+        return len(done) == len(futures)
 
     def broadcast(self, method: str, *args) -> list[Any]:
         return self.call_each(list(range(self.n_actors)), method, *args)
@@ -124,16 +140,44 @@ class Cluster:
 
 
 class ClusterConnection(Connection):
-    """A ``Connection`` whose queries run on Ray actors (same methods, same results)."""
+    """A ``Connection`` whose queries run on Ray actors (same methods, same results).
+
+    Inserts are pipelined (see ``distributed.py``): up to ``max_in_flight`` batches per query
+    are on the actors while ``insert()`` returns; a drainer thread delivers their outputs to
+    subscribers as they finish, and ``flush``/``query``/``finish``/``metrics``/``execute``
+    deliver everything first. ``max_in_flight=0`` makes every insert wait for its outputs.
+    """
 
     def __init__(self, cluster: Cluster, *, config: dict[str, Any] | None = None,
-                 shutdown_on_close: bool = True) -> None:
+                 shutdown_on_close: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         super().__init__(":memory:", config=config)
         self.cluster = cluster
         self._shutdown_on_close = shutdown_on_close
-        self._reactor.make_operator = lambda name, plan: DistributedOperator(name, plan, cluster)
+        self._max_in_flight = max_in_flight
+        self._reactor.make_operator = self._operator
         self._reactor.make_source_connector = self._source_connector
         cluster.broadcast("reset")  # actors start from an empty catalog
+        self._drainer = _Drainer(self) if max_in_flight > 0 else None
+
+    def _operator(self, name: str, plan) -> DistributedOperator:
+        op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight)
+        if self._max_in_flight > 0:
+            op.deliver = lambda outs, late: self._reactor.deliver(name, outs, late)
+            op.can_defer = lambda: self._reactor.feeds_no_query(name)
+        return op
+
+    def _operators(self) -> list[DistributedOperator]:
+        return [n.op for n in self._reactor.nodes.values() if isinstance(n.op, DistributedOperator)]
+
+    def _drain(self) -> None:
+        """Deliver every batch still on the actors (under the reactor's lock); an error the
+        drainer thread met (an actor died) is raised here, on the caller's thread."""
+        if self._drainer is not None and self._drainer.error is not None:
+            error, self._drainer.error = self._drainer.error, None
+            raise error
+        with self._reactor.lock:
+            for op in self._operators():
+                op.drain()
 
     def _source_connector(self, kind: str, node, options: dict[str, str]):
         if kind != "kafka":
@@ -148,6 +192,7 @@ class ClusterConnection(Connection):
         self._check_open()
         results = []
         with self._reactor.lock:
+            self._drain()  # a new query may read a stream whose outputs are still deferred
             for stmt, text in ddl.parse_script_with_text(sql, self.variables):
                 self._install_on_actors(stmt, text)
                 results.append(self._execute_one(stmt))
@@ -165,29 +210,119 @@ class ClusterConnection(Connection):
         elif isinstance(stmt, ddl.Drop) and stmt.kind != "SINK":
             self.cluster.broadcast("execute", text)
 
+    def insert(self, source: str, data: Any) -> int:
+        self._check_open()
+        if self._drainer is not None and self._drainer.error is not None:
+            self._drain()  # raises it
+        return super().insert(source, data)
+
+    def finish(self) -> None:
+        self._check_open()
+        self._stop_runners()
+        self._drain()
+        super().finish()
+
+    def subscribe_stream(self, name: str, *, history_rows: int | None = None):
+        sub = super().subscribe_stream(name, history_rows=history_rows)
+        if self._drainer is not None:
+            sub.before_read = self._drain_open
+        return sub
+
+    subscribe = subscribe_stream
+
+    def _drain_open(self) -> None:
+        if not self._closed:
+            self._drain()
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        self._check_open()
+        self._drain()
+        super().flush(timeout_s)
+        self._drain()  # what connector sources ingested while flush waited
+
+    def query(self, sql: str):
+        self._check_open()
+        self._drain()
+        return super().query(sql)
+
+    sql = query
+
     def metrics(self) -> dict[str, Any]:
+        if not self._closed:
+            try:
+                self._drain()
+            except ActorLostError:
+                pass  # metrics() is where a lost actor is reported, below: never raise here
         m = super().metrics()
         m["cluster"] = self.cluster.status()
         if not self.cluster.dead:
             per_actor = self.cluster.broadcast("metrics")
             m["cluster"]["rows_per_actor"] = [a["rows_in"] for a in per_actor]
+            m["cluster"]["busy_s_per_actor"] = [round(a["busy_s"], 4) for a in per_actor]
+            m["cluster"]["cpu_s_per_actor"] = [round(a["cpu_s"], 4) for a in per_actor]
         return m
 
     def close(self) -> None:
         if self._closed:
             return
+        if self._drainer is not None:
+            self._drainer.stop()
+        try:
+            self._drain()
+        except ActorLostError:
+            pass  # closing a connection whose actor died must still release everything
         super().close()
         if self._shutdown_on_close:
             self.cluster.shutdown()
 
 
+class _Drainer:
+    """Delivers finished rounds to subscribers while nobody calls the connection."""
+
+    _IDLE_S = 0.005
+    _WAIT_S = 0.05
+
+    def __init__(self, conn: ClusterConnection) -> None:
+        self.conn = conn
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="laminardb-drainer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import ray
+
+        lock = self.conn._reactor.lock
+        while not self._stop.is_set():
+            with lock:
+                waiting = [f for op in self.conn._operators() for f in op.oldest_futures()]
+            if not waiting:
+                self._stop.wait(self._IDLE_S)
+                continue
+            ray.wait(waiting, num_returns=1, timeout=self._WAIT_S)
+            try:
+                with lock:
+                    for op in self.conn._operators():
+                        op.collect_ready()
+            except Exception as e:  # noqa: BLE001 - the next call on the connection raises it
+                self.error = e
+                self._stop.wait(self._WAIT_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
 def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: int = DEFAULT_VNODES,
-            raft: RaftConfig | str | None = None, config: dict[str, Any] | None = None) -> ClusterConnection:
+            raft: RaftConfig | str | None = None, config: dict[str, Any] | None = None,
+            max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> ClusterConnection:
     """Connect to (or start) a Ray cluster and start one reactor actor per core.
 
     ``raft``: the control plane that owns the vnodes — a ``RaftConfig``, or the data dir of
     ``laminardb cluster up``; by default ``LAMINARDB_RAFT_DIR`` / ``LAMINARDB_RAFT_VOTERS``,
     else ownership is planned in-process (single-user development clusters).
+    ``max_in_flight``: batches per query that may be on the actors while ``insert()``
+    returns (pipelining; 0 = every insert waits for its outputs, like the embedded engine).
     """
     try:
         import ray
@@ -217,4 +352,4 @@ def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: i
         raft = RaftConfig.from_data_dir(raft)
     elif raft is None:
         raft = RaftConfig.from_env()
-    return ClusterConnection(Cluster(n, vnodes, raft), config=config)
+    return ClusterConnection(Cluster(n, vnodes, raft), config=config, max_in_flight=max_in_flight)

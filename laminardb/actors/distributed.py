@@ -3,30 +3,67 @@
 Entry point: ``DistributedOperator(name, plan, cluster)``. It has the operator contract of
 ``QueryOperator`` (``process``, ``on_watermark``, ``current_rows``), so the client runs
 the very same ``Reactor`` as the embedded mode — catalog, watermarks, subscriptions,
-views, sinks — and only the operators' work moves to the actors. Each input batch is
-written once as Arrow IPC into Ray's object store and read by every actor, which keeps
-the rows it owns (by vnode of the query's GROUP BY key, or a contiguous row range for
-stateless queries); outputs come back as IPC and are concatenated in actor order.
+views, sinks — and only the operators' work moves to the actors. A keyed query's batch is
+split here by the owner of each row's vnode (``routing.split_by_owner``) and each part is
+written as Arrow IPC into Ray's object store for its actor; stateless queries and unkeyed
+partial aggregates write the batch once and each actor reads its contiguous row range
+zero-copy. Outputs come back as IPC and are concatenated in actor order.
+
+Pipelining: a batch's work on the actors is a *round*. When the query's outputs only go to
+subscribers, views and sinks (no query reads them), ``process`` returns at once and up to
+``max_in_flight`` rounds run while the client prepares the next batches; their outputs
+are delivered in order through ``deliver`` by the connection's drainer, and every reading
+call (``flush``, ``query``, ``finish``, …) drains first. Otherwise a round is waited for
+before ``process`` returns, exactly like the embedded engine.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
 import pyarrow as pa
 
 from laminardb.actors._wire import from_ipc, to_ipc_array
-from laminardb.actors.routing import partition_mode
+from laminardb.actors.routing import partition_mode, split_by_owner
 from laminardb.operators.query_operator import output_schema
+from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.planner import QueryPlan
+
+DEFAULT_MAX_IN_FLIGHT = 4
+Deliver = Callable[[list[pa.RecordBatch], "pa.RecordBatch | None"], None]
+
+
+@dataclass
+class _Round:
+    """One batch's calls to the actors, not yet collected."""
+
+    method: str
+    targets: list[int]
+    futures: list[Any]
+    wm_next: int | None
 
 
 class DistributedOperator:
-    def __init__(self, name: str, plan: QueryPlan, cluster) -> None:
+    #: the reactor may pass the watermark that follows this batch (one round trip for both)
+    accepts_next_watermark = True
+
+    def __init__(self, name: str, plan: QueryPlan, cluster, *,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
         self.name = name
         self.plan = plan
         self.cluster = cluster
         self.schema = output_schema(plan)
         self.mode = partition_mode(plan)
         self.late_dropped = 0
+        self.max_in_flight = max_in_flight
+        #: set by the connection: where outputs of deferred rounds go, and whether a round
+        #: may be deferred now (its node feeds no other query)
+        self.deliver: Deliver | None = None
+        self.can_defer: Callable[[], bool] = lambda: False
+        self.pending: deque[_Round] = deque()
         self._closed_at: tuple[int, list[pa.RecordBatch]] | None = None
         self.merger = None
         if self.mode == "partial":
@@ -40,56 +77,117 @@ class DistributedOperator:
             return [self.cluster.single_owner()]
         return list(range(self.cluster.n_actors))
 
-    #: the reactor may pass the watermark that follows this batch (one round trip for both)
-    accepts_next_watermark = True
-
+    # ------------------------------------------------------------------ batches
     def process(self, batch: pa.RecordBatch, wm_before: int, *, skip_where: bool = False,
                 wm_next: int | None = None):
         if batch.num_rows == 0:
             return [], None
         import ray
 
-        ref = ray.put(to_ipc_array(batch))  # written once, read zero-copy by every actor
-        if self.merger is not None:
-            return self._process_partial(ref, wm_before, wm_next)
-        mode = "all" if self.mode == "single" else self.mode
-        if wm_next is not None and self.plan.aggregate is None:
-            wm_next = None
-        results = self.cluster.call_each(self._targets(), "process", self.name, ref, wm_before, mode, wm_next)
-        outs: list[pa.RecordBatch] = []
-        lates: list[pa.RecordBatch] = []
-        closed: list[pa.RecordBatch] = []
-        for out_ipc, late_ipc, closed_ipc in results:
-            outs += [from_ipc(b) for b in out_ipc]
-            closed += [from_ipc(b) for b in closed_ipc]
-            if late_ipc is not None:
-                lates.append(from_ipc(late_ipc))
-        if wm_next is not None:
-            self._closed_at = (wm_next, _merge(closed, self.schema))
-        late = None
-        if lates:
-            late = pa.Table.from_batches(lates).combine_chunks().to_batches()[0]
-            self.late_dropped += late.num_rows
-        return _merge(outs, self.schema), late
-
-    def _process_partial(self, ref, wm_before: int, wm_next: int | None):
         targets = self._targets()
-        if self.plan.aggregate.window is None:
-            wm_next = None
-        results = self.cluster.call_each(targets, "process_partial", self.name, ref, wm_before, wm_next)
-        lates = [from_ipc(r[0]) for r in results if r[0] is not None]
-        touched = {a: from_ipc(r[1]) for a, r in zip(targets, results, strict=True)}
-        changes = self.plan.emit == "changes"
-        outs = self.merger.changed(touched) if changes else []
+        if self.mode == "keyed" and len(targets) > 1:
+            return self._process_routed(batch, wm_before, skip_where, wm_next)
+        ref = ray.put(to_ipc_array(batch))  # written once, read zero-copy by every actor
+        wm_next = self._closes(wm_next)
+        # one keyed actor owns every vnode; partial aggregates and stateless queries split
+        # the batch into contiguous row ranges
+        mode = "all" if self.mode in ("keyed", "single") else "range"
+        args = (self._method, self.name, wm_before, mode, wm_next, ref)
+        return self._start(_Round(self._method, targets, self.cluster.submit(targets, *args), wm_next))
+
+    @property
+    def _method(self) -> str:
+        return "process_partial" if self.merger is not None else "process"
+
+    def _closes(self, wm_next: int | None) -> int | None:
+        """``wm_next`` if advancing the watermark can close anything on the actors."""
+        agg = self.plan.aggregate
+        if agg is None or (self.merger is not None and agg.window is None):
+            return None
+        return wm_next
+
+    def _process_routed(self, batch: pa.RecordBatch, wm_before: int, skip_where: bool,
+                        wm_next: int | None):
+        """Keyed query on several actors: the rows are split here by the owner of their
+        key's vnode (one hash per row) and each actor receives only its part."""
+        import ray
+
+        if self.plan.where is not None and not skip_where:
+            batch = batch.filter(pa.array(evaluate_mask(self.plan.where, batch)))
+        keys = [k.evaluate(batch) for k in self.plan.aggregate.keys]
+        parts = split_by_owner(batch, keys, self.cluster.routing.owner, self.cluster.n_actors)
+        futures = [self.cluster.actors[a].process.remote(
+                       self.name, wm_before, "routed", wm_next, *([ray.put(to_ipc_array(p))] if p.num_rows else []))
+                   for a, p in enumerate(parts)]
+        return self._start(_Round("process", list(range(len(parts))), futures, wm_next))
+
+    def _start(self, rnd: _Round):
+        """Wait for the round now, or (when its outputs may come later) queue it."""
+        wm_next = rnd.wm_next
+        if self.deliver is None or not self.can_defer():
+            self.drain()  # rounds deferred earlier come first
+            outs, late, closed = self._collect(rnd)
+            if wm_next is not None:
+                self._closed_at = (wm_next, closed)
+            return outs, late
+        self.pending.append(rnd)
         if wm_next is not None:
-            closed = {a: from_ipc(r[2]) for a, r in zip(targets, results, strict=True)}
-            self._closed_at = (wm_next, self.merger.close(closed, changes=changes))
+            self._closed_at = (wm_next, [])  # the round delivers the windows it closes
+        while len(self.pending) > self.max_in_flight:
+            self._deliver_oldest()
+        return [], None
+
+    def _collect(self, rnd: _Round) -> tuple[list[pa.RecordBatch], pa.RecordBatch | None, list[pa.RecordBatch]]:
+        """Outputs, late rows and closed windows of a round, merged across actors."""
+        results = self.cluster.gather(rnd.targets, rnd.futures, rnd.method)
+        if rnd.method == "process_partial":
+            lates = [from_ipc(r[0]) for r in results if r[0] is not None]
+            touched = {a: from_ipc(r[1]) for a, r in zip(rnd.targets, results, strict=True)}
+            changes = self.plan.emit == "changes"
+            outs = self.merger.changed(touched) if changes else []
+            closed = []
+            if rnd.wm_next is not None:
+                parts = {a: from_ipc(r[2]) for a, r in zip(rnd.targets, results, strict=True)}
+                closed = self.merger.close(parts, changes=changes)
+        else:
+            outs, lates, closed = [], [], []
+            for out_ipc, late_ipc, closed_ipc in results:
+                outs += [from_ipc(b) for b in out_ipc]
+                closed += [from_ipc(b) for b in closed_ipc]
+                if late_ipc is not None:
+                    lates.append(from_ipc(late_ipc))
+            outs, closed = _merge(outs, self.schema), _merge(closed, self.schema)
         late = None
         if lates:
             late = pa.Table.from_batches(lates).combine_chunks().to_batches()[0]
             self.late_dropped += late.num_rows
-        return _merge(outs, self.schema), late
+        return _merge(outs, self.schema), late, closed
 
+    def _deliver_oldest(self) -> None:
+        rnd = self.pending.popleft()
+        try:
+            outs, late, closed = self._collect(rnd)
+        except Exception:
+            self.pending.clear()  # the actors' state is gone (ActorLostError): nothing to wait for
+            raise
+        self.deliver(outs, late)
+        if closed:
+            self.deliver(closed, None)
+
+    def drain(self) -> None:
+        """Deliver every deferred round, oldest first."""
+        while self.pending:
+            self._deliver_oldest()
+
+    def collect_ready(self) -> None:
+        """Deliver the oldest deferred rounds that have finished (never waits)."""
+        while self.pending and self.cluster.ready(self.pending[0].futures):
+            self._deliver_oldest()
+
+    def oldest_futures(self) -> list[Any]:
+        return list(self.pending[0].futures) if self.pending else []
+
+    # ------------------------------------------------------------------ watermarks and state
     def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
         if self.plan.aggregate is None:
             return []
@@ -97,14 +195,17 @@ class DistributedOperator:
         self._closed_at = None
         if done is not None and done[0] == wm:
             return done[1]  # the actors already advanced with the batch
+        self.drain()
+        targets = self._targets()
         if self.merger is not None:
-            results = self.cluster.call_each(self._targets(), "close_partial", self.name, wm)
-            closed = {a: from_ipc(r) for a, r in zip(self._targets(), results, strict=True)}
+            results = self.cluster.call_each(targets, "close_partial", self.name, wm)
+            closed = {a: from_ipc(r) for a, r in zip(targets, results, strict=True)}
             return self.merger.close(closed, changes=self.plan.emit == "changes")
-        results = self.cluster.call_each(self._targets(), "on_watermark", self.name, wm)
+        results = self.cluster.call_each(targets, "on_watermark", self.name, wm)
         return _merge([from_ipc(b) for r in results for b in r], self.schema)
 
     def current_rows(self) -> pa.RecordBatch:
+        self.drain()
         if self.merger is not None:
             return self.merger.current()
         results = self.cluster.call_each(self._targets(), "current_rows", self.name)

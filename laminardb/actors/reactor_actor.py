@@ -10,12 +10,13 @@ embedded engine would. Batches arrive and leave as Arrow IPC bytes.
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 import pyarrow as pa
 
 from laminardb.actors._wire import from_ipc, to_ipc
-from laminardb.actors.routing import range_slice, vnode_of
+from laminardb.actors.routing import range_slice
 from laminardb.sql.expressions import evaluate_mask
 
 
@@ -36,6 +37,8 @@ class ReactorActorImpl:
         self.conn._reactor.connectors_enabled = False  # the client polls connector sources
         self.owned = np.zeros(0, dtype=np.bool_)
         self.rows_in = 0
+        self.busy_s = 0.0  # seconds spent running batches and watermarks (utilisation)
+        self.cpu_s = 0.0  # of which on the CPU (busy_s − cpu_s: waiting for a core)
         self.kafka: dict = {}
         self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
 
@@ -50,6 +53,7 @@ class ReactorActorImpl:
         self.conn = laminardb.open()
         self.conn._reactor.connectors_enabled = False
         self.rows_in = 0
+        self.busy_s = self.cpu_s = 0.0
 
     def ready(self) -> dict:
         import ray
@@ -68,43 +72,55 @@ class ReactorActorImpl:
     def _op(self, node: str):
         return self.conn._reactor.nodes[node].op
 
-    def process(self, node: str, ipc, wm_before: int, mode: str,
-                wm_next: int | None = None) -> tuple[list[bytes], bytes | None, list[bytes]]:
-        """Run this actor's share of a batch; with ``wm_next`` also advance the watermark
-        (the windows it closes come back as the third element)."""
-        op = self._op(node)
-        batch = from_ipc(ipc)
-        if mode == "keyed" and self.owned.all():
-            mode = "all"  # owning every vnode: nothing to route
+    def _rows(self, mode: str, data: tuple) -> pa.RecordBatch | None:
+        """The rows this call works on: ``range`` — this actor's contiguous share of one
+        batch; ``all``/``routed`` — every batch passed, concatenated (None: no rows)."""
+        batches = [from_ipc(d) for d in data]
+        if not batches:
+            return None
         if mode == "range":
+            (batch,) = batches
             start, end = range_slice(batch.num_rows, self.index, self.n_actors)
-            batch = batch.slice(start, end - start)
-        elif mode == "keyed":
-            if op.plan.where is not None and batch.num_rows:
-                batch = batch.filter(pa.array(evaluate_mask(op.plan.where, batch)))
-            keys = [k.evaluate(batch) for k in op.plan.aggregate.keys]
-            mine = self.owned[vnode_of(keys, len(self.owned))] if batch.num_rows else np.zeros(0, np.bool_)
-            batch = batch.filter(pa.array(mine))
-        self.rows_in += batch.num_rows
-        outs, late = op.process(batch, wm_before, skip_where=(mode == "keyed"))
-        closed = op.on_watermark(wm_next) if wm_next is not None else []
-        return ([to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None),
-                [to_ipc(b) for b in closed])
+            return batch.slice(start, end - start)
+        if len(batches) == 1:
+            return batches[0]
+        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
-    def process_partial(self, node: str, ipc, wm_before: int,
-                        wm_next: int | None) -> tuple[bytes | None, bytes, bytes | None]:
-        """Unkeyed aggregate: fold this actor's row range in; return late rows, the partials of
-        the groups it touched and (with ``wm_next``) of the windows that closes."""
+    def process(self, node: str, wm_before: int, mode: str, wm_next: int | None,
+                *data) -> tuple[list[bytes], bytes | None, list[bytes]]:
+        """Run rows through a query (``mode`` and ``data`` as in ``_rows``; ``routed`` rows
+        are already filtered by WHERE and all belong to vnodes this actor owns); with
+        ``wm_next`` also advance the watermark — the windows it closes come back third."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        op = self._op(node)
+        outs, late = [], None
+        batch = self._rows(mode, data)
+        if batch is not None:
+            self.rows_in += batch.num_rows
+            outs, late = op.process(batch, wm_before, skip_where=(mode == "routed"))
+        closed = op.on_watermark(wm_next) if wm_next is not None else []
+        out = ([to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None),
+               [to_ipc(b) for b in closed])
+        self.busy_s += time.perf_counter() - t0
+        self.cpu_s += time.thread_time() - c0
+        return out
+
+    def process_partial(self, node: str, wm_before: int, mode: str, wm_next: int | None,
+                        *data) -> tuple[bytes | None, bytes, bytes | None]:
+        """Unkeyed aggregate: fold rows in (``mode``/``data`` as in ``_rows``); return late
+        rows, the partials of the groups touched and (with ``wm_next``) of the windows that
+        closes."""
         from laminardb.actors.partial import PartialState
         from laminardb.operators._buffers import numeric_view
 
+        t0, c0 = time.perf_counter(), time.thread_time()
         op = self._op(node)
         state = self.partial.get(node)
         if state is None:
             state = self.partial[node] = PartialState(op.plan)
-        batch = from_ipc(ipc)
-        start, end = range_slice(batch.num_rows, self.index, self.n_actors)
-        batch = batch.slice(start, end - start)
+        batch = self._rows(mode, data)
+        if batch is None:
+            batch = pa.RecordBatch.from_pylist([], schema=self.conn._reactor.nodes[op.plan.input].schema)
         if op.plan.where is not None and batch.num_rows:
             batch = batch.filter(pa.array(evaluate_mask(op.plan.where, batch)))
         self.rows_in += batch.num_rows
@@ -112,7 +128,10 @@ class ReactorActorImpl:
         late, touched = state.run(batch, wm_before,
                                   lambda b: numeric_view(b.column(idx)) if idx is not None else None)
         closed = to_ipc(state.close(wm_next)) if wm_next is not None else None
-        return (to_ipc(late) if late is not None and late.num_rows else None), to_ipc(touched), closed
+        out = (to_ipc(late) if late is not None and late.num_rows else None), to_ipc(touched), closed
+        self.busy_s += time.perf_counter() - t0
+        self.cpu_s += time.thread_time() - c0
+        return out
 
     def close_partial(self, node: str, wm: int) -> bytes:
         from laminardb.actors.partial import PartialState
@@ -157,7 +176,8 @@ class ReactorActorImpl:
 
     def metrics(self) -> dict:
         m = self.conn.metrics()
-        m.update(index=self.index, core=self.core, pid=os.getpid(), rows_in=self.rows_in)
+        m.update(index=self.index, core=self.core, pid=os.getpid(), rows_in=self.rows_in, busy_s=self.busy_s,
+                 cpu_s=self.cpu_s)
         return m
 
 

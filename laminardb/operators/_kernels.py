@@ -75,6 +75,47 @@ def hash_rows(offsets, data, out):
         out[i] = hash_bytes(data, offsets[i], offsets[i + 1])
 
 
+@njit(cache=True, nogil=True)
+def owner_order(offsets, data, vnode_owner, n_owners, order, counts):
+    """Route each encoded row to ``vnode_owner[hash % V]``: ``order`` lists the rows grouped
+    by owner (stable, a counting sort), ``counts[o]`` how many each owner gets."""
+    n = len(offsets) - 1
+    v = np.uint64(len(vnode_owner))
+    owner = np.empty(n, np.int64)
+    for o in range(n_owners):
+        counts[o] = 0
+    for i in range(n):
+        o = vnode_owner[hash_bytes(data, offsets[i], offsets[i + 1]) % v]
+        owner[i] = o
+        counts[o] += 1
+    start = np.zeros(n_owners, np.int64)
+    for o in range(1, n_owners):
+        start[o] = start[o - 1] + counts[o - 1]
+    for i in range(n):
+        o = owner[i]
+        order[start[o]] = i
+        start[o] += 1
+
+
+@njit(cache=True, nogil=True)
+def gather_strings(offsets, data, order, out_offsets):
+    """Rows ``order`` of a string array: fills ``out_offsets`` and returns the new data."""
+    total = 0
+    out_offsets[0] = 0
+    for j in range(len(order)):
+        i = order[j]
+        total += offsets[i + 1] - offsets[i]
+        out_offsets[j + 1] = total
+    out = np.empty(total, np.uint8)
+    p = 0
+    for j in range(len(order)):
+        i = order[j]
+        for b in range(offsets[i], offsets[i + 1]):
+            out[p] = data[b]
+            p += 1
+    return out
+
+
 # --------------------------------------------------------------------------- encoding
 
 

@@ -28,11 +28,14 @@ CREATE STREAM per_second AS SELECT window_start, count(*) AS n, avg(price) AS ap
 CREATE MATERIALIZED VIEW overall_view AS SELECT sum(qty) AS q, avg(price) AS ap FROM trades WHERE qty > 2;
 CREATE STREAM distinct_all AS SELECT window_start, count(DISTINCT sym) AS d FROM trades
     GROUP BY hop(ts, INTERVAL '2' SECOND, INTERVAL '1' SECOND);
+CREATE STREAM busy_bars AS SELECT sym, window_start, n FROM bars WHERE n > 3;
+CREATE STREAM syms_per_window AS SELECT window_start, count(*) AS syms, sum(n) AS n FROM bars
+    GROUP BY window_start;
 CREATE STREAM late_bars AS SELECT sym, window_start, count(*) AS n FROM trades
     GROUP BY sym, tumble(ts, INTERVAL '500' MILLISECOND) LATE DATA TO late_rows;
 """
 STREAMS = ["bars", "hops", "sessions", "totals", "changes", "filtered", "overall", "per_second",
-           "overall_view", "distinct_all", "final_total", "late_bars", "late_rows"]
+           "overall_view", "distinct_all", "final_total", "late_bars", "late_rows", "busy_bars", "syms_per_window"]
 
 
 def _batches(seed: int = 7, n_batches: int = 25) -> list[pa.RecordBatch]:
