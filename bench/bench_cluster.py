@@ -16,10 +16,14 @@ the DDL and one subscriber, a warm-up source/stream on the same connection runs 
 any speed is printed, each cluster result is compared with the embedded one: same groups,
 and every (sym, window) group equal exactly (count, sum, avg).
 
+Per run, each actor reports how long it ran batches (``busy``) and how much of that it was
+on a CPU (``cpu``; the rest it waited for a core). The machine's own parallel ceiling is
+measured first, before Ray starts: 1 and then 2 independent embedded engines, one process
+pinned per core, nothing shared (``parallel_ceiling``) — no distributed design can scale
+past it on this machine.
+
 Breakdown (``--no-breakdown`` skips it): one more 2-actor run with cProfile on the client
-(where the client's wall time goes: Arrow IPC write, ``ray.put``, waiting on actors, reading
-outputs) and ``ray.timeline()`` (how long each actor actually executed ``process`` and
-``on_watermark``), plus in-process micro-timings of the actor-side steps on the same batches.
+(where the client's time goes: split by owner, Arrow IPC write, ``ray.put``, waiting).
 
 Ray is started here with ``ray.init(num_cpus=N+1)`` (N = max actors) and shut down at the
 end. The last stdout line is ``BENCH_JSON {...}``.
@@ -38,7 +42,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -106,6 +109,8 @@ def run_once(actors: int, batches: list[pa.RecordBatch], warm: list[pa.RecordBat
            "result": result, "events_ingested": m["events_ingested"]}
     if "cluster" in m:
         out["rows_per_actor"] = m["cluster"].get("rows_per_actor")
+        out["busy_s_per_actor"] = m["cluster"].get("busy_s_per_actor")
+        out["cpu_s_per_actor"] = m["cluster"].get("cpu_s_per_actor")
         out["members"] = [{k: v for k, v in mem.items() if k in ("index", "pid", "core", "vnodes")}
                           for mem in m["cluster"]["members"]]
     if prof:
@@ -138,10 +143,11 @@ def verify(ref: pa.Table, got: pa.Table, rows: int, label: str) -> int:
 # ---------------------------------------------------------------------------- breakdown
 CLIENT_BUCKETS = [  # (label, cProfile function-name matcher on (file, func)) — cumulative time
     ("client: ingest.to_batch (schema check/copy)", lambda f, n: f.endswith("ingest.py") and n == "to_batch"),
-    ("client: Arrow IPC write (_wire.to_ipc)", lambda f, n: f.endswith("_wire.py") and n == "to_ipc"),
+    ("client: split by vnode owner (hash + gather)", lambda f, n: f.endswith("routing.py") and n == "split_by_owner"),
+    ("client: Arrow IPC write (_wire.to_ipc_array)", lambda f, n: f.endswith("_wire.py") and n == "to_ipc_array"),
     ("client: ray.put of the IPC bytes", lambda f, n: n == "put" and "ray" in f and "worker.py" in f),
-    ("client: call_each (submit + wait on actors)", lambda f, n: f.endswith("client.py") and n == "call_each"),
-    ("client: ray.get (waiting inside call_each)", lambda f, n: n == "get" and "worker.py" in f and "ray" in f),
+    ("client: actor method submit (.remote)", lambda f, n: n == "_remote" and "actor.py" in f),
+    ("client: ray.get (waiting for the oldest round)", lambda f, n: n == "get" and "worker.py" in f and "ray" in f),
     ("client: Arrow IPC read of outputs (_wire.from_ipc)", lambda f, n: f.endswith("_wire.py") and n == "from_ipc"),
     ("client: _merge of actor outputs", lambda f, n: f.endswith("distributed.py") and n == "_merge"),
     ("client: DistributedOperator.process (all per-batch)", lambda f, n: f.endswith("distributed.py") and n == "process"),
@@ -165,102 +171,52 @@ def client_breakdown(prof: cProfile.Profile) -> tuple[list[tuple[str, float, int
     return rows, buf.getvalue()
 
 
-def actor_replay(batches: list[pa.RecordBatch], n_actors: int) -> dict:
-    """Actor-side work without Ray: the actor body (``ReactorActorImpl``) instantiated in this
-    process, fed exactly what the client sends (IPC bytes, wm_before, then on_watermark).
+def _ceiling_worker(core: int, rows: int, batch_rows: int, ready, go, done) -> None:
+    """One embedded engine pinned to ``core``: warm up, wait for the start signal, run."""
+    import laminardb
 
-    Per actor: seconds in ``process`` (IPC read + vnode hash of every row + filter + engine)
-    and ``on_watermark``; ``critical_path_s`` = Σ over batches of the slowest actor, i.e. the
-    time N perfectly overlapped actors would need with zero client and Ray cost.
-    """
-    from laminardb.actors._wire import to_ipc
-    from laminardb.actors.reactor_actor import ReactorActorImpl
-    from laminardb.actors.routing import Routing
-    from laminardb.operators.group_aggregate import END_OF_TIME
-
-    affinity = os.sched_getaffinity(0)
-    try:
-        impls = [ReactorActorImpl(i, n_actors) for i in range(n_actors)]  # pins this process: restored below
-    finally:
-        os.sched_setaffinity(0, affinity)
-    routing = Routing.from_members(n_actors, 256)
-    for i, a in enumerate(impls):
-        a.set_ownership(routing.owned_mask(i).tobytes())
-        a.execute(SOURCE_DDL)
-        a.execute(AGG_DDL)
-    proc = np.zeros(n_actors)
-    wmk = np.zeros(n_actors)
-    critical = 0.0
-    wm = -(2**62)
-    max_ts = -(2**62)
-    clock = time.perf_counter
-    ipc_s = 0.0
-
-    def step(fn) -> np.ndarray:
-        ts = np.zeros(n_actors)
-        for i, a in enumerate(impls):
-            t = clock()
-            fn(a)
-            ts[i] = clock() - t
-        return ts
-
+    os.sched_setaffinity(0, {core})
+    batches = make_batches(rows, batch_rows, seed=core)
+    db = laminardb.open()
+    db.execute(SOURCE_DDL)
+    db.execute(AGG_DDL)
+    for b in batches[:3]:
+        db.insert("trades", b)
+    db.close()
+    db = laminardb.open()
+    db.execute(SOURCE_DDL)
+    db.execute(AGG_DDL)
+    db.subscribe_stream("agg")
     gc.collect()
+    ready.put(core)
+    go.wait(120)
+    t = time.perf_counter()
     for b in batches:
-        t = clock()
-        ipc = to_ipc(b)
-        ipc_s += clock() - t
-        tp = step(lambda a, ipc=ipc, wm=wm: a.process("agg", ipc, wm, "keyed"))
-        proc += tp
-        max_ts = max(max_ts, int(pc.max(b.column("ts")).as_py()))
-        new_wm = max_ts - 100
-        tw = np.zeros(n_actors)
-        if new_wm > wm:
-            wm = new_wm
-            tw = step(lambda a, wm=wm: a.on_watermark("agg", wm))
-            wmk += tw
-        critical += float((tp + tw).max())
-    tw = step(lambda a: a.on_watermark("agg", END_OF_TIME))
-    wmk += tw
-    critical += float(tw.max())
-    rows_in = [a.rows_in for a in impls]
-    for a in impls:
-        a.conn.close()
-    return {"actors": n_actors, "process_s": proc.round(4).tolist(), "on_watermark_s": wmk.round(4).tolist(),
-            "busy_s": (proc + wmk).round(4).tolist(), "critical_path_s": round(critical, 4),
-            "client_to_ipc_s": round(ipc_s, 4), "rows_in": rows_in}
+        db.insert("trades", b)
+    db.finish()
+    done.put(time.perf_counter() - t)
 
 
-def micro_breakdown(batches: list[pa.RecordBatch]) -> dict:
-    """In this process, the per-batch steps an insert goes through in Delta mode (no Ray)."""
-    import ray
+def parallel_ceiling(rows: int, batch_rows: int, n: int) -> float:
+    """Events/s of ``n`` independent embedded engines, one process pinned per core, all at
+    once, nothing shared: what this machine's cores can give in parallel (memory bandwidth,
+    shared caches, the hypervisor), before any cost of distribution."""
+    import multiprocessing as mp
 
-    from laminardb.actors._wire import from_ipc, to_ipc
-    from laminardb.actors.routing import Routing, vnode_of
-
-    sample = batches[: min(20, len(batches))]
-    rows = sum(b.num_rows for b in sample)
-    routing = Routing.from_members(2, 256)
-    owned = routing.owned_mask(0)
-    res = {}
-
-    def timeit(label, fn):
-        fn(sample[0])
-        t = time.perf_counter()
-        for b in sample:
-            fn(b)
-        res[label] = (time.perf_counter() - t) / len(sample) * 1e3  # ms per 64k batch
-
-    ipcs = [to_ipc(b) for b in sample]
-    timeit("to_ipc (client)", to_ipc)
-    timeit("ray.put(bytes) (client)", lambda b: ray.put(ipcs[0]))
-    it = iter(ipcs * 2)
-    timeit("from_ipc (actor)", lambda b: from_ipc(next(it)))
-    timeit("vnode_of over all rows (each actor)", lambda b: vnode_of([b.column("sym")], 256))
-    timeit("filter own rows (each actor)",
-           lambda b: b.filter(pa.array(owned[vnode_of([b.column("sym")], 256)])))
-    res["_batch_rows"] = rows / len(sample)
-    res["_ipc_bytes"] = len(ipcs[0])
-    return res
+    ctx = mp.get_context("spawn")
+    ready, go, done = ctx.Queue(), ctx.Event(), ctx.Queue()
+    cores = sorted(os.sched_getaffinity(0))
+    procs = [ctx.Process(target=_ceiling_worker, args=(cores[i % len(cores)], rows, batch_rows, ready, go, done))
+             for i in range(n)]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=300)  # every engine generated its rows and warmed up
+    go.set()
+    times = [done.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(30)
+    return n * rows / max(times)
 
 
 # ---------------------------------------------------------------------------- main
@@ -271,6 +227,7 @@ def main() -> int:
     ap.add_argument("--actors", type=int, nargs="+", default=[1, 2], help="actor counts to compare")
     ap.add_argument("--repeat", type=int, default=2, help="timed runs per engine (fresh actors each); best reported")
     ap.add_argument("--no-breakdown", action="store_true", help="skip the profiled 2-actor run")
+    ap.add_argument("--no-ceiling", action="store_true", help="skip the 1-vs-2 independent engines run")
     args = ap.parse_args()
 
     import ray
@@ -285,6 +242,13 @@ def main() -> int:
     print(f"  data: {args.rows:,} rows in {len(batches)} batches of {args.batch_rows:,}, generated in "
           f"{time.perf_counter() - t:.1f} s (bench_engine.make_batches, not timed)")
     max_actors = max(args.actors)
+    ceiling = {}
+    if not args.no_ceiling:
+        for n in (1, 2):
+            ceiling[n] = parallel_ceiling(args.rows, args.batch_rows, n)
+            print(f"  parallel ceiling: {n} independent embedded engine(s), one per core: "
+                  f"{ceiling[n]:,.0f} ev/s in total")
+        print(f"  → this machine gives at most {ceiling[2] / ceiling[1]:.2f}× on 2 cores for this workload")
     ray.init(num_cpus=max_actors + 1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     print(f"  ray.init(num_cpus={max_actors + 1}); load average at start {load()}")
 
@@ -297,7 +261,8 @@ def main() -> int:
                 runs[a].append(r)
                 name = "embedded" if a == 0 else f"{a} actor(s)"
                 print(f"    run {name:<11} {r['elapsed_s']:7.3f} s  {args.rows / r['elapsed_s']:>13,.0f} ev/s  "
-                      f"load {r['load_start']} → {r['load_end']}  (connect {r['open_s']:.1f} s)")
+                      f"load {r['load_start']} → {r['load_end']}  (connect {r['open_s']:.1f} s)"
+                      + (f"  actors busy {r['busy_s_per_actor']} s, on cpu {r['cpu_s_per_actor']} s" if r.get("busy_s_per_actor") else ""))
 
         ref = runs[0][-1]["result"]
         groups = {}
@@ -316,12 +281,8 @@ def main() -> int:
             pr = run_once(2, batches, warm, profile=True)
             verify(ref, pr["result"], args.rows, "2 actors, profiled run")
             buckets, top = client_breakdown(pr["profile"])
-            print("  actor replay in-process (ReactorActorImpl without Ray) …")
-            replay = [actor_replay(batches, n) for n in sorted(set(args.actors))]
-            micro = micro_breakdown(batches)
             breakdown = {"elapsed_s": pr["elapsed_s"], "load": [pr["load_start"], pr["load_end"]],
-                         "client": buckets, "replay": replay, "micro_ms_per_batch": micro,
-                         "rows_per_actor": pr.get("rows_per_actor"), "top": top}
+                         "client": buckets, "rows_per_actor": pr.get("rows_per_actor"), "top": top}
     finally:
         ray.shutdown()
 
@@ -339,6 +300,8 @@ def main() -> int:
         ratio = eps[2] / eps[1]
         print(f"  scaling 2 actors / 1 actor: {ratio:.2f}×   [target ≥ {TARGET_SCALING}: "
               f"{'PASS' if ratio >= TARGET_SCALING else 'MISS'}]")
+        if ceiling:
+            print(f"  machine ceiling, 2 independent engines / 1: {ceiling[2] / ceiling[1]:.2f}×")
     for a in args.actors:
         print(f"  connect(actors={a}) / embedded: {eps[a] / eps[0]:.2f}×")
     print(f"  verified: every run of every actor count equals the embedded result exactly — "
@@ -353,21 +316,6 @@ def main() -> int:
         print(f"  {'client (cumulative, overlapping)':<54}{'seconds':>9}{'share':>8}{'calls':>8}")
         for label, sec, calls in breakdown["client"]:
             print(f"  {label:<54}{sec:>9.3f}{sec / el:>8.0%}{calls:>8}")
-        print("  actor side, replayed in this process without Ray (same IPC bytes, same watermarks):")
-        for r in breakdown["replay"]:
-            print(f"    {r['actors']} actor(s): process {r['process_s']} s, on_watermark {r['on_watermark_s']} s, "
-                  f"busy per actor {r['busy_s']} s; critical path (slowest actor per batch, summed) "
-                  f"{r['critical_path_s']:.3f} s → at most {args.rows / r['critical_path_s']:,.0f} ev/s "
-                  f"if client + Ray were free")
-        if len(breakdown["replay"]) >= 2:
-            r1, r2 = breakdown["replay"][0], breakdown["replay"][-1]
-            print(f"    ideal actor-side scaling {r2['actors']}/{r1['actors']}: "
-                  f"{r1['critical_path_s'] / r2['critical_path_s']:.2f}× (upper bound of the current design)")
-        print("  per 64k batch, measured in-process (ms):")
-        for k, v in breakdown["micro_ms_per_batch"].items():
-            if not k.startswith("_"):
-                print(f"    {k:<40}{v:>8.3f}")
-        print(f"    (IPC bytes per batch: {breakdown['micro_ms_per_batch']['_ipc_bytes']:,})")
         print("  client top functions by own time (cProfile):")
         print("\n".join("    " + line for line in breakdown["top"].splitlines()[6:34]))
 
@@ -379,6 +327,8 @@ def main() -> int:
         "load": {("embedded" if a == 0 else f"actors_{a}"): [[r["load_start"], r["load_end"]] for r in runs[a]]
                  for a in engines},
         "scaling_2_over_1": None if ratio is None else round(ratio, 3),
+        "ceiling_eps": {str(k): round(v) for k, v in ceiling.items()},
+        "ceiling_2_over_1": round(ceiling[2] / ceiling[1], 3) if ceiling else None,
         "verified": True, "groups": groups.get(max_actors),
         "breakdown": None if not breakdown else {k: v for k, v in breakdown.items() if k != "top"},
     }
