@@ -233,16 +233,19 @@ class Reactor:
         self.events_ingested += n
         errors: list[Exception] = []
         wm = None
+        remote = hasattr(batch, "materialize")  # rows left on the actors that read them (Delta)
         if node.time_col is not None:
             # the watermark after this batch is known up front: a distributed operator
             # applies it in the same round trip as the batch (the order of outputs is kept)
-            ts = numeric_view(batch.column(node.time_col))
-            max_ts = max(node.max_ts, int(ts.max()))
+            top = batch.max_event_time if remote else int(numeric_view(batch.column(node.time_col)).max())
+            max_ts = max(node.max_ts, top)
             wm = max_ts - node.delay_ticks if watermark is None else watermark
         for d in list(node.downstream):
             self._guard(errors, self._push, d, batch, node.wm, wm)
-        for sub in node.subscribers:
-            sub._deliver(batch)
+        if node.subscribers:
+            rows = batch.materialize() if remote else batch
+            for sub in node.subscribers:
+                sub._deliver(rows)
         if node.time_col is not None:
             node.max_ts = max_ts
             if wm > node.wm:

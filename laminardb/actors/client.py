@@ -47,8 +47,8 @@ class Cluster:
             self.shutdown()
             raise
         self.routing = self.ownership.routing
-        ray.get([a.set_ownership.remote(self.routing.owned_mask(i).tobytes(), self.ownership.epochs.tobytes())
-                 for i, a in enumerate(self.actors)], timeout=_CALL_TIMEOUT_S)
+        ray.get([a.set_ownership.remote(self.routing.owner.tobytes(), self.ownership.epochs.tobytes())
+                 for a in self.actors], timeout=_CALL_TIMEOUT_S)
 
     @staticmethod
     def _start_actors(cls, n_actors: int):
@@ -186,7 +186,16 @@ class ClusterConnection(Connection):
             return make_source_connector(kind, node, options)
         from laminardb.actors.kafka_ingest import ClusterKafkaSource
 
-        return ClusterKafkaSource(self.cluster, node, options)
+        return ClusterKafkaSource(self.cluster, node, options, lambda: self._routed_queries(node.name))
+
+    def _routed_queries(self, source: str) -> list[str]:
+        """The keyed queries reading ``source`` that take rows split by owner."""
+        if self.cluster.n_actors < 2:
+            return []
+        with self._reactor.lock:
+            node = self._reactor.nodes.get(source)
+            ops = [self._reactor.nodes[d].op for d in (node.downstream if node else [])]
+        return [op.name for op in ops if isinstance(op, DistributedOperator) and op.mode == "keyed"]
 
     def execute(self, sql: str) -> ExecuteResult:
         self._check_open()

@@ -27,9 +27,9 @@ from typing import Any
 import pyarrow as pa
 
 from laminardb.actors._wire import from_ipc, to_ipc_array
-from laminardb.actors.routing import partition_mode, split_by_owner
+from laminardb.actors.remote_rows import RemoteRows
+from laminardb.actors.routing import partition_mode, route_rows
 from laminardb.operators.query_operator import output_schema
-from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.planner import QueryPlan
 
 DEFAULT_MAX_IN_FLIGHT = 4
@@ -64,6 +64,7 @@ class DistributedOperator:
         self.deliver: Deliver | None = None
         self.can_defer: Callable[[], bool] = lambda: False
         self.pending: deque[_Round] = deque()
+        self.fetched_to_client = 0  # actor-read batches that had to come through the client
         self._closed_at: tuple[int, list[pa.RecordBatch]] | None = None
         self.merger = None
         if self.mode == "partial":
@@ -85,8 +86,14 @@ class DistributedOperator:
         import ray
 
         targets = self._targets()
+        if isinstance(batch, RemoteRows):
+            remote = self._process_remote(batch, targets, wm_before, wm_next)
+            if remote is not None:
+                return remote
+            self.fetched_to_client += 1
+            batch = batch.materialize()  # a query created after these rows were read
         if self.mode == "keyed" and len(targets) > 1:
-            return self._process_routed(batch, wm_before, skip_where, wm_next)
+            return self._process_routed(batch, wm_before, wm_next)
         ref = ray.put(to_ipc_array(batch))  # written once, read zero-copy by every actor
         wm_next = self._closes(wm_next)
         # one keyed actor owns every vnode; partial aggregates and stateless queries split
@@ -106,20 +113,34 @@ class DistributedOperator:
             return None
         return wm_next
 
-    def _process_routed(self, batch: pa.RecordBatch, wm_before: int, skip_where: bool,
-                        wm_next: int | None):
+    def _process_routed(self, batch: pa.RecordBatch, wm_before: int, wm_next: int | None):
         """Keyed query on several actors: the rows are split here by the owner of their
         key's vnode (one hash per row) and each actor receives only its part."""
         import ray
 
-        if self.plan.where is not None and not skip_where:
-            batch = batch.filter(pa.array(evaluate_mask(self.plan.where, batch)))
-        keys = [k.evaluate(batch) for k in self.plan.aggregate.keys]
-        parts = split_by_owner(batch, keys, self.cluster.routing.owner, self.cluster.n_actors)
+        parts = route_rows(self.plan, batch, self.cluster.routing.owner, self.cluster.n_actors)
         futures = [self.cluster.actors[a].process.remote(
                        self.name, wm_before, "routed", wm_next, *([ray.put(to_ipc_array(p))] if p.num_rows else []))
                    for a, p in enumerate(parts)]
         return self._start(_Round("process", list(range(len(parts))), futures, wm_next))
+
+    def _process_remote(self, rows: RemoteRows, targets: list[int], wm_before: int, wm_next: int | None):
+        """Rows still on the actors that read them: keyed queries get the parts the readers
+        routed to each owner; the others run where the rows were read."""
+        wm_next = self._closes(wm_next)
+        if self.mode == "keyed" and len(targets) > 1:
+            parts = rows.routed.get(self.name)
+            if parts is None:
+                return None
+            futures = [self.cluster.actors[a].process.remote(self.name, wm_before, "routed", wm_next, *parts[a])
+                       for a in targets]
+        elif self.mode in ("keyed", "single"):  # one owner of every key
+            refs = [ref for _, ref in rows.wholes]
+            futures = self.cluster.submit(targets, self._method, self.name, wm_before, "all", wm_next, *refs)
+        else:  # stateless and partial aggregates: no exchange at all
+            futures = [getattr(self.cluster.actors[a], self._method).remote(
+                           self.name, wm_before, "all", wm_next, *rows.refs_read_by(a)) for a in targets]
+        return self._start(_Round(self._method, targets, futures, wm_next))
 
     def _start(self, rnd: _Round):
         """Wait for the round now, or (when its outputs may come later) queue it."""

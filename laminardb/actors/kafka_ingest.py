@@ -2,9 +2,11 @@
 
 Entry point: ``ClusterKafkaSource`` — a polled connector with the ``KafkaSource`` surface
 (``poll``, ``lag``, ``close``) that the client's ``SourceRunner`` drives. Partition p
-belongs to the owner of vnode ``p % V`` (manual ``assign()``, never consumer-group
-rebalancing); the owning actor consumes and decodes it. The client concatenates the
-actors' rows and combines the per-partition watermarks with the single-process rule —
+is assigned to one actor by the balanced rendezvous planner (manual ``assign()``, never
+consumer-group rebalancing); that actor consumes and decodes it, and the rows stay there
+(``RemoteRows``): keyed queries get them split by owner actor → actor, stateless queries
+and partial aggregates run where the rows were read. The client only sees row counts and
+combines the per-partition watermarks with the single-process rule —
 MIN over partitions that are not idle, MAX when all are idle, never decreasing — so the
 cluster closes windows exactly when one consumer of all partitions would.
 """
@@ -13,9 +15,7 @@ from __future__ import annotations
 
 import json
 
-import pyarrow as pa
-
-from laminardb.actors._wire import from_ipc
+from laminardb.actors.remote_rows import RemoteRows
 
 _METADATA_TIMEOUT_S = 15.0
 
@@ -69,9 +69,14 @@ def combine(states: dict[int, tuple[int | None, bool]]) -> int | None:
 
 
 class ClusterKafkaSource:
-    def __init__(self, cluster, node, options: dict[str, str]) -> None:
+    """``routed_queries()`` names the keyed queries on this source that need the rows split
+    by owner (asked at every poll, so queries created later are served)."""
+
+    def __init__(self, cluster, node, options: dict[str, str], routed_queries=lambda: []) -> None:
         self.cluster = cluster
         self.name = node.name
+        self.schema = node.schema
+        self.routed_queries = routed_queries
         parts = topic_partitions(options)
         self.assignment: dict[int, list[int]] = {}
         for p, a in zip(parts, partition_owners(len(parts), cluster.n_actors), strict=True):
@@ -81,20 +86,19 @@ class ClusterKafkaSource:
                           json.dumps({str(a): ps for a, ps in self.assignment.items()}))
         self._emitted: int | None = None
 
-    def poll(self, timeout_ms: int = 100) -> tuple[pa.RecordBatch | None, int | None]:
-        results = self.cluster.call_each(self._actors, "poll_kafka", self.name, timeout_ms)
-        batches, states = [], {}
-        for ipc, part_states in results:
-            if ipc is not None:
-                batches.append(from_ipc(ipc))
+    def poll(self, timeout_ms: int = 100) -> tuple[RemoteRows | None, int | None]:
+        """The rows read by every actor — left on the actors (``RemoteRows``) — and the
+        source watermark candidate."""
+        results = self.cluster.call_each(self._actors, "poll_kafka", self.name, timeout_ms,
+                                         list(self.routed_queries()))
+        states = {}
+        for _, part_states in results:
             states.update({int(p): (wm, idle) for p, (wm, idle) in part_states.items()})
         wm = combine(states)
         if wm is not None and (self._emitted is None or wm > self._emitted):
             self._emitted = wm
-        if not batches:
-            return None, self._emitted
-        batch = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
-        return batch, self._emitted
+        polls = [(a, r[0]) for a, r in zip(self._actors, results, strict=True)]
+        return RemoteRows.merge(self.schema, polls, self.cluster.n_actors), self._emitted
 
     def lag(self) -> int:
         return sum(self.cluster.call_each(self._actors, "kafka_lag", self.name))

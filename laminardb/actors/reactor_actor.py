@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from laminardb.actors._wire import from_ipc, to_ipc
-from laminardb.actors.routing import range_slice
+from laminardb.actors._wire import from_ipc, to_ipc, to_ipc_array
+from laminardb.actors.routing import range_slice, route_rows
 from laminardb.sql.expressions import evaluate_mask
 
 
@@ -35,6 +35,7 @@ class ReactorActorImpl:
 
         self.conn = laminardb.open()  # also compiles/loads the numba kernels before any query
         self.conn._reactor.connectors_enabled = False  # the client polls connector sources
+        self.owner = np.zeros(0, dtype=np.int64)  # vnode → actor index
         self.owned = np.zeros(0, dtype=np.bool_)
         self.rows_in = 0
         self.busy_s = 0.0  # seconds spent running batches and watermarks (utilisation)
@@ -61,9 +62,11 @@ class ReactorActorImpl:
         return {"index": self.index, "pid": os.getpid(), "core": self.core,
                 "node_id": ray.get_runtime_context().get_node_id()}
 
-    def set_ownership(self, owned: bytes, epochs: bytes) -> None:
-        """The vnodes this actor owns and their committed epochs (its fencing tokens)."""
-        self.owned = np.frombuffer(owned, dtype=np.bool_).copy()
+    def set_ownership(self, owner: bytes, epochs: bytes) -> None:
+        """The owner of every vnode (this actor routes the rows it reads itself) and the
+        committed epochs (the fencing tokens of the vnodes it owns)."""
+        self.owner = np.frombuffer(owner, dtype=np.int64).copy()
+        self.owned = self.owner == self.index
         self.epochs = np.frombuffer(epochs, dtype=np.int64).copy()
 
     def execute(self, sql: str) -> None:
@@ -160,11 +163,32 @@ class ReactorActorImpl:
             time_col=node.time_col, delay_ticks=node.delay_ticks, partitions=partitions,
         )
 
-    def poll_kafka(self, source: str, timeout_ms: int) -> tuple[bytes | None, dict]:
+    def poll_kafka(self, source: str, timeout_ms: int, routed_queries: list[str]) -> tuple[dict, dict]:
+        """Read this actor's partitions. The rows stay here, in Ray's object store: once
+        whole, and for each keyed query in ``routed_queries`` split by owner (WHERE applied),
+        so the owners fetch their parts from this actor directly. Returns (that description
+        with the row count and max event time, the per-partition watermark states)."""
+        import ray
+
+        from laminardb.operators._buffers import numeric_view
+
         src = self.kafka[source]
         batch, _ = src.poll(timeout_ms)
         states = src.partition_watermarks()
-        return (to_ipc(batch) if batch is not None and batch.num_rows else None), states
+        if batch is None or batch.num_rows == 0:
+            return {"rows": 0}, states
+        t0, c0 = time.perf_counter(), time.thread_time()
+        time_col = self.conn._reactor.nodes[source].time_col
+        top = int(numeric_view(batch.column(time_col)).max()) if time_col is not None else None
+        routed = {}
+        for query in routed_queries:
+            parts = route_rows(self._op(query).plan, batch, self.owner, self.n_actors)
+            routed[query] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
+        out = {"rows": batch.num_rows, "max_event_time": top, "whole": ray.put(to_ipc_array(batch)),
+               "routed": routed}
+        self.busy_s += time.perf_counter() - t0
+        self.cpu_s += time.thread_time() - c0
+        return out, states
 
     def kafka_lag(self, source: str) -> int:
         return self.kafka[source].lag()

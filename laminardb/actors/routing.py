@@ -97,3 +97,13 @@ def gather(batch: pa.RecordBatch, order: np.ndarray) -> pa.RecordBatch:
         else:
             cols.append(col.take(pa.array(order)))
     return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+
+
+def route_rows(plan: QueryPlan, batch: pa.RecordBatch, owner: np.ndarray, n_actors: int) -> list[pa.RecordBatch]:
+    """A keyed query's input rows, WHERE applied, split by the owner of their key's vnode."""
+    from laminardb.sql.expressions import evaluate_mask
+
+    if plan.where is not None and batch.num_rows:
+        batch = batch.filter(pa.array(evaluate_mask(plan.where, batch)))
+    keys = [k.evaluate(batch) for k in plan.aggregate.keys]
+    return split_by_owner(batch, keys, owner, n_actors)

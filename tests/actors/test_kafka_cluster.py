@@ -88,15 +88,22 @@ def test_kafka_to_kafka_on_two_actors(ray_local, kafka_broker):  # noqa: F811
             CREATE STREAM bars AS SELECT sym, window_start, count(*) AS n, sum(qty) AS q
                 FROM trades GROUP BY sym, tumble(ts, INTERVAL '1' SECOND);
             CREATE SINK out FROM bars INTO KAFKA (brokers = '{bootstrap}', topic = 'bars-c', format = 'json');
+            CREATE STREAM big AS SELECT ts, sym, qty FROM trades WHERE qty > 6;
+            CREATE STREAM per_second AS SELECT window_start, count(*) AS n FROM trades
+                GROUP BY tumble(ts, INTERVAL '1' SECOND);
         """)
         src = db._reactor.nodes["trades"].connector
         assert sorted(p for ps in src.assignment.values() for p in ps) == [0, 1, 2, 3]
         assert len(src.assignment) == 2, "both actors own Kafka partitions"
         sub = db.subscribe_stream("bars")
+        subs = {name: db.subscribe_stream(name) for name in ("big", "per_second", "trades")}
         db.start()
         db.flush(timeout_s=60)
         db.finish()
         got = sub.to_arrow()
+        per_actor = db.metrics()["cluster"]["rows_per_actor"]
+        # rows went reader → owner between the actors, never through the client
+        assert all(db._reactor.nodes[q].op.fetched_to_client == 0 for q in ("bars", "big", "per_second"))
     finally:
         db.close()
 
@@ -104,6 +111,15 @@ def test_kafka_to_kafka_on_two_actors(ray_local, kafka_broker):  # noqa: F811
     want = duckdb.sql("SELECT sym, (ts // 1000) * 1000 AS window_start, count(*) AS n, sum(qty) AS q "
                       "FROM produced GROUP BY ALL ORDER BY ALL").fetchall()
     assert sorted(tuple(r.values()) for r in got.to_pylist()) == [tuple(r) for r in want]
+    # the other kinds of query on rows that stay on the reading actors: stateless (runs where
+    # read), unkeyed partial aggregate (merged on the client), the source itself (fetched)
+    big = duckdb.sql("SELECT ts, sym, qty FROM produced WHERE qty > 6 ORDER BY ALL").fetchall()
+    assert sorted(tuple(r.values()) for r in subs["big"].to_arrow().to_pylist()) == [tuple(r) for r in big]
+    per_second = duckdb.sql("SELECT (ts // 1000) * 1000, count(*) FROM produced GROUP BY ALL ORDER BY ALL").fetchall()
+    assert sorted(tuple(r.values()) for r in subs["per_second"].to_arrow().to_pylist()) \
+        == [tuple(r) for r in per_second]
+    assert subs["trades"].to_arrow().num_rows == n
+    assert all(r > 0 for r in per_actor), per_actor
 
     sunk = _read_all(bootstrap, "bars-c", expect=len(want))
     assert sorted((d["sym"], d["window_start"], d["n"], d["q"]) for d in (json.loads(m.value) for m in sunk)) \
