@@ -149,18 +149,21 @@ class ClusterConnection(Connection):
     """
 
     def __init__(self, cluster: Cluster, *, config: dict[str, Any] | None = None,
-                 shutdown_on_close: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+                 shutdown_on_close: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 local_global: bool = True) -> None:
         super().__init__(":memory:", config=config)
         self.cluster = cluster
         self._shutdown_on_close = shutdown_on_close
         self._max_in_flight = max_in_flight
+        self._local_global = local_global
         self._reactor.make_operator = self._operator
         self._reactor.make_source_connector = self._source_connector
         cluster.broadcast("reset")  # actors start from an empty catalog
         self._drainer = _Drainer(self) if max_in_flight > 0 else None
 
     def _operator(self, name: str, plan) -> DistributedOperator:
-        op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight)
+        op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight,
+                                 local_global=self._local_global)
         if self._max_in_flight > 0:
             op.deliver = lambda outs, late: self._reactor.deliver(name, outs, late)
             op.can_defer = lambda: self._reactor.feeds_no_query(name)
@@ -324,7 +327,7 @@ class _Drainer:
 
 def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: int = DEFAULT_VNODES,
             raft: RaftConfig | str | None = None, config: dict[str, Any] | None = None,
-            max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> ClusterConnection:
+            max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True) -> ClusterConnection:
     """Connect to (or start) a Ray cluster and start one reactor actor per core.
 
     ``raft``: the control plane that owns the vnodes — a ``RaftConfig``, or the data dir of
@@ -332,6 +335,8 @@ def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: i
     else ownership is planned in-process (single-user development clusters).
     ``max_in_flight``: batches per query that may be on the actors while ``insert()``
     returns (pipelining; 0 = every insert waits for its outputs, like the embedded engine).
+    ``local_global``: keyed window aggregates emitted on close aggregate on every actor and
+    merge the closed windows (no exchange of rows); False routes every row to its key's owner.
     """
     try:
         import ray
@@ -361,4 +366,5 @@ def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: i
         raft = RaftConfig.from_data_dir(raft)
     elif raft is None:
         raft = RaftConfig.from_env()
-    return ClusterConnection(Cluster(n, vnodes, raft), config=config, max_in_flight=max_in_flight)
+    return ClusterConnection(Cluster(n, vnodes, raft), config=config, max_in_flight=max_in_flight,
+                             local_global=local_global)

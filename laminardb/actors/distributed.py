@@ -51,12 +51,13 @@ class DistributedOperator:
     accepts_next_watermark = True
 
     def __init__(self, name: str, plan: QueryPlan, cluster, *,
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True) -> None:
         self.name = name
         self.plan = plan
         self.cluster = cluster
         self.schema = output_schema(plan)
-        self.mode = partition_mode(plan)
+        # one actor exchanges nothing: local-global aggregation would only add the merge
+        self.mode = partition_mode(plan, local_global=local_global and cluster.n_actors > 1)
         self.late_dropped = 0
         self.max_in_flight = max_in_flight
         #: set by the connection: where outputs of deferred rounds go, and whether a round
@@ -67,11 +68,12 @@ class DistributedOperator:
         self.fetched_to_client = 0  # actor-read batches that had to come through the client
         self._closed_at: tuple[int, list[pa.RecordBatch]] | None = None
         self.merger = None
-        if self.mode == "partial":
-            from laminardb.actors.partial import PartialMerger
+        if self.mode in ("partial", "local_global"):
+            from laminardb.actors.partial import KeyedPartialMerger, PartialMerger
             from laminardb.operators.query_operator import QueryOperator
 
-            self.merger = PartialMerger(plan, QueryOperator(plan))
+            merger = PartialMerger if self.mode == "partial" else KeyedPartialMerger
+            self.merger = merger(plan, QueryOperator(plan))
 
     def _targets(self) -> list[int]:
         if self.mode == "single":
@@ -163,9 +165,10 @@ class DistributedOperator:
         results = self.cluster.gather(rnd.targets, rnd.futures, rnd.method)
         if rnd.method == "process_partial":
             lates = [from_ipc(r[0]) for r in results if r[0] is not None]
-            touched = {a: from_ipc(r[1]) for a, r in zip(rnd.targets, results, strict=True)}
             changes = self.plan.emit == "changes"
-            outs = self.merger.changed(touched) if changes else []
+            outs = []
+            if changes:
+                outs = self.merger.changed({a: from_ipc(r[1]) for a, r in zip(rnd.targets, results, strict=True)})
             closed = []
             if rnd.wm_next is not None:
                 parts = {a: from_ipc(r[2]) for a, r in zip(rnd.targets, results, strict=True)}

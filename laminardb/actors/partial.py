@@ -7,8 +7,13 @@ counts, sums with their non-NULL counts, minima, maxima — and the client merge
 actors' partials into the final group values, which then go through the same HAVING,
 projection and changelog logic as the embedded engine (``QueryOperator._finish``).
 
-Entry points: ``partial_eligible(plan)``, ``PartialState`` (actor side: ``run``/``close``),
-``PartialMerger`` (client side).
+Keyed tumble/hop aggregates that emit when their window closes use the same scheme
+(local-global aggregation): partials carry the group keys, and ``KeyedPartialMerger``
+merges the closed windows' partials per (window, key) with Arrow's hash aggregation. No
+row is exchanged between actors by key; only one row per (actor, window, key) moves.
+
+Entry points: ``partial_eligible(plan)``, ``local_global_eligible(plan)``, ``PartialState``
+(actor side: ``run``/``close``), ``PartialMerger`` and ``KeyedPartialMerger`` (client side).
 """
 
 from __future__ import annotations
@@ -22,10 +27,10 @@ from laminardb.sql.planner import QueryPlan
 _MERGEABLE = frozenset({"count_star", "count", "sum", "avg", "min", "max"})
 
 
-def partial_eligible(plan: QueryPlan) -> bool:
+def _mergeable(plan: QueryPlan) -> bool:
     agg = plan.aggregate
     return bool(
-        agg is not None and not agg.keys and not plan.input_changelog
+        agg is not None and not plan.input_changelog
         and (agg.window is None or agg.window.kind in ("tumble", "hop"))
         and all(s.kind in _MERGEABLE for s in agg.specs)
         and all(not (s.kind in ("min", "max") and (pa.types.is_string(s.arg_type) or pa.types.is_boolean(s.arg_type)))
@@ -33,10 +38,26 @@ def partial_eligible(plan: QueryPlan) -> bool:
     )
 
 
+def partial_eligible(plan: QueryPlan) -> bool:
+    """Unkeyed aggregates that merge from per-actor partials."""
+    return _mergeable(plan) and not plan.aggregate.keys
+
+
+def local_global_eligible(plan: QueryPlan) -> bool:
+    """Keyed tumble/hop aggregates emitted when their window closes: every actor aggregates
+    the rows it gets (no exchange of rows by key) and only the closed windows' partials are
+    merged — Flink's local-global aggregation, Spark's partial aggregation before a shuffle."""
+    agg = plan.aggregate
+    return _mergeable(plan) and bool(agg.keys) and agg.window is not None and plan.emit == "close"
+
+
 def _partials(agg: GroupAggregate, slots: np.ndarray) -> pa.RecordBatch:
-    """Window start, hidden row count and each accumulator's mergeable arrays (Arrow, so
-    they cross processes as IPC, never pickled)."""
-    out = {"ws": agg.groups.slot_win[slots].copy(), "rows": agg.rows.counts[slots].copy()}
+    """Window start, group keys, hidden row count and each accumulator's mergeable arrays
+    (Arrow, so they cross processes as IPC, never pickled)."""
+    out = {"ws": agg.groups.slot_win[slots].copy()}
+    if agg.keys is not None:
+        out.update({f"k{i}": col for i, col in enumerate(agg.keys.take(agg.groups.slot_key[slots]))})
+    out["rows"] = agg.rows.counts[slots].copy()
     for j, acc in enumerate(agg.accs):
         if acc.spec.kind in ("min", "max"):
             out[f"a{j}_v"] = acc.best[slots].astype(np.float64) if acc.best.dtype == np.float64 else acc.best[slots].copy()
@@ -53,19 +74,23 @@ class PartialState:
     def __init__(self, plan: QueryPlan) -> None:
         a = plan.aggregate
         self.plan = plan
-        self.agg = GroupAggregate(key_types=[], specs=a.specs, window=a.window, emit="close",
-                                  time_type=a.time_type)
+        self.agg = GroupAggregate(key_types=[k.type for k in a.keys], specs=a.specs, window=a.window,
+                                  emit="close", time_type=a.time_type)
 
-    def run(self, batch: pa.RecordBatch, wm_before: int, evaluate) -> tuple[pa.RecordBatch | None, pa.RecordBatch]:
-        """Fold a batch in; returns (late rows, partials of the groups it touched)."""
+    def run(self, batch: pa.RecordBatch, wm_before: int,
+            evaluate) -> tuple[pa.RecordBatch | None, pa.RecordBatch | None]:
+        """Fold a batch in; returns (late rows, partials of the groups it touched — EMIT
+        CHANGES only)."""
         a = self.plan.aggregate
         args = [x.evaluate(batch) if x is not None else None for x in a.args]
         ts = evaluate(batch)
         self.agg.last_slots = np.zeros(0, np.int64)
-        _, late = self.agg.process(batch.num_rows, [], args, ts, None, wm_before)
-        touched = np.unique(self.agg.last_slots)
+        keys = [k.evaluate(batch) for k in a.keys]
+        _, late = self.agg.process(batch.num_rows, keys, args, ts, None, wm_before)
         late_rows = batch.filter(pa.array(late)) if late is not None else None
-        return late_rows, _partials(self.agg, touched)
+        if self.plan.emit != "changes":  # only EMIT CHANGES reports groups before they close
+            return late_rows, None
+        return late_rows, _partials(self.agg, np.unique(self.agg.last_slots))
 
     def close(self, wm: int) -> pa.RecordBatch:
         """Partials of the windows the watermark closes (then forgotten here)."""
@@ -172,3 +197,59 @@ class PartialMerger:
         keep = [i for i, m in enumerate(merged) if m[0] > 0]
         batch = self._group_batch([wss[i] for i in keep], [merged[i] for i in keep])
         return self.finisher.rows_of(batch)
+
+
+class KeyedPartialMerger:
+    """Client side of local-global aggregation: the closed windows' partials of every actor,
+    merged per (window, key) with Arrow's hash aggregation, then HAVING and projection."""
+
+    def __init__(self, plan: QueryPlan, finisher) -> None:
+        self.plan = plan
+        self.specs = plan.aggregate.specs
+        self.n_keys = len(plan.aggregate.keys)
+        self.finisher = finisher
+
+    def changed(self, per_actor: dict[int, pa.RecordBatch]) -> list[pa.RecordBatch]:
+        return []  # emitted only when windows close
+
+    def close(self, per_actor: dict[int, pa.RecordBatch], *, changes: bool) -> list[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        parts = [p for p in per_actor.values() if p.num_rows]
+        if not parts:
+            return []
+        table = pa.Table.from_batches(parts)
+        group_by = ["ws"] + [f"k{i}" for i in range(self.n_keys)]
+        sums = [("rows", "sum")]
+        for j, spec in enumerate(self.specs):
+            if spec.kind in ("min", "max"):  # a partial without a value does not take part
+                table = table.set_column(table.schema.get_field_index(f"a{j}_v"), f"a{j}_v",
+                                         pc.if_else(table[f"a{j}_h"], table[f"a{j}_v"], None))
+                sums.append((f"a{j}_v", spec.kind))
+            else:
+                sums += [(name, "sum") for name in table.column_names if name.startswith(f"a{j}_")]
+        merged = table.group_by(group_by, use_threads=False).aggregate(sums)
+        merged = merged.sort_by([(c, "ascending") for c in group_by])
+        ws = merged["ws"].combine_chunks().to_numpy()
+        tt = self.plan.aggregate.time_type
+        size = self.plan.aggregate.window.size
+        cols = [pa.array(ws).cast(tt), pa.array(ws + size).cast(tt)]
+        cols += [merged[f"k{i}"].combine_chunks() for i in range(self.n_keys)]
+        for j, spec in enumerate(self.specs):
+            if spec.kind in ("count_star", "count"):
+                value = merged[f"a{j}_0_sum"]
+            elif spec.kind in ("min", "max"):
+                value = merged[f"a{j}_v_{spec.kind}"]
+            else:
+                total, count = merged[f"a{j}_0_sum"], merged[f"a{j}_1_sum"]
+                if spec.kind == "avg":
+                    total = pc.divide(pc.cast(total, pa.float64()), pc.cast(count, pa.float64()))
+                value = pc.if_else(pc.greater(count, 0), total, None)
+            cols.append(pc.cast(value.combine_chunks(), spec.out_type))
+        batch = pa.RecordBatch.from_arrays(cols, schema=self.finisher.agg.schema)
+        rows = merged["rows_sum"].combine_chunks().to_numpy()
+        return self.finisher._finish(GroupRows(new=batch, new_valid=rows > 0))
+
+    def current(self) -> pa.RecordBatch:
+        """Open windows are not queryable state (their rows are emitted when they close)."""
+        return self.finisher.rows_of(pa.RecordBatch.from_pylist([], schema=self.finisher.agg.schema))

@@ -109,7 +109,7 @@ class ReactorActorImpl:
         return out
 
     def process_partial(self, node: str, wm_before: int, mode: str, wm_next: int | None,
-                        *data) -> tuple[bytes | None, bytes, bytes | None]:
+                        *data) -> tuple[bytes | None, bytes | None, bytes | None]:
         """Unkeyed aggregate: fold rows in (``mode``/``data`` as in ``_rows``); return late
         rows, the partials of the groups touched and (with ``wm_next``) of the windows that
         closes."""
@@ -131,7 +131,8 @@ class ReactorActorImpl:
         late, touched = state.run(batch, wm_before,
                                   lambda b: numeric_view(b.column(idx)) if idx is not None else None)
         closed = to_ipc(state.close(wm_next)) if wm_next is not None else None
-        out = (to_ipc(late) if late is not None and late.num_rows else None), to_ipc(touched), closed
+        out = ((to_ipc(late) if late is not None and late.num_rows else None),
+               (to_ipc(touched) if touched is not None else None), closed)
         self.busy_s += time.perf_counter() - t0
         self.cpu_s += time.thread_time() - c0
         return out

@@ -3,7 +3,9 @@
 Entry points: ``Routing`` (the ownership map the client computes or reads from Raft) and
 ``partition_mode(plan)``, which says how a query's input is split between actors:
 ``keyed`` by its GROUP BY key, ``range`` (contiguous row ranges, for stateless queries,
-so concatenating the actors' outputs preserves row order), or ``single`` (one actor).
+so concatenating the actors' outputs preserves row order), ``partial``/``local_global``
+(row ranges aggregated into partials merged on the client; see ``partial.py``), or
+``single`` (one actor).
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ from laminardb.sql.planner import QueryPlan
 DEFAULT_VNODES = 256
 
 
-def partition_mode(plan: QueryPlan) -> str:
+def partition_mode(plan: QueryPlan, *, local_global: bool = True) -> str:
+    from laminardb.actors.partial import local_global_eligible, partial_eligible
+
     if plan.aggregate is None:
         return "range"
     if not plan.aggregate.keys:
-        from laminardb.actors.partial import partial_eligible
-
         # unkeyed: partial aggregates on every actor merged by the client when the
         # aggregates allow it (COUNT/SUM/AVG/MIN/MAX); else all rows to one owner
         return "partial" if partial_eligible(plan) else "single"
+    if local_global and local_global_eligible(plan):
+        return "local_global"
     return "keyed"
 
 

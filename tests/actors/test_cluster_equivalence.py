@@ -31,11 +31,14 @@ CREATE STREAM distinct_all AS SELECT window_start, count(DISTINCT sym) AS d FROM
 CREATE STREAM busy_bars AS SELECT sym, window_start, n FROM bars WHERE n > 3;
 CREATE STREAM syms_per_window AS SELECT window_start, count(*) AS syms, sum(n) AS n FROM bars
     GROUP BY window_start;
+CREATE STREAM sym_stats AS SELECT sym, window_start, count(*) AS n, count(price) AS np, sum(qty) AS q,
+    avg(price) AS ap, min(price) AS lo, max(qty) AS hq FROM trades
+    GROUP BY sym, hop(ts, INTERVAL '2' SECOND, INTERVAL '1' SECOND) HAVING count(*) > 2;
 CREATE STREAM late_bars AS SELECT sym, window_start, count(*) AS n FROM trades
     GROUP BY sym, tumble(ts, INTERVAL '500' MILLISECOND) LATE DATA TO late_rows;
 """
 STREAMS = ["bars", "hops", "sessions", "totals", "changes", "filtered", "overall", "per_second",
-           "overall_view", "distinct_all", "final_total", "late_bars", "late_rows", "busy_bars", "syms_per_window"]
+           "overall_view", "distinct_all", "final_total", "late_bars", "late_rows", "busy_bars", "syms_per_window", "sym_stats"]
 
 
 def _batches(seed: int = 7, n_batches: int = 25) -> list[pa.RecordBatch]:
@@ -47,7 +50,7 @@ def _batches(seed: int = 7, n_batches: int = 25) -> list[pa.RecordBatch]:
         out.append(pa.record_batch({
             "ts": pa.array(ts, pa.int64()),
             "sym": pa.array(rng.choice(["AAPL", "MSFT", "GOOG", "AMZN", None], n)),
-            "price": pa.array(np.round(rng.random(n) * 100, 2)),
+            "price": pa.array(np.round(rng.random(n) * 100, 2), mask=rng.random(n) < 0.05),
             "qty": pa.array(rng.integers(1, 10, n), pa.int64()),
         }))
     return out
@@ -77,12 +80,12 @@ def _sorted(t: pa.Table) -> list[tuple]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("n_actors", [1, 2])
-def test_cluster_matches_embedded(clusters, n_actors):
+@pytest.mark.parametrize(("n_actors", "local_global"), [(1, True), (2, True), (2, False)])
+def test_cluster_matches_embedded(clusters, n_actors, local_global):
     from laminardb.actors.client import ClusterConnection
 
     expected, view_e, m_e = run_script(laminardb.open())
-    db = ClusterConnection(clusters[n_actors], shutdown_on_close=False)
+    db = ClusterConnection(clusters[n_actors], shutdown_on_close=False, local_global=local_global)
     try:
         got, view_c, m_c = run_script(db)
     finally:
@@ -99,3 +102,6 @@ def test_cluster_matches_embedded(clusters, n_actors):
     assert m_c["late_events_routed"] == m_e["late_events_routed"] > 0
     if n_actors == 2:
         assert all(r > 0 for r in m_c["cluster"]["rows_per_actor"]), "both actors must get work"
+    modes = {n.name: n.op.mode for n in db._reactor.nodes.values() if n.op is not None}
+    assert modes["sym_stats"] == ("local_global" if local_global and n_actors > 1 else "keyed")
+    assert modes["bars"] == "keyed"  # FIRST/LAST_VALUE do not merge from partials
