@@ -176,10 +176,13 @@ def lam_files(paths: list[Path]) -> tuple[float, pa.Table]:
     return elapsed, res
 
 
-def lam_kafka(bootstrap: str, topic: str, rows: int, timeout_s: float = 600) -> tuple[float, pa.Table, dict]:
+def lam_kafka(bootstrap: str, topic: str, rows: int, actors: int = 0,
+              timeout_s: float = 600) -> tuple[float, pa.Table, dict]:
+    """Kafka → agg → subscriber, embedded (``actors=0``) or on a Ray cluster of ``actors``
+    reactor actors (each reads its Kafka partitions; rows never pass through the client)."""
     import laminardb
 
-    db = laminardb.open()
+    db = laminardb.open() if actors == 0 else laminardb.connect("ray://auto", actors=actors)
     db.execute(SOURCE_DDL + f" FROM KAFKA (brokers = '{bootstrap}', topic = '{topic}', "
                "format = 'json', offset_reset = 'earliest')")
     db.execute(AGG_DDL)
@@ -220,9 +223,12 @@ def produce(bootstrap: str, topic: str, batches: list[pa.RecordBatch], partition
     t0 = time.perf_counter()
     i = 0
     for b in batches:
-        for v in pc.cast(json_lines(b), pa.binary()).to_pylist():
+        values = pc.cast(json_lines(b), pa.binary()).to_pylist()
+        for v in values:
             producer.send(topic, value=v, partition=i % partitions)
             i += 1
+    for p in range(1, partitions):  # the end marker on every partition: each one's watermark passes the end
+        producer.send(topic, value=values[-1], partition=(i - 1 + p) % partitions)
     producer.flush()
     producer.close()
     return time.perf_counter() - t0
@@ -238,6 +244,8 @@ def main() -> int:
     ap.add_argument("--spark-runs", type=int, default=2)
     ap.add_argument("--lam-runs", type=int, default=3, help="laminardb file runs (best reported)")
     ap.add_argument("--no-kafka", action="store_true")
+    ap.add_argument("--kafka-actors", type=int, nargs="+", default=[0],
+                    help="Kafka runs: 0 = embedded, N = connect() with N Ray actors (e.g. 0 1 2)")
     ap.add_argument("--no-spark", action="store_true")
     args = ap.parse_args()
 
@@ -285,14 +293,28 @@ def main() -> int:
                 prod_s = produce(broker.bootstrap, "trades", batches, args.partitions)
                 print(f"    produced {args.rows + 1:,} JSON messages to Tansu in {prod_s:.1f} s (not timed), "
                       f"{args.partitions} partition(s)")
-                l0 = load()
-                el, out, m = lam_kafka(broker.bootstrap, "trades", args.rows)
-                l1 = load()
-                print(f"    laminardb Kafka run: {el:.3f} s = {args.rows / el:,.0f} ev/s  load {l0} → {l1}")
-                chk = verify(lam_cols(out), want, "laminardb kafka")
-                res["laminardb_kafka"] = {"s": el, "eps": args.rows / el, "load": [l0, l1], "verified": chk,
-                                          "produce_s": prod_s, "partitions": args.partitions,
-                                          "events_ingested": m["events_ingested"]}
+                if any(args.kafka_actors):
+                    import ray
+
+                    ray.init(num_cpus=max(args.kafka_actors) + 1, include_dashboard=False, log_to_driver=False,
+                             configure_logging=False)
+                lam_kafka_runs = {}
+                for actors in args.kafka_actors:
+                    l0 = load()
+                    el, out, m = lam_kafka(broker.bootstrap, "trades", args.rows, actors=actors)
+                    l1 = load()
+                    name = "embedded" if actors == 0 else f"{actors} actor(s)"
+                    print(f"    laminardb Kafka run, {name}: {el:.3f} s = {args.rows / el:,.0f} ev/s  load {l0} → {l1}")
+                    chk = verify(lam_cols(out), want, f"laminardb kafka {name}")
+                    lam_kafka_runs[actors] = {"s": el, "eps": args.rows / el, "load": [l0, l1], "verified": chk,
+                                              "produce_s": prod_s, "partitions": args.partitions,
+                                              "events_ingested": m["events_ingested"]}
+                res["laminardb_kafka"] = lam_kafka_runs[args.kafka_actors[0]]
+                res["laminardb_kafka_by_actors"] = lam_kafka_runs
+                if any(args.kafka_actors):
+                    import ray
+
+                    ray.shutdown()
             finally:
                 broker.stop()
 
@@ -326,9 +348,9 @@ def main() -> int:
     print(f"Windowed aggregation — {args.rows:,} events, {N_SYMBOLS} symbols, 1 s tumbling windows, "
           f"COUNT/SUM/AVG, until every window is delivered")
     print(f"  {'pipeline':<44}{'seconds':>9}{'events/s':>14}   load at start")
-    if "laminardb_kafka" in res:
-        r = res["laminardb_kafka"]
-        print(f"  {'laminardb, Kafka (Tansu) source, JSON':<44}{r['s']:>9.3f}{r['eps']:>14,.0f}   {r['load'][0]}")
+    for actors, r in res.get("laminardb_kafka_by_actors", {}).items():
+        label = f"laminardb, Kafka source, JSON, {'embedded' if actors == 0 else f'{actors} actor(s)'}"
+        print(f"  {label:<44}{r['s']:>9.3f}{r['eps']:>14,.0f}   {r['load'][0]}")
     r = res["laminardb_files"]
     print(f"  {'laminardb, JSON-lines files + insert()':<44}{r['s']:>9.3f}{r['eps']:>14,.0f}   {r['load']}")
     if "spark" in res:

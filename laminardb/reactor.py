@@ -43,6 +43,9 @@ def make_source_connector(kind: str, node: Node, options: dict[str, str]):
                        delay_ticks=node.delay_ticks)
 
 
+FROM_DATA = object()  # ingest(): the watermark follows the batch's max event time
+
+
 @dataclass
 class Node:
     """A named relation: a source, a stream, a materialized view, a late-data stream or a sink."""
@@ -216,15 +219,17 @@ class Reactor:
         batch = to_batch(data, node.schema, node.not_null, source=node.name)
         return self.ingest(node, batch)
 
-    def ingest(self, node: Node, batch: pa.RecordBatch | None, *, watermark: int | None = None) -> int:
+    def ingest(self, node: Node, batch: pa.RecordBatch | None, *,
+               watermark: int | None | object = FROM_DATA) -> int:
         """Run one batch of ``node`` (a source) through the DAG, then advance its watermark.
 
-        ``watermark`` overrides "max event time − delay" for sources that track it
-        themselves (Kafka: the minimum over partitions) or are driven by a coordinator.
+        ``watermark`` replaces "max event time − delay" for sources that track it
+        themselves (Kafka: the minimum over partitions) or are driven by a coordinator;
+        ``None`` from them means "not placed yet" (a partition has not delivered): hold it.
         """
         n = 0 if batch is None else batch.num_rows
         if n == 0:
-            if watermark is not None and watermark > node.wm:
+            if isinstance(watermark, int) and watermark > node.wm:
                 errors: list[Exception] = []
                 self._advance(node, watermark, errors)
                 if errors:
@@ -239,16 +244,20 @@ class Reactor:
             # applies it in the same round trip as the batch (the order of outputs is kept)
             top = batch.max_event_time if remote else int(numeric_view(batch.column(node.time_col)).max())
             max_ts = max(node.max_ts, top)
-            wm = max_ts - node.delay_ticks if watermark is None else watermark
+            if watermark is FROM_DATA:
+                wm = max_ts - node.delay_ticks
+            else:
+                wm = node.wm if watermark is None else max(node.wm, watermark)  # type: ignore[call-overload]
+        wm_next = wm if wm is not None and wm > node.wm else None
         for d in list(node.downstream):
-            self._guard(errors, self._push, d, batch, node.wm, wm)
+            self._guard(errors, self._push, d, batch, node.wm, wm_next)
         if node.subscribers:
             rows = batch.materialize() if remote else batch
             for sub in node.subscribers:
                 sub._deliver(rows)
         if node.time_col is not None:
             node.max_ts = max_ts
-            if wm > node.wm:
+            if wm_next is not None:
                 self._advance(node, wm, errors)
         if errors:
             raise errors[0]
