@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from laminardb.operators import _kernels as K
-from laminardb.operators._buffers import encode_rows, hash_rows, string_view
+from laminardb.operators._buffers import encode_rows, string_view
 from laminardb.sql.planner import QueryPlan
 
 DEFAULT_VNODES = 256
@@ -54,13 +54,6 @@ class Routing:
     @property
     def vnodes(self) -> int:
         return len(self.owner)
-
-    def owned_mask(self, actor: int) -> np.ndarray:
-        return self.owner == actor
-
-
-def vnode_of(keys: list[pa.Array], vnodes: int) -> np.ndarray:
-    return (hash_rows(keys) % np.uint64(vnodes)).astype(np.int64)
 
 
 def range_slice(n_rows: int, actor: int, n_actors: int) -> tuple[int, int]:

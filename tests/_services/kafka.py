@@ -10,8 +10,12 @@ from __future__ import annotations
 import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
 
 from tests._services.procs import free_port, kill_proc, wait_until
 
@@ -81,3 +85,18 @@ def start_kafka_broker(*, port: int | None = None) -> KafkaBroker:
         broker.stop()
         raise
     return broker
+
+
+def drain(src: Any, *, rows: int, timeout: float = 15.0) -> tuple[pa.Table, int | None]:
+    """Poll until ``rows`` rows arrived (bounded), then once more for stragglers."""
+    got: list[pa.RecordBatch] = []
+    wm = None
+    deadline = time.monotonic() + timeout
+    while sum(b.num_rows for b in got) < rows and time.monotonic() < deadline:
+        batch, wm = src.poll(timeout_ms=200)
+        if batch is not None:
+            got.append(batch)
+    batch, wm = src.poll(timeout_ms=100)
+    if batch is not None:
+        got.append(batch)
+    return pa.Table.from_batches(got, schema=src.schema), wm

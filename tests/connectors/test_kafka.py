@@ -15,6 +15,7 @@ import pytest
 
 from laminardb.connectors.exceptions import KafkaConfigError
 from laminardb.connectors.kafka import KafkaSink
+from tests._services.kafka import drain
 
 pytestmark = pytest.mark.integration
 
@@ -37,21 +38,6 @@ def encode(fmt: str, row: dict[str, Any]) -> bytes:
     cells = ["" if v is None else (f'"{v.replace(chr(34), 2 * chr(34))}"' if isinstance(v, str)
                                    else str(v)) for v in row.values()]
     return ",".join(cells).encode()
-
-
-def drain(src: Any, *, rows: int, timeout: float = 15.0) -> tuple[pa.Table, int | None]:
-    """Poll until ``rows`` rows arrived (bounded), then once more for stragglers."""
-    got: list[pa.RecordBatch] = []
-    wm = None
-    deadline = time.monotonic() + timeout
-    while sum(b.num_rows for b in got) < rows and time.monotonic() < deadline:
-        batch, wm = src.poll(timeout_ms=200)
-        if batch is not None:
-            got.append(batch)
-    batch, wm = src.poll(timeout_ms=100)
-    if batch is not None:
-        got.append(batch)
-    return pa.Table.from_batches(got, schema=src.schema), wm
 
 
 def by_ts(table: pa.Table) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ import pytest
 
 from laminardb.connectors import _kafka_fetch
 from laminardb.connectors.exceptions import KafkaUnavailableError
+from tests._services.kafka import drain as drain_with_watermark
 
 pytestmark = pytest.mark.integration
 
@@ -24,16 +25,7 @@ TRADES = pa.schema([pa.field("ts", pa.int64(), nullable=False), ("sym", pa.strin
 
 
 def drain(src: Any, *, rows: int, timeout: float = 15.0) -> pa.Table:
-    got: list[pa.RecordBatch] = []
-    deadline = time.monotonic() + timeout
-    while sum(b.num_rows for b in got) < rows and time.monotonic() < deadline:
-        batch, _ = src.poll(timeout_ms=200)
-        if batch is not None:
-            got.append(batch)
-    batch, _ = src.poll(timeout_ms=100)
-    if batch is not None:
-        got.append(batch)
-    return pa.Table.from_batches(got, schema=src.schema)
+    return drain_with_watermark(src, rows=rows, timeout=timeout)[0]
 
 
 def message(i: int) -> bytes:
