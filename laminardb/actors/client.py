@@ -19,6 +19,7 @@ from laminardb.actors.distributed import DEFAULT_MAX_IN_FLIGHT, DistributedOpera
 from laminardb.actors.exceptions import ActorLostError, ClusterStartError
 from laminardb.actors.ownership import RaftConfig, acquire_routing
 from laminardb.actors.routing import DEFAULT_VNODES
+from laminardb.actors.shm_ring import ShmRing
 from laminardb.connection import Connection, ExecuteResult
 from laminardb.operators.warmup import warm_kernels
 from laminardb.sql import ddl
@@ -47,6 +48,8 @@ class Cluster:
             self.shutdown()
             raise
         self.routing = self.ownership.routing
+        here = ray.get_runtime_context().get_node_id()
+        self.local = [i["node_id"] == here for i in self.info]  # actors on the client's machine
         ray.get([a.set_ownership.remote(self.routing.owner.tobytes(), self.ownership.epochs.tobytes())
                  for a in self.actors], timeout=_CALL_TIMEOUT_S)
 
@@ -159,11 +162,12 @@ class ClusterConnection(Connection):
         self._reactor.make_operator = self._operator
         self._reactor.make_source_connector = self._source_connector
         cluster.broadcast("reset")  # actors start from an empty catalog
+        self._ring = ShmRing.open(slots=2 * max_in_flight + 4) if any(cluster.local) else None
         self._drainer = _Drainer(self) if max_in_flight > 0 else None
 
     def _operator(self, name: str, plan) -> DistributedOperator:
         op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight,
-                                 local_global=self._local_global)
+                                 local_global=self._local_global, ring=self._ring)
         if self._max_in_flight > 0:
             op.deliver = lambda outs, late: self._reactor.deliver(name, outs, late)
             op.can_defer = lambda: self._reactor.feeds_no_query(name)
@@ -284,6 +288,8 @@ class ClusterConnection(Connection):
         except ActorLostError:
             pass  # closing a connection whose actor died must still release everything
         super().close()
+        if self._ring is not None:
+            self._ring.close()
         if self._shutdown_on_close:
             self.cluster.shutdown()
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -29,6 +29,7 @@ import pyarrow as pa
 from laminardb.actors._wire import from_ipc, to_ipc_array
 from laminardb.actors.remote_rows import RemoteRows
 from laminardb.actors.routing import partition_mode, route_rows
+from laminardb.actors.shm_ring import ShmRing
 from laminardb.operators.query_operator import output_schema
 from laminardb.sql.planner import QueryPlan
 
@@ -44,6 +45,7 @@ class _Round:
     targets: list[int]
     futures: list[Any]
     wm_next: int | None
+    slots: list[int] = field(default_factory=list)  # shared-memory slots its input occupies
 
 
 class DistributedOperator:
@@ -51,7 +53,8 @@ class DistributedOperator:
     accepts_next_watermark = True
 
     def __init__(self, name: str, plan: QueryPlan, cluster, *,
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True) -> None:
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True,
+                 ring: ShmRing | None = None) -> None:
         self.name = name
         self.plan = plan
         self.cluster = cluster
@@ -60,6 +63,7 @@ class DistributedOperator:
         self.mode = partition_mode(plan, local_global=local_global and cluster.n_actors > 1)
         self.late_dropped = 0
         self.max_in_flight = max_in_flight
+        self.ring = ring
         #: set by the connection: where outputs of deferred rounds go, and whether a round
         #: may be deferred now (its node feeds no other query)
         self.deliver: Deliver | None = None
@@ -85,7 +89,6 @@ class DistributedOperator:
                 wm_next: int | None = None):
         if batch.num_rows == 0:
             return [], None
-        import ray
 
         targets = self._targets()
         if isinstance(batch, RemoteRows):
@@ -96,13 +99,24 @@ class DistributedOperator:
             batch = batch.materialize()  # a query created after these rows were read
         if self.mode == "keyed" and len(targets) > 1:
             return self._process_routed(batch, wm_before, wm_next)
-        ref = ray.put(to_ipc_array(batch))  # written once, read zero-copy by every actor
+        data, slots = self._ship(batch, targets)  # written once, read zero-copy by every actor
         wm_next = self._closes(wm_next)
         # one keyed actor owns every vnode; partial aggregates and stateless queries split
         # the batch into contiguous row ranges
         mode = "all" if self.mode in ("keyed", "single") else "range"
-        args = (self._method, self.name, wm_before, mode, wm_next, ref)
-        return self._start(_Round(self._method, targets, self.cluster.submit(targets, *args), wm_next))
+        args = (self._method, self.name, wm_before, mode, wm_next, data)
+        return self._start(_Round(self._method, targets, self.cluster.submit(targets, *args), wm_next, slots))
+
+    def _ship(self, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
+        """The batch as the actors will read it: a shared-memory slice when they all run on
+        this machine and a slot is free, else an object in Ray's object store."""
+        if self.ring is not None and all(self.cluster.local[a] for a in targets):
+            written = self.ring.write(batch)
+            if written is not None:
+                return written[0], [written[1]]
+        import ray
+
+        return ray.put(to_ipc_array(batch)), []
 
     @property
     def _method(self) -> str:
@@ -118,13 +132,16 @@ class DistributedOperator:
     def _process_routed(self, batch: pa.RecordBatch, wm_before: int, wm_next: int | None):
         """Keyed query on several actors: the rows are split here by the owner of their
         key's vnode (one hash per row) and each actor receives only its part."""
-        import ray
 
         parts = route_rows(self.plan, batch, self.cluster.routing.owner, self.cluster.n_actors)
-        futures = [self.cluster.actors[a].process.remote(
-                       self.name, wm_before, "routed", wm_next, *([ray.put(to_ipc_array(p))] if p.num_rows else []))
-                   for a, p in enumerate(parts)]
-        return self._start(_Round("process", list(range(len(parts))), futures, wm_next))
+        futures, slots = [], []
+        for a, part in enumerate(parts):
+            data: list[Any] = []
+            if part.num_rows:
+                shipped, used = self._ship(part, [a])
+                data, slots = [shipped], slots + used
+            futures.append(self.cluster.actors[a].process.remote(self.name, wm_before, "routed", wm_next, *data))
+        return self._start(_Round("process", list(range(len(parts))), futures, wm_next, slots))
 
     def _process_remote(self, rows: RemoteRows, targets: list[int], wm_before: int, wm_next: int | None):
         """Rows still on the actors that read them: keyed queries get the parts the readers
@@ -163,6 +180,8 @@ class DistributedOperator:
     def _collect(self, rnd: _Round) -> tuple[list[pa.RecordBatch], pa.RecordBatch | None, list[pa.RecordBatch]]:
         """Outputs, late rows and closed windows of a round, merged across actors."""
         results = self.cluster.gather(rnd.targets, rnd.futures, rnd.method)
+        for slot in rnd.slots:  # every actor has answered: nobody reads these slots any more
+            self.ring.release(slot)
         if rnd.method == "process_partial":
             lates = [from_ipc(r[0]) for r in results if r[0] is not None]
             changes = self.plan.emit == "changes"

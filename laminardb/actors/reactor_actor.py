@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from laminardb.actors._wire import from_ipc, to_ipc, to_ipc_array
 from laminardb.actors.routing import range_slice, route_rows
+from laminardb.actors.shm_ring import ShmReader, ShmSlice
 from laminardb.sql.expressions import evaluate_mask
 
 
@@ -42,6 +43,7 @@ class ReactorActorImpl:
         self.cpu_s = 0.0  # of which on the CPU (busy_s − cpu_s: waiting for a core)
         self.kafka: dict = {}
         self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
+        self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
 
     def reset(self) -> None:
         """Forget every query and all state (a pooled actor serving a new connection)."""
@@ -50,6 +52,7 @@ class ReactorActorImpl:
         for name in list(self.kafka):
             self.stop_kafka(name)
         self.conn.close()
+        self.shm.close()
         self.partial = {}
         self.conn = laminardb.open()
         self.conn._reactor.connectors_enabled = False
@@ -78,7 +81,7 @@ class ReactorActorImpl:
     def _rows(self, mode: str, data: tuple) -> pa.RecordBatch | None:
         """The rows this call works on: ``range`` — this actor's contiguous share of one
         batch; ``all``/``routed`` — every batch passed, concatenated (None: no rows)."""
-        batches = [from_ipc(d) for d in data]
+        batches = [self.shm.read(d) if isinstance(d, ShmSlice) else from_ipc(d) for d in data]
         if not batches:
             return None
         if mode == "range":

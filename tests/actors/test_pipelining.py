@@ -94,5 +94,8 @@ def test_every_pipelining_depth_gives_the_embedded_rows(clusters, max_in_flight)
     try:
         assert run(db) == expected
         assert db._drainer is None if max_in_flight == 0 else db._drainer is not None
+        # batches went through shared memory (actors on this machine), and every slot came back
+        assert db._ring is not None and db._ring.writes > 0
+        assert db._ring.free_slots == db._ring.slots
     finally:
         db.close()

@@ -1,0 +1,123 @@
+"""``ShmRing``: batches from the client to actors on the same machine through shared memory.
+
+Why: ``ray.put`` of a 64k-row batch writes it into freshly mapped object-store memory, and
+on small VMs the page faults of that fresh memory cost more than the query itself (about
+2.5 ms per 1.8 MB batch on the 2-vCPU CI machine, against 0.4 ms for the same Arrow IPC
+written into memory that stays mapped). The ring is one file in ``/dev/shm``, allocated
+once (``posix_fallocate``, so a full tmpfs is an error here, never a SIGBUS later), cut into
+fixed slots. The client writes a batch's IPC stream into a free slot and passes the actors
+a ``ShmSlice`` (path, offset, length); an actor maps the file read-only and reads the batch
+without copying. A slot is reused only after every actor of its round has answered, and an
+actor serializes all it returns before answering, so no reader ever sees a slot rewritten.
+Batches larger than a slot, actors on other machines, or a system without ``/dev/shm``
+take ``ray.put`` instead.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+_SHM_DIR = "/dev/shm"
+
+
+@dataclass(frozen=True)
+class ShmSlice:
+    """Where one batch's Arrow IPC stream lies in a ring file (what travels to the actor)."""
+
+    path: str
+    offset: int
+    length: int
+
+
+class ShmRing:
+    """Client side: a fixed set of slots in one shared-memory file."""
+
+    def __init__(self, *, slots: int, slot_bytes: int = 8 << 20) -> None:
+        self.slot_bytes = slot_bytes
+        self.path = os.path.join(_SHM_DIR, f"laminardb-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, slots * slot_bytes)
+            self._map = mmap.mmap(fd, slots * slot_bytes)
+        except OSError:
+            os.close(fd)
+            os.unlink(self.path)
+            raise
+        os.close(fd)
+        self._view = memoryview(self._map)
+        self.slots = slots
+        self._free = list(range(slots))[::-1]
+        self.writes = 0  # batches shipped through the ring (metrics, tests)
+
+    @classmethod
+    def open(cls, *, slots: int) -> ShmRing | None:
+        """A ring, or None where shared memory is unavailable or full (then ``ray.put``)."""
+        if not os.path.isdir(_SHM_DIR) or not hasattr(os, "posix_fallocate"):
+            return None
+        try:
+            return cls(slots=slots)
+        except OSError:
+            return None
+
+    def write(self, batch: pa.RecordBatch) -> tuple[ShmSlice, int] | None:
+        """Write ``batch`` into a free slot: (its slice, the slot to release), or None when
+        no slot is free or the batch does not fit one."""
+        if not self._free:
+            return None
+        slot = self._free.pop()
+        offset = slot * self.slot_bytes
+        sink = pa.FixedSizeBufferWriter(pa.py_buffer(self._view[offset:offset + self.slot_bytes]))
+        try:
+            with pa.ipc.new_stream(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError):  # larger than a slot
+            self._free.append(slot)
+            return None
+        self.writes += 1
+        return ShmSlice(self.path, offset, sink.tell()), slot
+
+    def release(self, slot: int) -> None:
+        self._free.append(slot)
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    def close(self) -> None:
+        self._view.release()
+        self._map.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+
+class ShmReader:
+    """Actor side: ring files mapped read-only, once each."""
+
+    def __init__(self) -> None:
+        self._maps: dict[str, tuple[mmap.mmap, memoryview]] = {}
+
+    def read(self, where: ShmSlice) -> pa.RecordBatch:
+        from laminardb.actors._wire import from_ipc
+
+        mapped = self._maps.get(where.path)
+        if mapped is None:
+            with open(where.path, "rb") as f:
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            mapped = self._maps[where.path] = (m, memoryview(m))
+        return from_ipc(pa.py_buffer(mapped[1][where.offset:where.offset + where.length]))
+
+    def close(self) -> None:
+        for m, view in self._maps.values():
+            view.release()
+            try:
+                m.close()
+            except BufferError:  # a batch still points into it; the mapping goes with the process
+                pass
+        self._maps.clear()

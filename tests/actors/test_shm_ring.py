@@ -1,0 +1,51 @@
+"""The shared-memory ring that ships batches to actors on the client's machine."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from laminardb.actors.shm_ring import ShmReader, ShmRing
+
+
+def _batch(n: int) -> pa.RecordBatch:
+    return pa.record_batch({"ts": pa.array(np.arange(n), pa.int64()),
+                            "sym": pa.array([f"S{i % 13}" for i in range(n)]),
+                            "price": pa.array(np.arange(n) / 4, mask=np.arange(n) % 7 == 0)})
+
+
+@pytest.fixture
+def ring():
+    r = ShmRing.open(slots=3)
+    if r is None:
+        pytest.skip("no /dev/shm here")
+    yield r
+    r.close()
+    assert not os.path.exists(r.path), "close() removes the file"
+
+
+def test_batches_round_trip_through_slots(ring):
+    reader = ShmReader()
+    sent = [_batch(n) for n in (1, 1000, 70_000)]
+    slices = []
+    for b in sent:
+        written = ring.write(b)
+        assert written is not None
+        slices.append(written)
+    assert ring.free_slots == 0 and ring.write(_batch(5)) is None, "no free slot: the caller uses ray.put"
+    for b, (where, _slot) in zip(sent, slices, strict=True):
+        assert reader.read(where).equals(b)
+    ring.release(slices[0][1])
+    again = ring.write(_batch(7))
+    assert again is not None and again[1] == slices[0][1]
+    assert reader.read(again[0]).equals(_batch(7)), "a released slot is rewritten and read anew"
+    reader.close()
+
+
+def test_a_batch_larger_than_a_slot_is_refused(ring):
+    big = pa.record_batch({"x": pa.array(np.zeros(ring.slot_bytes // 8 + 1, np.int64))})
+    assert ring.write(big) is None
+    assert ring.free_slots == 3, "the slot tried is free again"
