@@ -12,6 +12,7 @@ and shows in ``metrics()["cluster"]``.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -25,6 +26,7 @@ from laminardb.operators.warmup import warm_kernels
 from laminardb.sql import ddl
 
 _START_ATTEMPTS = 3  # actor starts cancelled by a raylet still cleaning up are retried
+_FREE_CPU_WAIT_S = 10.0  # connect(): CPUs of actors killed by a close() just before come back
 _CALL_TIMEOUT_S = 300.0  # one batch on one actor; generous, but a hung actor must not hang the client
 
 
@@ -361,7 +363,10 @@ def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: i
         else:
             ray.init(address=address, log_to_driver=False)
     n = actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
-    free = int(ray.available_resources().get("CPU", 0))
+    # the actors of a connection closed just before are released asynchronously: wait a little
+    deadline = time.monotonic() + _FREE_CPU_WAIT_S
+    while (free := int(ray.available_resources().get("CPU", 0))) < n and time.monotonic() < deadline:
+        time.sleep(0.1)
     if free < n:
         raise ClusterStartError(
             f"connect(): {n} actors need {n} free CPUs but the Ray cluster has {free}; "
