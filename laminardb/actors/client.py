@@ -16,7 +16,7 @@ import time
 import uuid
 from typing import Any
 
-from laminardb.actors.distributed import DEFAULT_MAX_IN_FLIGHT, DistributedOperator
+from laminardb.actors.distributed import COALESCE_MAX, DEFAULT_MAX_IN_FLIGHT, DistributedOperator
 from laminardb.actors.exceptions import ActorLostError, ClusterStartError
 from laminardb.actors.ownership import RaftConfig, acquire_routing
 from laminardb.actors.routing import DEFAULT_VNODES
@@ -164,7 +164,8 @@ class ClusterConnection(Connection):
         self._reactor.make_operator = self._operator
         self._reactor.make_source_connector = self._source_connector
         cluster.broadcast("reset")  # actors start from an empty catalog
-        self._ring = ShmRing.open(slots=2 * max_in_flight + 4) if any(cluster.local) else None
+        slots = (max_in_flight + 1) * COALESCE_MAX + 4  # rounds in flight, batches held back
+        self._ring = ShmRing.open(slots=slots) if any(cluster.local) else None
         self._drainer = _Drainer(self) if max_in_flight > 0 else None
 
     def _operator(self, name: str, plan) -> DistributedOperator:
@@ -315,6 +316,9 @@ class _Drainer:
         lock = self.conn._reactor.lock
         while not self._stop.is_set():
             with lock:
+                for op in self.conn._operators():
+                    if op.open and not op.pending:
+                        op.collect_ready()  # sends the batches held back
                 waiting = [f for op in self.conn._operators() for f in op.oldest_futures()]
             if not waiting:
                 self._stop.wait(self._IDLE_S)

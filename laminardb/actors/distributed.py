@@ -34,6 +34,8 @@ from laminardb.operators.query_operator import output_schema
 from laminardb.sql.planner import QueryPlan
 
 DEFAULT_MAX_IN_FLIGHT = 4
+#: batches sent in one call per actor while the actors are busy (fewer Ray calls per batch)
+COALESCE_MAX = 4
 Deliver = Callable[[list[pa.RecordBatch], "pa.RecordBatch | None"], None]
 
 
@@ -46,6 +48,18 @@ class _Round:
     futures: list[Any]
     wm_next: int | None
     slots: list[int] = field(default_factory=list)  # shared-memory slots its input occupies
+    wm_nexts: list[int | None] | None = None  # a coalesced round: one entry per batch
+
+
+@dataclass
+class _Item:
+    """A batch waiting to go out with the next ones (``process_many``)."""
+
+    wm_before: int
+    mode: str
+    wm_next: int | None
+    data: Any
+    slots: list[int]
 
 
 class DistributedOperator:
@@ -69,6 +83,8 @@ class DistributedOperator:
         self.deliver: Deliver | None = None
         self.can_defer: Callable[[], bool] = lambda: False
         self.pending: deque[_Round] = deque()
+        self.open: list[_Item] = []  # batches held back while the actors are busy
+        self.batches_held = 0  # sent with others in one call (metrics, tests)
         self.fetched_to_client = 0  # actor-read batches that had to come through the client
         self._closed_at: tuple[int, list[pa.RecordBatch]] | None = None
         self.merger = None
@@ -91,6 +107,10 @@ class DistributedOperator:
             return [], None
 
         targets = self._targets()
+        whole = not isinstance(batch, RemoteRows) and not (self.mode == "keyed" and len(targets) > 1)
+        if whole and self.pending and self.deliver is not None and self.can_defer():
+            return self._hold(batch, targets, wm_before, wm_next)
+        self._submit_open()  # batches held back go first
         if isinstance(batch, RemoteRows):
             remote = self._process_remote(batch, targets, wm_before, wm_next)
             if remote is not None:
@@ -101,11 +121,39 @@ class DistributedOperator:
             return self._process_routed(batch, wm_before, wm_next)
         data, slots = self._ship(batch, targets)  # written once, read zero-copy by every actor
         wm_next = self._closes(wm_next)
-        # one keyed actor owns every vnode; partial aggregates and stateless queries split
-        # the batch into contiguous row ranges
-        mode = "all" if self.mode in ("keyed", "single") else "range"
-        args = (self._method, self.name, wm_before, mode, wm_next, data)
+        args = (self._method, self.name, wm_before, self._whole_mode, wm_next, data)
         return self._start(_Round(self._method, targets, self.cluster.submit(targets, *args), wm_next, slots))
+
+    @property
+    def _whole_mode(self) -> str:
+        """How actors read a batch sent whole: one keyed actor owns every vnode (``all``);
+        partial aggregates and stateless queries take contiguous row ranges."""
+        return "all" if self.mode in ("keyed", "single") else "range"
+
+    def _hold(self, batch: pa.RecordBatch, targets: list[int], wm_before: int, wm_next: int | None):
+        """The actors are busy: keep the batch for one call with the next ones (group
+        commit — the actors process them one by one, as if sent apart)."""
+        data, slots = self._ship(batch, targets)
+        wm_next = self._closes(wm_next)
+        self.open.append(_Item(wm_before, self._whole_mode, wm_next, data, slots))
+        self.batches_held += 1
+        if wm_next is not None:
+            self._closed_at = (wm_next, [])  # the round delivers the windows it closes
+        if len(self.open) >= COALESCE_MAX:
+            self._submit_open()
+        while len(self.pending) > self.max_in_flight:
+            self._deliver_oldest()
+        return [], None
+
+    def _submit_open(self) -> None:
+        if not self.open:
+            return
+        items, self.open = self.open, []
+        targets = self._targets()
+        payload = [(it.wm_before, it.mode, it.wm_next, it.data) for it in items]
+        futures = self.cluster.submit(targets, "process_many", self._method, self.name, payload)
+        self.pending.append(_Round(self._method, targets, futures, None,
+                                   [s for it in items for s in it.slots], [it.wm_next for it in items]))
 
     def _ship(self, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
         """The batch as the actors will read it: a shared-memory slice when they all run on
@@ -166,7 +214,7 @@ class DistributedOperator:
         wm_next = rnd.wm_next
         if self.deliver is None or not self.can_defer():
             self.drain()  # rounds deferred earlier come first
-            outs, late, closed = self._collect(rnd)
+            ((outs, late, closed),) = self._collect(rnd)
             if wm_next is not None:
                 self._closed_at = (wm_next, closed)
             return outs, late
@@ -177,20 +225,26 @@ class DistributedOperator:
             self._deliver_oldest()
         return [], None
 
-    def _collect(self, rnd: _Round) -> tuple[list[pa.RecordBatch], pa.RecordBatch | None, list[pa.RecordBatch]]:
-        """Outputs, late rows and closed windows of a round, merged across actors."""
+    def _collect(self, rnd: _Round) -> list[tuple[list[pa.RecordBatch], pa.RecordBatch | None, list[pa.RecordBatch]]]:
+        """Per batch of the round: outputs, late rows and closed windows, merged across actors."""
         results = self.cluster.gather(rnd.targets, rnd.futures, rnd.method)
         for slot in rnd.slots:  # every actor has answered: nobody reads these slots any more
             self.ring.release(slot)
-        if rnd.method == "process_partial":
+        if rnd.wm_nexts is None:
+            return [self._combine(rnd.method, rnd.targets, results, rnd.wm_next)]
+        return [self._combine(rnd.method, rnd.targets, [r[i] for r in results], wm)
+                for i, wm in enumerate(rnd.wm_nexts)]
+
+    def _combine(self, method: str, targets: list[int], results: list, wm_next: int | None):
+        if method == "process_partial":
             lates = [from_ipc(r[0]) for r in results if r[0] is not None]
             changes = self.plan.emit == "changes"
             outs = []
             if changes:
-                outs = self.merger.changed({a: from_ipc(r[1]) for a, r in zip(rnd.targets, results, strict=True)})
+                outs = self.merger.changed({a: from_ipc(r[1]) for a, r in zip(targets, results, strict=True)})
             closed = []
-            if rnd.wm_next is not None:
-                parts = {a: from_ipc(r[2]) for a, r in zip(rnd.targets, results, strict=True)}
+            if wm_next is not None:
+                parts = {a: from_ipc(r[2]) for a, r in zip(targets, results, strict=True)}
                 closed = self.merger.close(parts, changes=changes)
         else:
             outs, lates, closed = [], [], []
@@ -209,23 +263,29 @@ class DistributedOperator:
     def _deliver_oldest(self) -> None:
         rnd = self.pending.popleft()
         try:
-            outs, late, closed = self._collect(rnd)
+            per_batch = self._collect(rnd)
         except Exception:
             self.pending.clear()  # the actors' state is gone (ActorLostError): nothing to wait for
+            self.open.clear()
             raise
-        self.deliver(outs, late)
-        if closed:
-            self.deliver(closed, None)
+        for outs, late, closed in per_batch:
+            self.deliver(outs, late)
+            if closed:
+                self.deliver(closed, None)
 
     def drain(self) -> None:
         """Deliver every deferred round, oldest first."""
+        self._submit_open()
         while self.pending:
             self._deliver_oldest()
 
     def collect_ready(self) -> None:
-        """Deliver the oldest deferred rounds that have finished (never waits)."""
+        """Deliver the oldest deferred rounds that have finished (never waits); send the
+        batches held back once nothing is in flight."""
         while self.pending and self.cluster.ready(self.pending[0].futures):
             self._deliver_oldest()
+        if not self.pending:
+            self._submit_open()
 
     def oldest_futures(self) -> list[Any]:
         return list(self.pending[0].futures) if self.pending else []

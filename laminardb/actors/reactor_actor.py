@@ -81,7 +81,7 @@ class ReactorActorImpl:
     def _rows(self, mode: str, data: tuple) -> pa.RecordBatch | None:
         """The rows this call works on: ``range`` — this actor's contiguous share of one
         batch; ``all``/``routed`` — every batch passed, concatenated (None: no rows)."""
-        batches = [self.shm.read(d) if isinstance(d, ShmSlice) else from_ipc(d) for d in data]
+        batches = [self.shm.read(d) if isinstance(d, ShmSlice) else from_ipc(_resolved(d)) for d in data]
         if not batches:
             return None
         if mode == "range":
@@ -110,6 +110,13 @@ class ReactorActorImpl:
         self.busy_s += time.perf_counter() - t0
         self.cpu_s += time.thread_time() - c0
         return out
+
+    def process_many(self, method: str, node: str, items: list[tuple]) -> list:
+        """Several batches in one call (sent while this actor was busy), run one by one
+        exactly as separate ``process``/``process_partial`` calls would."""
+        run = getattr(self, method)
+        return [run(node, wm_before, mode, wm_next, *([] if data is None else [data]))
+                for wm_before, mode, wm_next, data in items]
 
     def process_partial(self, node: str, wm_before: int, mode: str, wm_next: int | None,
                         *data) -> tuple[bytes | None, bytes | None, bytes | None]:
@@ -207,6 +214,13 @@ class ReactorActorImpl:
         m.update(index=self.index, core=self.core, pid=os.getpid(), rows_in=self.rows_in, busy_s=self.busy_s,
                  cpu_s=self.cpu_s)
         return m
+
+
+def _resolved(data):
+    """An object reference nested in ``process_many``'s items is not resolved by Ray."""
+    import ray
+
+    return ray.get(data) if isinstance(data, ray.ObjectRef) else data
 
 
 def actor_class():

@@ -37,7 +37,7 @@ class ShmSlice:
 class ShmRing:
     """Client side: a fixed set of slots in one shared-memory file."""
 
-    def __init__(self, *, slots: int, slot_bytes: int = 8 << 20) -> None:
+    def __init__(self, *, slots: int, slot_bytes: int = 4 << 20) -> None:
         self.slot_bytes = slot_bytes
         self.path = os.path.join(_SHM_DIR, f"laminardb-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
