@@ -166,6 +166,11 @@ class ClusterConnection(Connection):
         cluster.broadcast("reset")  # actors start from an empty catalog
         slots = (max_in_flight + 1) * COALESCE_MAX + 4  # rounds in flight, batches held back
         self._ring = ShmRing.open(slots=slots) if any(cluster.local) else None
+        if self._ring is not None:  # ask, rather than trust node ids (Ray Client, containers)
+            self._ring.readers = cluster.broadcast("can_read_shm", self._ring.path)
+            if not any(self._ring.readers):
+                self._ring.close()
+                self._ring = None
         self._drainer = _Drainer(self) if max_in_flight > 0 else None
 
     def _operator(self, name: str, plan) -> DistributedOperator:

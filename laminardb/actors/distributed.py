@@ -158,7 +158,7 @@ class DistributedOperator:
     def _ship(self, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
         """The batch as the actors will read it: a shared-memory slice when they all run on
         this machine and a slot is free, else an object in Ray's object store."""
-        if self.ring is not None and all(self.cluster.local[a] for a in targets):
+        if self.ring is not None and all(self.ring.readers[a] for a in targets):
             written = self.ring.write(batch)
             if written is not None:
                 return written[0], [written[1]]

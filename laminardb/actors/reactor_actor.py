@@ -111,6 +111,9 @@ class ReactorActorImpl:
         self.cpu_s += time.thread_time() - c0
         return out
 
+    def can_read_shm(self, path: str) -> bool:
+        return self.shm.can_read(path)
+
     def process_many(self, method: str, node: str, items: list[tuple]) -> list:
         """Several batches in one call (sent while this actor was busy), run one by one
         exactly as separate ``process``/``process_partial`` calls would."""

@@ -9,8 +9,8 @@ fixed slots. The client writes a batch's IPC stream into a free slot and passes 
 a ``ShmSlice`` (path, offset, length); an actor maps the file read-only and reads the batch
 without copying. A slot is reused only after every actor of its round has answered, and an
 actor serializes all it returns before answering, so no reader ever sees a slot rewritten.
-Batches larger than a slot, actors on other machines, or a system without ``/dev/shm``
-take ``ray.put`` instead.
+Batches larger than a slot, actors that cannot open the file (another machine, Ray Client),
+or a system without ``/dev/shm`` take ``ray.put`` instead.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import mmap
 import os
 import uuid
+import weakref
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -50,6 +51,8 @@ class ShmRing:
             raise
         os.close(fd)
         self._view = memoryview(self._map)
+        self._unlink = weakref.finalize(self, _unlink, self.path)  # also if close() is never called
+        self.readers: list[bool] = []  # per actor: can it map this file (same machine)?
         self.slots = slots
         self._free = list(range(slots))[::-1]
         self.writes = 0  # batches shipped through the ring (metrics, tests)
@@ -91,10 +94,14 @@ class ShmRing:
     def close(self) -> None:
         self._view.release()
         self._map.close()
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        self._unlink()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 class ShmReader:
@@ -102,6 +109,10 @@ class ShmReader:
 
     def __init__(self) -> None:
         self._maps: dict[str, tuple[mmap.mmap, memoryview]] = {}
+
+    def can_read(self, path: str) -> bool:
+        """Whether this process sees the client's ring file (same machine, same /dev/shm)."""
+        return os.access(path, os.R_OK)
 
     def read(self, where: ShmSlice) -> pa.RecordBatch:
         from laminardb.actors._wire import from_ipc

@@ -45,6 +45,19 @@ def test_batches_round_trip_through_slots(ring):
     reader.close()
 
 
+def test_readers_probe_the_file_and_a_lost_ring_is_removed():
+    ring = ShmRing.open(slots=1)
+    if ring is None:
+        pytest.skip("no /dev/shm here")
+    path = ring.path
+    assert ShmReader().can_read(path)
+    del ring  # never closed: the finalizer removes the file
+    import gc
+
+    gc.collect()
+    assert not os.path.exists(path) and not ShmReader().can_read(path)
+
+
 def test_a_batch_larger_than_a_slot_is_refused(ring):
     big = pa.record_batch({"x": pa.array(np.zeros(ring.slot_bytes // 8 + 1, np.int64))})
     assert ring.write(big) is None
