@@ -3,18 +3,26 @@
 Entry point: ``DistributedOperator(name, plan, cluster)``. It has the operator contract of
 ``QueryOperator`` (``process``, ``on_watermark``, ``current_rows``), so the client runs
 the very same ``Reactor`` as the embedded mode — catalog, watermarks, subscriptions,
-views, sinks — and only the operators' work moves to the actors. A keyed query's batch is
-split here by the owner of each row's vnode (``routing.split_by_owner``) and each part is
-written as Arrow IPC into Ray's object store for its actor; stateless queries and unkeyed
-partial aggregates write the batch once and each actor reads its contiguous row range
-zero-copy. Outputs come back as IPC and are concatenated in actor order.
+views, sinks — and only the operators' work moves to the actors. How a batch reaches them
+(``routing.partition_mode``; docs/cluster.md has the table):
+
+- keyed queries on several actors: split here by the owner of each row's vnode
+  (``routing.route_rows``), one part per actor;
+- everything else: the batch is written once and every actor reads it (``all``) or its
+  contiguous row range (``range``: stateless queries, partial and local-global aggregates,
+  whose partials ``partial.py`` merges here);
+- ``RemoteRows`` (Kafka): the rows stay on the actors that read them (``_process_remote``).
+
+Batches go through the shared-memory ring (``shm_ring.py``) to actors that can map it,
+else through Ray's object store, as Arrow IPC. Outputs come back as IPC.
 
 Pipelining: a batch's work on the actors is a *round*. When the query's outputs only go to
 subscribers, views and sinks (no query reads them), ``process`` returns at once and up to
-``max_in_flight`` rounds run while the client prepares the next batches; their outputs
-are delivered in order through ``deliver`` by the connection's drainer, and every reading
-call (``flush``, ``query``, ``finish``, …) drains first. Otherwise a round is waited for
-before ``process`` returns, exactly like the embedded engine.
+``max_in_flight`` rounds run while the client prepares the next batches; while rounds are
+in flight, further whole batches are held and go out together (``process_many``, at most
+``COALESCE_MAX``). Outputs are delivered in order through ``deliver`` (by the connection's
+drainer thread, or by any read, which drains first). A query read by another query waits
+for each round before ``process`` returns, exactly like the embedded engine.
 """
 
 from __future__ import annotations
