@@ -48,15 +48,12 @@ import pyarrow.compute as pc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_engine import AGG_DDL, N_SYMBOLS, SOURCE_DDL, machine_info, make_batches  # noqa: E402
+from bench_engine import AGG_DDL, N_SYMBOLS, SOURCE_DDL, load, machine_info, make_batches  # noqa: E402
 
 WARM_SOURCE = SOURCE_DDL.replace("CREATE SOURCE trades", "CREATE SOURCE warm_trades")
 WARM_AGG = AGG_DDL.replace("CREATE STREAM agg", "CREATE STREAM warm_agg").replace("FROM trades", "FROM warm_trades")
 TARGET_SCALING = 1.8
 
-
-def load() -> tuple[float, float, float]:
-    return tuple(round(x, 2) for x in os.getloadavg())  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------- one run

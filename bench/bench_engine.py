@@ -240,11 +240,16 @@ def profile(fn, *args, top: int = 25) -> str:
 
 
 # ---------------------------------------------------------------------------- main
+def load() -> tuple[float, float, float]:
+    """The 1/5/15-minute load averages, rounded (printed beside every figure)."""
+    one, five, fifteen = os.getloadavg()
+    return round(one, 2), round(five, 2), round(fifteen, 2)
+
+
 def loadavg() -> str:
     try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
+        return " ".join(str(x) for x in load())
+    except OSError:  # no load average on this system
         return "-"
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -50,14 +49,11 @@ import pyarrow.compute as pc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_engine import AGG_DDL, N_SYMBOLS, SOURCE_DDL, machine_info, make_batches  # noqa: E402
+from bench_engine import AGG_DDL, N_SYMBOLS, SOURCE_DDL, load, machine_info, make_batches  # noqa: E402
 
 END_SYM = "~END"
 SCHEMA = pa.schema([pa.field("ts", pa.int64(), False), ("sym", pa.string()), ("price", pa.float64())])
 
-
-def load() -> tuple[float, ...]:
-    return tuple(round(x, 2) for x in os.getloadavg())
 
 
 # ---------------------------------------------------------------------------- data

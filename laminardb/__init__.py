@@ -8,9 +8,7 @@ CLI start fast.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from laminardb._lazy import lazy_exports
 from laminardb.errors import (
     CheckpointError,
     ClusterError,
@@ -56,14 +54,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'laminardb' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

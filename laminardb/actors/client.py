@@ -50,8 +50,6 @@ class Cluster:
             self.shutdown()
             raise
         self.routing = self.ownership.routing
-        here = ray.get_runtime_context().get_node_id()
-        self.local = [i["node_id"] == here for i in self.info]  # actors on the client's machine
         ray.get([a.set_ownership.remote(self.routing.owner.tobytes(), self.ownership.epochs.tobytes())
                  for a in self.actors], timeout=_CALL_TIMEOUT_S)
 
@@ -165,8 +163,8 @@ class ClusterConnection(Connection):
         self._reactor.make_source_connector = self._source_connector
         cluster.broadcast("reset")  # actors start from an empty catalog
         slots = (max_in_flight + 1) * COALESCE_MAX + 4  # rounds in flight, batches held back
-        self._ring = ShmRing.open(slots=slots) if any(cluster.local) else None
-        if self._ring is not None:  # ask, rather than trust node ids (Ray Client, containers)
+        self._ring = ShmRing.open(slots=slots)
+        if self._ring is not None:  # which actors share this machine's /dev/shm: ask them
             self._ring.readers = cluster.broadcast("can_read_shm", self._ring.path)
             if not any(self._ring.readers):
                 self._ring.close()

@@ -261,7 +261,7 @@ class DistributedOperator:
                 closed += [from_ipc(b) for b in closed_ipc]
                 if late_ipc is not None:
                     lates.append(from_ipc(late_ipc))
-            outs, closed = _merge(outs, self.schema), _merge(closed, self.schema)
+            closed = _merge(closed, self.schema)
         late = None
         if lates:
             late = pa.Table.from_batches(lates).combine_chunks().to_batches()[0]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -97,19 +99,26 @@ class ReactorActorImpl:
         """Run rows through a query (``mode`` and ``data`` as in ``_rows``; ``routed`` rows
         are already filtered by WHERE and all belong to vnodes this actor owns); with
         ``wm_next`` also advance the watermark — the windows it closes come back third."""
+        with self._busy():
+            op = self._op(node)
+            outs, late = [], None
+            batch = self._rows(mode, data)
+            if batch is not None:
+                self.rows_in += batch.num_rows
+                outs, late = op.process(batch, wm_before, skip_where=(mode == "routed"))
+            closed = op.on_watermark(wm_next) if wm_next is not None else []
+            return ([to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None),
+                    [to_ipc(b) for b in closed])
+
+    @contextmanager
+    def _busy(self) -> Iterator[None]:
+        """Count the wall and CPU seconds of running batches (``metrics()``: utilisation)."""
         t0, c0 = time.perf_counter(), time.thread_time()
-        op = self._op(node)
-        outs, late = [], None
-        batch = self._rows(mode, data)
-        if batch is not None:
-            self.rows_in += batch.num_rows
-            outs, late = op.process(batch, wm_before, skip_where=(mode == "routed"))
-        closed = op.on_watermark(wm_next) if wm_next is not None else []
-        out = ([to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None),
-               [to_ipc(b) for b in closed])
-        self.busy_s += time.perf_counter() - t0
-        self.cpu_s += time.thread_time() - c0
-        return out
+        try:
+            yield
+        finally:
+            self.busy_s += time.perf_counter() - t0
+            self.cpu_s += time.thread_time() - c0
 
     def can_read_shm(self, path: str) -> bool:
         return self.shm.can_read(path)
@@ -129,26 +138,23 @@ class ReactorActorImpl:
         from laminardb.actors.partial import PartialState
         from laminardb.operators._buffers import numeric_view
 
-        t0, c0 = time.perf_counter(), time.thread_time()
-        op = self._op(node)
-        state = self.partial.get(node)
-        if state is None:
-            state = self.partial[node] = PartialState(op.plan)
-        batch = self._rows(mode, data)
-        if batch is None:
-            batch = pa.RecordBatch.from_pylist([], schema=self.conn._reactor.nodes[op.plan.input].schema)
-        if op.plan.where is not None and batch.num_rows:
-            batch = batch.filter(pa.array(evaluate_mask(op.plan.where, batch)))
-        self.rows_in += batch.num_rows
-        idx = op.plan.aggregate.time_index
-        late, touched = state.run(batch, wm_before,
-                                  lambda b: numeric_view(b.column(idx)) if idx is not None else None)
-        closed = to_ipc(state.close(wm_next)) if wm_next is not None else None
-        out = ((to_ipc(late) if late is not None and late.num_rows else None),
-               (to_ipc(touched) if touched is not None else None), closed)
-        self.busy_s += time.perf_counter() - t0
-        self.cpu_s += time.thread_time() - c0
-        return out
+        with self._busy():
+            op = self._op(node)
+            state = self.partial.get(node)
+            if state is None:
+                state = self.partial[node] = PartialState(op.plan)
+            batch = self._rows(mode, data)
+            if batch is None:
+                batch = pa.RecordBatch.from_pylist([], schema=self.conn._reactor.nodes[op.plan.input].schema)
+            if op.plan.where is not None and batch.num_rows:
+                batch = batch.filter(pa.array(evaluate_mask(op.plan.where, batch)))
+            self.rows_in += batch.num_rows
+            idx = op.plan.aggregate.time_index
+            late, touched = state.run(batch, wm_before,
+                                      lambda b: numeric_view(b.column(idx)) if idx is not None else None)
+            closed = to_ipc(state.close(wm_next)) if wm_next is not None else None
+            return ((to_ipc(late) if late is not None and late.num_rows else None),
+                    (to_ipc(touched) if touched is not None else None), closed)
 
     def close_partial(self, node: str, wm: int) -> bytes:
         from laminardb.actors.partial import PartialState
@@ -191,18 +197,15 @@ class ReactorActorImpl:
         states = src.partition_watermarks()
         if batch is None or batch.num_rows == 0:
             return {"rows": 0}, states
-        t0, c0 = time.perf_counter(), time.thread_time()
-        time_col = self.conn._reactor.nodes[source].time_col
-        top = int(numeric_view(batch.column(time_col)).max()) if time_col is not None else None
-        routed = {}
-        for query in routed_queries:
-            parts = route_rows(self._op(query).plan, batch, self.owner, self.n_actors)
-            routed[query] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
-        out = {"rows": batch.num_rows, "max_event_time": top, "whole": ray.put(to_ipc_array(batch)),
-               "routed": routed}
-        self.busy_s += time.perf_counter() - t0
-        self.cpu_s += time.thread_time() - c0
-        return out, states
+        with self._busy():
+            time_col = self.conn._reactor.nodes[source].time_col
+            top = int(numeric_view(batch.column(time_col)).max()) if time_col is not None else None
+            routed = {}
+            for query in routed_queries:
+                parts = route_rows(self._op(query).plan, batch, self.owner, self.n_actors)
+                routed[query] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
+            return {"rows": batch.num_rows, "max_event_time": top, "whole": ray.put(to_ipc_array(batch)),
+                    "routed": routed}, states
 
     def kafka_lag(self, source: str) -> int:
         return self.kafka[source].lag()

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from laminardb.operators import _kernels as K
-from laminardb.operators._buffers import encode_rows, string_view
+from laminardb.operators._buffers import _fixed_buffer, encode_rows, string_view
 from laminardb.sql.planner import QueryPlan
 
 DEFAULT_VNODES = 256
@@ -81,10 +81,9 @@ def gather(batch: pa.RecordBatch, order: np.ndarray) -> pa.RecordBatch:
     cols = []
     for col in batch.columns:
         t = col.type
-        if col.null_count == 0 and (pa.types.is_integer(t) or pa.types.is_floating(t)
-                                    or pa.types.is_timestamp(t) or pa.types.is_date(t)):
-            values = np.frombuffer(col.buffers()[1], dtype=np.dtype(t.to_pandas_dtype()) if not (
-                pa.types.is_timestamp(t) or pa.types.is_date64(t)) else np.int64)[col.offset:col.offset + len(col)]
+        width = _byte_width(t)
+        if col.null_count == 0 and width:  # ints, floats, timestamps, dates: move the raw bytes
+            values = _fixed_buffer(col, np.dtype(f"u{width}"))
             cols.append(pa.Array.from_buffers(t, len(order), [None, pa.py_buffer(values[order])]))
         elif col.null_count == 0 and (pa.types.is_string(t) or pa.types.is_binary(t)):
             offsets, data = string_view(col)
@@ -94,6 +93,15 @@ def gather(batch: pa.RecordBatch, order: np.ndarray) -> pa.RecordBatch:
         else:
             cols.append(col.take(pa.array(order)))
     return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+
+
+def _byte_width(t: pa.DataType) -> int:
+    """Bytes per value of a fixed-width type numpy can move as unsigned ints, else 0."""
+    try:
+        bits = t.bit_width
+    except ValueError:  # variable width
+        return 0
+    return bits // 8 if bits in (8, 16, 32, 64) else 0
 
 
 def route_rows(plan: QueryPlan, batch: pa.RecordBatch, owner: np.ndarray, n_actors: int) -> list[pa.RecordBatch]:

@@ -8,8 +8,9 @@ Ray or kafka-python unless that backend is used.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Literal
+from typing import Literal
+
+from laminardb._lazy import lazy_exports
 
 __all__ = [
     "Discovery",
@@ -48,15 +49,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        msg = f"module 'laminardb.discovery' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(f"laminardb.discovery.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, __all__)

@@ -267,6 +267,18 @@ def compare_interned(arena, arena_off, a, b):
 
 
 @njit(cache=True, nogil=True)
+def take_slot(free, counters):
+    """A slot for a new group: the last one freed, else the next never used.
+    ``counters[0]`` = slots used (high-water mark), ``counters[1]`` = free-stack size."""
+    if counters[1] > 0:
+        counters[1] -= 1
+        return free[counters[1]]
+    s = counters[0]
+    counters[0] += 1
+    return s
+
+
+@njit(cache=True, nogil=True)
 def upsert_groups(key_ids, wins, tab, slot_key, slot_win, live, free, counters, out_slots):
     """Find or create the slot of each (key id, window start) pair.
 
@@ -282,12 +294,7 @@ def upsert_groups(key_ids, wins, tab, slot_key, slot_win, live, free, counters, 
         while True:
             s = tab[j]
             if s == _EMPTY:
-                if counters[1] > 0:
-                    counters[1] -= 1
-                    s = free[counters[1]]
-                else:
-                    s = counters[0]
-                    counters[0] += 1
+                s = take_slot(free, counters)
                 tab[j] = s
                 slot_key[s] = kid
                 slot_win[s] = w

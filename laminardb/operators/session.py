@@ -16,6 +16,7 @@ import pyarrow as pa
 from numba import njit
 
 from laminardb.operators._interner import Interner
+from laminardb.operators._kernels import take_slot
 from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulator
 from laminardb.operators.group_aggregate import END_OF_TIME, EmitMode, GroupRows, group_schema
 
@@ -61,12 +62,7 @@ def _assign_sessions(order, key_ids, ts, gap, wm_before, key_head, slot_next, sl
                 out_late[i] = True
                 out_slot[i] = -1
                 continue
-            if counters[1] > 0:
-                counters[1] -= 1
-                target = free[counters[1]]
-            else:
-                target = counters[0]
-                counters[0] += 1
+            target = take_slot(free, counters)
             slot_key[target] = k
             slot_start[target] = lo
             slot_end[target] = hi

@@ -7,8 +7,7 @@ Re-exports only; see ``docs/control_plane.md`` for the design. Names resolve laz
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from laminardb._lazy import lazy_exports
 
 __all__ = [
     "DEFAULT_VNODES",
@@ -59,15 +58,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        msg = f"module 'laminardb.raft' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(f"laminardb.raft.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, __all__)
