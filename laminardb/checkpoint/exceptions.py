@@ -1,0 +1,61 @@
+"""Errors of checkpoints, the WAL and recovery (LDB-5xxx).
+
+Each message says what happened and what to do: which file, which epoch, what to delete or
+free. Engine faults, not user-input errors: the data a user inserted is never the cause.
+"""
+
+from __future__ import annotations
+
+from laminardb.errors import CheckpointError
+
+__all__ = [
+    "SnapshotFormatError",
+    "CheckpointWriteError",
+    "WalCorruptError",
+    "ManifestError",
+    "SinkCommitError",
+    "RecoveryError",
+    "CheckpointUnsupportedError",
+]
+
+
+class SnapshotFormatError(CheckpointError, ValueError):
+    """A snapshot or manifest has an unknown format or version (written by a newer laminardb?)."""
+
+    code = "LDB-5001"
+
+
+class CheckpointWriteError(CheckpointError, OSError):
+    """A checkpoint could not be written (disk full, permissions); the previous one is intact."""
+
+    code = "LDB-5002"
+
+
+class WalCorruptError(CheckpointError):
+    """The write-ahead log is damaged before its last record (a torn tail is repaired silently)."""
+
+    code = "LDB-5003"
+
+
+class ManifestError(CheckpointError):
+    """No usable manifest: every retained checkpoint is partial or corrupt."""
+
+    code = "LDB-5004"
+
+
+class SinkCommitError(CheckpointError):
+    """A sink could not commit or recover an epoch; it is retried at the next checkpoint."""
+
+    code = "LDB-5005"
+
+
+class RecoveryError(CheckpointError):
+    """The database directory could not be restored (catalog, snapshots or WAL replay failed)."""
+
+    code = "LDB-5006"
+
+
+class CheckpointUnsupportedError(CheckpointError):
+    """checkpoint() on an in-memory database: open a directory to get durability."""
+
+    code = "LDB-5007"
