@@ -63,10 +63,10 @@ class TwoPhaseSink(ABC):
         """Settle after a restart from the manifest of checkpoint ``epoch`` (0: none yet):
         commit staged epochs <= ``epoch``, abort later ones, open ``epoch + 1``."""
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # noqa: B027 - optional hook
         """Nothing to do: visibility comes from commit()."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; staged epochs stay on disk for recovery."""
 
 

@@ -1,0 +1,183 @@
+"""The checkpoint store of one database directory: snapshot files and manifests.
+
+Entry point: ``CheckpointStore(directory)``. A checkpoint of epoch e is the directory
+``checkpoints/ckpt-<e>/`` holding one snapshot file per stateful object and, written last
+and atomically (temp file, fsync, rename, fsync dir), its ``MANIFEST`` — the commit point.
+A directory without a valid manifest is a partial checkpoint: ignored, then removed.
+
+The manifest is JSON (readable with any tool) with a CRC32C over its canonical body, and
+names every snapshot file with its size and CRC, so a corrupt or missing file disqualifies
+the checkpoint and recovery falls back to the one before.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crc32c import crc32c
+
+from laminardb.checkpoint._files import atomic_write, fsync_dir, write_error
+from laminardb.checkpoint.exceptions import SnapshotFormatError
+
+log = logging.getLogger(__name__)
+
+MANIFEST_FORMAT = "laminardb.manifest"
+MANIFEST_VERSION = 1
+_PREFIX = "ckpt-"
+
+
+@dataclass
+class Manifest:
+    """What one committed checkpoint holds; the unit recovery restores."""
+
+    epoch: int
+    wal_lsn: int  # replay the WAL from here
+    catalog: list[str]  # DDL of the live objects, in creation order
+    finished: bool = False
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # per object: scalars, state file
+    sinks: dict[str, Any] = field(default_factory=dict)  # per sink: what pre_commit returned
+    counters: dict[str, int] = field(default_factory=dict)
+    created: float = 0.0
+    files: dict[str, dict[str, int]] = field(default_factory=dict)  # name -> {bytes, crc}
+    path: Path | None = None
+
+    def body(self) -> dict[str, Any]:
+        return {"format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "epoch": self.epoch,
+                "wal_lsn": self.wal_lsn, "catalog": self.catalog, "finished": self.finished,
+                "nodes": self.nodes, "sinks": self.sinks, "counters": self.counters,
+                "created": self.created, "files": self.files}
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+class CheckpointStore:
+    """Snapshot files and manifests under ``<directory>/checkpoints``."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.root = Path(directory) / "checkpoints"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def dir_of(self, epoch: int) -> Path:
+        return self.root / f"{_PREFIX}{epoch:012d}"
+
+    def epochs_on_disk(self) -> list[int]:
+        out = []
+        for p in self.root.iterdir():
+            if p.name.startswith(_PREFIX) and p.name[len(_PREFIX):].isdigit():
+                out.append(int(p.name[len(_PREFIX):]))
+        return sorted(out)
+
+    # ------------------------------------------------------------------ write
+    def begin(self, epoch: int) -> Path:
+        d = self.dir_of(epoch)
+        if d.exists():  # a partial attempt of the same epoch number (before a restart)
+            shutil.rmtree(d, ignore_errors=True)
+        try:
+            d.mkdir(parents=True)
+        except OSError as exc:
+            raise write_error("checkpoint directory", d, exc) from exc
+        return d
+
+    def write_file(self, epoch: int, name: str, data: bytes) -> dict[str, int]:
+        path = self.dir_of(epoch) / name
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise write_error("snapshot file", path, exc) from exc
+        return {"bytes": len(data), "crc": crc32c(data)}
+
+    def commit(self, manifest: Manifest) -> Path:
+        """Write the manifest: from here on the checkpoint is the one recovery uses."""
+        d = self.dir_of(manifest.epoch)
+        fsync_dir(d)
+        manifest.created = manifest.created or time.time()
+        body = manifest.body()
+        doc = dict(body, checksum=crc32c(_canonical(body)))
+        atomic_write(d / "MANIFEST", json.dumps(doc, indent=1, sort_keys=True).encode(), what="manifest")
+        manifest.path = d
+        return d
+
+    # ------------------------------------------------------------------ read
+    def load(self, epoch: int) -> Manifest:
+        """The manifest of ``epoch``, verified with every file it names; raises if unusable."""
+        d = self.dir_of(epoch)
+        try:
+            doc = json.loads((d / "MANIFEST").read_bytes())
+        except FileNotFoundError as exc:
+            raise ValueError("no MANIFEST (a partial checkpoint)") from exc
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"unreadable MANIFEST: {exc}") from exc
+        if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+            raise ValueError("not a laminardb manifest")
+        if doc.get("version") != MANIFEST_VERSION:
+            raise SnapshotFormatError(
+                f"checkpoint {d} has manifest version {doc.get('version')!r}; this laminardb reads "
+                f"version {MANIFEST_VERSION}: open the directory with the laminardb that wrote it")
+        want = doc.pop("checksum", None)
+        if want != crc32c(_canonical(doc)):
+            raise ValueError("MANIFEST checksum mismatch (corrupt)")
+        for name, meta in doc["files"].items():
+            p = d / name
+            try:
+                data = p.read_bytes()
+            except OSError as exc:
+                raise ValueError(f"snapshot file {name} unreadable: {exc}") from exc
+            if len(data) != meta["bytes"] or crc32c(data) != meta["crc"]:
+                raise ValueError(f"snapshot file {name} is corrupt (size or CRC mismatch)")
+        return Manifest(epoch=doc["epoch"], wal_lsn=doc["wal_lsn"], catalog=doc["catalog"],
+                        finished=doc["finished"], nodes=doc["nodes"], sinks=doc["sinks"],
+                        counters=doc["counters"], created=doc["created"], files=doc["files"], path=d)
+
+    def read_file(self, manifest: Manifest, name: str) -> bytes:
+        assert manifest.path is not None
+        return (manifest.path / name).read_bytes()
+
+    def latest(self) -> tuple[Manifest | None, list[str]]:
+        """The newest usable checkpoint, and why newer ones were skipped."""
+        skipped = []
+        for epoch in reversed(self.epochs_on_disk()):
+            try:
+                return self.load(epoch), skipped
+            except SnapshotFormatError:
+                raise
+            except (ValueError, KeyError, TypeError) as exc:
+                skipped.append(f"checkpoint {epoch}: {exc}")
+                log.warning("skipping checkpoint %d: %s", epoch, exc)
+        return None, skipped
+
+    def complete(self) -> list[int]:
+        """Epochs with a manifest, oldest first (not verified: for retention)."""
+        return [e for e in self.epochs_on_disk() if (self.dir_of(e) / "MANIFEST").exists()]
+
+    def prune(self, keep: int, newest: int) -> int | None:
+        """Keep the newest ``keep`` complete checkpoints; drop older ones and partial ones
+        older than ``newest``. Returns the oldest kept epoch (its WAL position bounds truncation)."""
+        complete = [e for e in self.complete() if e <= newest]
+        kept = complete[-keep:] if keep > 0 else complete[-1:]
+        for e in self.epochs_on_disk():
+            if e in kept or e > newest:
+                continue
+            shutil.rmtree(self.dir_of(e), ignore_errors=True)
+        return kept[0] if kept else None
+
+    def wal_lsn_of(self, epoch: int) -> int | None:
+        try:
+            doc = json.loads((self.dir_of(epoch) / "MANIFEST").read_bytes())
+            return int(doc["wal_lsn"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def disk_bytes(self) -> int:
+        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())

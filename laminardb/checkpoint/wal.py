@@ -1,0 +1,272 @@
+"""The write-ahead log: every accepted insert, DDL statement and finish(), in order.
+
+Entry point: ``Wal(directory, sync=...)``. ``insert()`` appends its (already validated) batch
+here before it is processed and before it returns, so a crash never loses an accepted row:
+recovery restores the latest checkpoint and replays the records after its position.
+
+Layout: segment files ``<first lsn:020d>.wal`` in one directory. A record is::
+
+    magic u32 | header length u32 | body length u32 | lsn u64 | crc32c u32 | header | body
+
+with a msgpack header (``{"k": kind, ...}``) and an Arrow IPC stream as the body of inserts.
+The CRC covers lsn, header and body. A record cut short or failing its CRC at the end of
+the last segment is a torn tail (a crash mid-write): it is cut off on open. Damage anywhere
+else is ``WalCorruptError``.
+
+Durability: by default a record is handed to the OS (``os.write``) before ``insert()``
+returns, which survives a crash of the process. ``sync="always"`` also fsyncs, with group
+commit: threads whose records were written while one fsync ran share the next one.
+Checkpoints ``rotate()`` to a new segment, so ``truncate_before(lsn)`` can delete whole
+segments that only hold records the retained checkpoints already cover.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import msgpack
+import pyarrow as pa
+import pyarrow.ipc as ipc
+from crc32c import crc32c
+
+from laminardb.checkpoint._files import fsync_dir, write_error
+from laminardb.checkpoint.exceptions import WalCorruptError
+
+SyncMode = Literal["none", "always"]
+
+_MAGIC = 0x4C57414C  # "LWAL"
+_HEAD = struct.Struct("<IIIQI")
+_LSN = struct.Struct("<Q")
+_SEGMENT_BYTES = 64 << 20  # roll to a new segment past this: bounds the work of one truncation
+_SUFFIX = ".wal"
+
+
+@dataclass
+class WalRecord:
+    lsn: int
+    kind: str  # "insert" | "ddl" | "finish"
+    header: dict[str, Any]
+    body: memoryview | bytes
+
+    def batch(self) -> pa.RecordBatch:
+        """The inserted batch of an ``insert`` record."""
+        reader = ipc.open_stream(pa.py_buffer(self.body))
+        batches = list(reader)
+        if len(batches) == 1:
+            return batches[0]
+        return pa.Table.from_batches(batches, schema=reader.schema).combine_chunks().to_batches()[0]
+
+
+def encode_batch(batch: pa.RecordBatch) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return sink.getvalue()
+
+
+class Wal:
+    """Append-only log of one database directory; see the module docstring."""
+
+    def __init__(self, directory: str | os.PathLike[str], *, sync: SyncMode = "none") -> None:
+        if sync not in ("none", "always"):
+            raise ValueError(f"wal_sync must be 'none' (default: survives a process crash) or "
+                             f"'always' (fsync per batch: survives a power loss), not {sync!r}")
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.sync_mode = sync
+        self.next_lsn = 0
+        self.bytes_written = 0
+        self.syncs = 0
+        self._fd = -1
+        self._seg_bytes = 0
+        self._cv = threading.Condition()
+        self._synced = -1  # every record with lsn <= this is on stable storage
+        self._syncing = False
+        self.torn_bytes = self._open_tail()
+
+    # ------------------------------------------------------------------ open / scan
+    def segments(self) -> list[tuple[int, Path]]:
+        out = []
+        for p in self.dir.iterdir():
+            if p.suffix == _SUFFIX and p.stem.isdigit():
+                out.append((int(p.stem), p))
+        return sorted(out)
+
+    @property
+    def first_lsn(self) -> int:
+        """The oldest lsn still in the log (``next_lsn`` when it is empty)."""
+        segs = self.segments()
+        return segs[0][0] if segs else self.next_lsn
+
+    def _open_tail(self) -> int:
+        """Find the end of the log, cutting off a torn tail; open the last segment for append."""
+        segs = self.segments()
+        torn = 0
+        if not segs:
+            self._new_segment(0)
+            return 0
+        for i, (first, path) in enumerate(segs):
+            last = i == len(segs) - 1
+            good_end, next_lsn, bad = _scan_segment(path, first)
+            if bad and not last:
+                raise WalCorruptError(
+                    f"WAL segment {path} is damaged at byte {good_end} (not at the end of the log): "
+                    "restore the database directory from a backup, or move the WAL segments from "
+                    "this one on aside to recover up to here")
+            self.next_lsn = next_lsn
+            if last:
+                size = path.stat().st_size
+                if good_end < size:
+                    torn = size - good_end
+                    with open(path, "r+b") as f:
+                        f.truncate(good_end)
+                        os.fsync(f.fileno())
+                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                self._seg_bytes = good_end
+        self._synced = self.next_lsn - 1
+        return torn
+
+    def _new_segment(self, first_lsn: int) -> None:
+        path = self.dir / f"{first_lsn:020d}{_SUFFIX}"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        except OSError as exc:
+            raise write_error("WAL segment", path, exc) from exc
+        fsync_dir(self.dir)
+        self._fd = fd
+        self._seg_bytes = 0
+
+    # ------------------------------------------------------------------ append
+    def append(self, kind: str, header: dict[str, Any] | None = None,
+               body: bytes | pa.Buffer = b"") -> int:
+        """Write one record (to the OS; see ``sync``); returns its lsn. Callers serialize."""
+        hdr = dict(header or {})
+        hdr["k"] = kind
+        hbytes = msgpack.packb(hdr, use_bin_type=True)
+        lsn = self.next_lsn
+        body_view = memoryview(body)
+        crc = crc32c(body_view, crc32c(hbytes, crc32c(_LSN.pack(lsn))))
+        head = _HEAD.pack(_MAGIC, len(hbytes), len(body_view), lsn, crc)
+        if self._seg_bytes >= _SEGMENT_BYTES:
+            self.rotate()
+        try:
+            _write_all(self._fd, [head, hbytes, body_view])
+        except OSError as exc:
+            # the record may be half-written: cut it off so the log stays well-formed
+            os.ftruncate(self._fd, self._seg_bytes)
+            raise write_error("WAL record", self.dir, exc) from exc
+        n = len(head) + len(hbytes) + len(body_view)
+        self._seg_bytes += n
+        self.bytes_written += n
+        self.next_lsn = lsn + 1
+        return lsn
+
+    def append_insert(self, source: str, batch: pa.RecordBatch) -> int:
+        return self.append("insert", {"s": source}, encode_batch(batch))
+
+    def sync(self, lsn: int) -> None:
+        """Return once record ``lsn`` is on stable storage (group commit across threads)."""
+        with self._cv:
+            while self._synced < lsn:
+                if self._syncing:
+                    self._cv.wait(1.0)
+                    continue
+                self._syncing = True
+                target, fd = self.next_lsn - 1, self._fd
+                self._cv.release()
+                try:
+                    os.fsync(fd)
+                finally:
+                    self._cv.acquire()
+                    self._syncing = False
+                    self._cv.notify_all()
+                self.syncs += 1
+                self._synced = max(self._synced, target)
+
+    def rotate(self) -> int:
+        """Start a new segment (at a checkpoint); returns the lsn the new segment starts at."""
+        if self._seg_bytes == 0:
+            return self.next_lsn
+        with self._cv:
+            while self._syncing:
+                self._cv.wait(1.0)
+            os.fsync(self._fd)  # the old segment is complete before anything depends on it
+            os.close(self._fd)
+            self._synced = self.next_lsn - 1
+            self._new_segment(self.next_lsn)
+        return self.next_lsn
+
+    def truncate_before(self, lsn: int) -> int:
+        """Delete segments holding only records < ``lsn``; returns how many were deleted."""
+        segs = self.segments()
+        gone = 0
+        for (_first, path), (nxt, _) in zip(segs, segs[1:], strict=False):
+            if nxt <= lsn:
+                path.unlink(missing_ok=True)
+                gone += 1
+        return gone
+
+    def disk_bytes(self) -> int:
+        return sum(p.stat().st_size for _, p in self.segments())
+
+    # ------------------------------------------------------------------ read
+    def replay(self, from_lsn: int = 0) -> Iterator[WalRecord]:
+        """Records with lsn >= ``from_lsn``, in order."""
+        for _first, path in self.segments():
+            with open(path, "rb") as f:
+                data = f.read()
+            view = memoryview(data)
+            pos = 0
+            while pos + _HEAD.size <= len(view):
+                magic, hl, bl, lsn, _crc = _HEAD.unpack_from(view, pos)
+                start = pos + _HEAD.size
+                end = start + hl + bl
+                if magic != _MAGIC or end > len(view):
+                    break
+                if lsn >= from_lsn:
+                    header = msgpack.unpackb(view[start : start + hl], raw=False)
+                    kind = header.pop("k")
+                    yield WalRecord(lsn, kind, header, view[start + hl : end])
+                pos = end
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with self._cv:
+                os.close(self._fd)
+                self._fd = -1
+
+
+def _write_all(fd: int, parts: list) -> None:
+    for part in parts:
+        mv = memoryview(part)
+        while len(mv):
+            k = os.write(fd, mv)
+            mv = mv[k:]
+
+
+def _scan_segment(path: Path, first_lsn: int) -> tuple[int, int, bool]:
+    """(end of the last good record, the lsn after it, whether bad bytes follow)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    view = memoryview(data)
+    pos, lsn = 0, first_lsn
+    while pos < len(view):
+        if pos + _HEAD.size > len(view):
+            return pos, lsn, True
+        magic, hl, bl, rec_lsn, crc = _HEAD.unpack_from(view, pos)
+        start = pos + _HEAD.size
+        end = start + hl + bl
+        if magic != _MAGIC or end > len(view) or rec_lsn != lsn:
+            return pos, lsn, True
+        if crc32c(view[start + hl : end], crc32c(view[start : start + hl], crc32c(_LSN.pack(rec_lsn)))) != crc:
+            return pos, lsn, True
+        pos, lsn = end, lsn + 1
+    return pos, lsn, False
