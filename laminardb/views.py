@@ -4,13 +4,18 @@ Entry point: ``ViewStore``. An append-only view keeps its batches; a changelog v
 (``__weight``) keeps its changes and consolidates them — rows summed by weight, each row
 present as many times as its net weight — compacting in place once the log has grown
 well past its consolidated size, so memory tracks the view's size, not its history.
+``snapshot()``/``restore(blob)`` checkpoint it (whole: views live on the database head, so
+their state is not split by vnode).
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pyarrow as pa
 
+from laminardb.operators.snapshot import StateImage, decode, mismatch
 from laminardb.sql.planner import WEIGHT
 
 _COMPACT_FACTOR = 2  # compact when the log is this many times its last consolidated size
@@ -56,6 +61,23 @@ class ViewStore:
         current = current.append_column(pa.field(WEIGHT, pa.int64()), ones)
         self._batches = current.combine_chunks().to_batches() or []
         self._rows = self._compacted_rows = current.num_rows
+
+    def snapshot(self) -> StateImage:
+        """The stored batches as of now (Arrow batches are immutable: only the list is copied)."""
+        batches = list(self._batches)
+        meta = {"changelog": self.changelog, "rows": self._rows, "compacted_rows": self._compacted_rows}
+        return StateImage("view", meta=meta, split=False,
+                          tables={"rows": partial(pa.Table.from_batches, batches, schema=self.schema)})
+
+    def restore(self, blob: bytes) -> None:
+        """Replace the content with a snapshot of a view of the same schema."""
+        snap = decode(blob, kind="view")
+        rows = snap.tables["rows"]
+        if rows.schema != self.schema or snap.meta["changelog"] != self.changelog:
+            raise mismatch("view", rows.schema.names, self.schema.names)
+        self._batches = rows.to_batches()
+        self._rows = int(snap.meta["rows"])
+        self._compacted_rows = int(snap.meta["compacted_rows"])
 
     def table(self) -> pa.Table:
         t = pa.Table.from_batches(self._batches, schema=self.schema)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from laminardb.operators import _kernels as K
 from laminardb.operators._buffers import encode_rows
@@ -105,16 +106,36 @@ class Interner:
             self.arena = grown_a
 
     # -- snapshot -----------------------------------------------------------------
-    def values_table(self) -> pa.Table:
-        cols = self.take(np.arange(len(self), dtype=np.int64))
-        return pa.table(cols, names=[f"k{i}" for i in range(len(cols))])
+    def freeze(self) -> FrozenValues:
+        """The values interned so far, safe to read from another thread while interning
+        goes on: the stored Arrow chunks are immutable, only the lists holding them change."""
+        return FrozenValues(self.types, [list(c) for c in self._chunks], len(self))
 
-    @classmethod
-    def from_values(cls, table: pa.Table) -> Interner:
-        it = cls([f.type for f in table.schema])
-        if table.num_rows:
-            it.intern([c.combine_chunks() for c in table.columns])
-        return it
+
+class FrozenValues:
+    """An ``Interner``'s values as of ``freeze()``; ``column(i, ids)`` gathers them later
+    (the expensive part of a snapshot runs in ``StateImage.encode``, off the engine lock)."""
+
+    def __init__(self, types: list[pa.DataType], chunks: list[list[pa.Array]], n: int) -> None:
+        self.types = types
+        self._chunks = chunks
+        self.n = n
+
+    def column(self, i: int, ids: np.ndarray | None = None, null: np.ndarray | None = None) -> pa.Array:
+        """Values of column ``i`` for ``ids`` (None: every id in order); NULL where ``null``."""
+        t = self.types[i]
+        chunks = self._chunks[i]
+        whole = (pa.concat_arrays(chunks) if len(chunks) > 1 else chunks[0]) if chunks else pa.array([], t)
+        if ids is None:
+            return whole.slice(0, self.n)
+        if self.n == 0:
+            return pa.nulls(len(ids), t)
+        if null is not None:
+            ids = np.where(null, 0, ids)
+        out = whole.take(pa.array(ids, type=pa.int64()))
+        if null is not None and null.any():
+            out = pc.if_else(pa.array(~null), out, pa.scalar(None, out.type))
+        return out
 
 
 class GroupTable:

@@ -3,12 +3,13 @@
 Entry point: ``make_accumulator(spec, capacity)``. An accumulator owns the state of one
 aggregate call for every group slot: ``update`` folds a batch in, ``output`` turns slots
 into an Arrow column, ``reset`` clears freed slots, ``merge`` combines two slots (session
-merges), ``snapshot``/``restore`` move the state through msgpack-able dicts.
+merges), ``capture``/``load`` move the state of slots through snapshot columns.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import numpy as np
@@ -18,6 +19,7 @@ import pyarrow.compute as pc
 from laminardb.operators import _accumulate as A
 from laminardb.operators._buffers import is_string_type, numeric_view, validity
 from laminardb.operators._interner import Interner
+from laminardb.operators.snapshot import Column
 
 AggKind = Literal[
     "count_star", "count", "count_distinct", "sum", "avg", "min", "max", "first_value", "last_value"
@@ -55,10 +57,15 @@ def _grow(arr: np.ndarray, cap: int, fill=0) -> np.ndarray:
     return new
 
 
+def _numpy(col: pa.ChunkedArray, dtype) -> np.ndarray:
+    return np.asarray(col.to_numpy(), dtype=dtype)
+
+
 class Accumulator:
     """Base: named numpy state arrays of one length (the slot capacity)."""
 
     _arrays: tuple[str, ...] = ()
+    has_pairs = False  # state per (group, value) pair too: capture_pairs/load_pairs
 
     def __init__(self, spec: AggSpec, capacity: int) -> None:
         self.spec = spec
@@ -91,16 +98,24 @@ class Accumulator:
     def merge(self, dst: int, src: int) -> None:
         raise NotImplementedError
 
-    def snapshot(self, n: int) -> dict:
-        return {name: getattr(self, name)[:n].tobytes() for name in self._arrays}
+    # -- snapshot: per-group state as columns (see operators/snapshot.py) -------------
+    def capture(self, slots: np.ndarray) -> dict[str, Column]:
+        """Copies of the state of ``slots``, one column per state array (under the lock)."""
+        return {name: getattr(self, name)[slots] for name in self._arrays}
 
-    def restore(self, state: dict, capacity: int) -> None:
+    def load(self, slots: np.ndarray, cols: dict[str, pa.ChunkedArray]) -> None:
+        """Write captured state into ``slots`` (fresh slots of a restored operator)."""
         for name in self._arrays:
-            cur = getattr(self, name)
-            data = np.frombuffer(state[name], dtype=cur.dtype)
-            arr = np.zeros(capacity, dtype=cur.dtype)
-            arr[: len(data)] = data
-            setattr(self, name, arr)
+            arr = getattr(self, name)
+            arr[slots] = _numpy(cols[name], arr.dtype)
+
+    def capture_pairs(self, row_of_slot: np.ndarray) -> dict[str, Column]:
+        """With ``has_pairs``: the (``__group``, ``value``) pairs of the captured groups."""
+        raise NotImplementedError
+
+    def load_pairs(self, slots: np.ndarray, values: pa.ChunkedArray) -> None:
+        """With ``has_pairs``: re-insert captured pairs, ``slots[i]`` holding ``values[i]``."""
+        raise NotImplementedError
 
 
 class CountAcc(Accumulator):
@@ -197,6 +212,28 @@ class _ValueAcc(Accumulator):
     def raw(self, slots):
         return self.best[slots], ~self.has[slots]
 
+    def capture(self, slots):
+        out = super().capture(slots)
+        it = self.domain.interner
+        if it is not None:  # interned ids mean nothing elsewhere: snapshot the strings
+            out["best"] = partial(it.freeze().column, 0, out["best"], ~out["has"])
+        return out
+
+    def load(self, slots, cols):
+        it = self.domain.interner
+        if it is None:
+            super().load(slots, cols)
+            return
+        for name in self._arrays:
+            if name != "best":
+                arr = getattr(self, name)
+                arr[slots] = _numpy(cols[name], arr.dtype)
+        has = _numpy(cols["has"], np.bool_)
+        ids = np.zeros(len(slots), dtype=np.int64)
+        if has.any():
+            ids[has] = it.intern([cols["best"].combine_chunks().filter(pa.array(has))])
+        self.best[slots] = ids
+
     def to_arrow(self, vals, mask):
         return self.domain.to_arrow(vals, mask if mask is not None else np.zeros(len(vals), np.bool_))
 
@@ -273,6 +310,7 @@ class DistinctCountAcc(Accumulator):
     """COUNT(DISTINCT x): interned values and an open-addressing set of (slot, value id)."""
 
     _arrays = ("counts",)
+    has_pairs = True
 
     def _init_arrays(self, capacity):
         self.interner = Interner([self.spec.arg_type])
@@ -311,16 +349,29 @@ class DistinctCountAcc(Accumulator):
     def merge(self, dst, src):
         A.move_distinct(self.set_slot, self.set_val, src, dst, self.counts)
 
-    def snapshot(self, n):
-        s = super().snapshot(n)
-        s.update(set_slot=self.set_slot.tobytes(), set_val=self.set_val.tobytes(), set_n=int(self.set_n[0]))
-        return s
+    def capture(self, slots):
+        return {}  # the counts are rebuilt from the pairs
 
-    def restore(self, state, capacity):
-        super().restore(state, capacity)
-        self.set_slot = np.frombuffer(state["set_slot"], dtype=np.int64).copy()
-        self.set_val = np.frombuffer(state["set_val"], dtype=np.int64).copy()
-        self.set_n = np.array([state["set_n"]], dtype=np.int64)
+    def load(self, slots, cols):
+        pass
+
+    def capture_pairs(self, row_of_slot: np.ndarray) -> dict[str, Column]:
+        """(group row, value) of every pair of a captured slot (``row_of_slot[slot]`` ≥ 0)."""
+        used = np.flatnonzero(self.set_slot >= 0)  # -1 empty, -2 tombstone
+        group = row_of_slot[self.set_slot[used]]
+        keep = group >= 0
+        ids = self.set_val[used[keep]]
+        return {"__group": group[keep], "value": partial(self.interner.freeze().column, 0, ids)}
+
+    def load_pairs(self, slots: np.ndarray, values: pa.ChunkedArray) -> None:
+        """Re-insert pairs (``slots[i]``, ``values[i]``); the slots' counts follow."""
+        if len(slots) == 0:
+            return
+        ids = self.interner.intern([values.combine_chunks()])
+        if 2 * (int(self.set_n[0]) + len(slots)) > len(self.set_slot):
+            self._rebuild(None, 4 * (int(self.set_n[0]) + len(slots)))
+        A.acc_distinct(slots, ids, np.zeros(0, np.bool_), False, self.set_slot, self.set_val,
+                       self.set_n, self.counts)
 
 
 _ACCUMULATORS: dict[str, type[Accumulator]] = {

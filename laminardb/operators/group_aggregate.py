@@ -18,9 +18,11 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
+from laminardb.operators import _agg_state
 from laminardb.operators import _kernels as K
 from laminardb.operators._interner import GroupTable, Interner
 from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulator
+from laminardb.operators.snapshot import Snapshot, StateImage
 
 EmitMode = Literal["changes", "close"]
 NO_WATERMARK = np.iinfo(np.int64).min
@@ -94,6 +96,7 @@ class GroupAggregate:
         self._stamp = 0
         self._seq = 0
         self._min_open_end = END_OF_TIME
+        self.fingerprint = _agg_state.fingerprint(key_types, specs, window, emit)
 
     def _grow(self, cap: int) -> None:
         self.rows.grow(cap)
@@ -251,3 +254,29 @@ class GroupAggregate:
     @property
     def state_groups(self) -> int:
         return self.groups.n_live
+
+    # ------------------------------------------------------------------ snapshot
+    def snapshot(self) -> StateImage:
+        """A consistent copy of the state (under the engine lock); ``encode()`` it anywhere."""
+        return _agg_state.image("group_aggregate", self, {"plan": self.fingerprint})
+
+    def restore(self, blob: bytes | Snapshot, *, vnodes=None) -> None:
+        """Load a snapshot (only ``vnodes``' groups, if given) into this fresh operator."""
+        _agg_state.restore("group_aggregate", self, blob, self.fingerprint, vnodes)
+
+    def capture(self) -> tuple[dict, dict]:
+        """The snapshot tables of every live group, and the operator's scalars."""
+        live = self.groups.live_slots()
+        tables = _agg_state.capture(self.keys, self.groups.slot_key[live], {"__ws": self.groups.slot_win[live]},
+                                    self.rows, self.accs, live)
+        return tables, {"seq": self._seq}
+
+    def load(self, snap: Snapshot, meta: dict) -> None:
+        """Upsert the snapshot's groups (keys re-interned in their original order)."""
+        key_ids = _agg_state.load_keys(self.keys, snap)
+        ws = snap.tables["groups"].column("__ws").to_numpy()
+        slots = self.groups.upsert(key_ids, ws)
+        _agg_state.load_accumulators(snap, slots, self.rows, self.accs)
+        self._seq = max(self._seq, int(meta["seq"]))
+        if self.window is not None and len(ws):
+            self._min_open_end = min(self._min_open_end, int(ws.min()) + self.window.size)

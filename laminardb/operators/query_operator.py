@@ -1,7 +1,9 @@
 """Run one planned query over its input: filter → (aggregate) → HAVING → project.
 
 Entry point: ``QueryOperator(plan)``; the operator contract of DESIGN.md:
-``process(batch, wm_before) -> (outputs, late_rows)``, ``on_watermark(wm) -> outputs``.
+``process(batch, wm_before) -> (outputs, late_rows)``, ``on_watermark(wm) -> outputs``,
+``snapshot() -> StateImage`` (its ``encode(vnodes)`` gives the bytes) and
+``restore(blob, *, vnodes=None)``; see ``operators/snapshot.py`` for the format.
 For EMIT CHANGES it turns old/new group values into a Z-set changelog (``__weight``):
 a group whose visible row did not change emits nothing; an update is −1 old, +1 new.
 """
@@ -12,9 +14,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from laminardb.operators import _agg_state
 from laminardb.operators._buffers import numeric_view
 from laminardb.operators.group_aggregate import NO_WATERMARK, GroupAggregate, GroupRows
 from laminardb.operators.session import SessionAggregate
+from laminardb.operators.snapshot import StateImage
 from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.planner import WEIGHT, QueryPlan
 
@@ -87,6 +91,24 @@ class QueryOperator:
         if self.agg is None:
             return []
         return self._finish(self.agg.on_watermark(wm))
+
+    def snapshot(self) -> StateImage:
+        """A consistent copy of the state, taken under the engine lock; ``encode(vnodes)`` it
+        later on any thread. ``late_dropped`` rides as a counter: only in a blob holding vnode 0."""
+        meta: dict = {"plan": None if self.agg is None else self.agg.fingerprint}
+        tables: dict = {}
+        if self.agg is not None:
+            tables, meta["agg"] = self.agg.capture()
+        return StateImage("query", meta=meta, counters={"late_dropped": self.late_dropped}, tables=tables)
+
+    def restore(self, blob: bytes, *, vnodes=None) -> None:
+        """Load a snapshot of an operator of the same plan into this fresh one. Restoring
+        several blobs of disjoint vnode subsets adds them up (counters included: they come
+        with the blob holding vnode 0); ``vnodes`` restores only those of ``blob``."""
+        expected = None if self.agg is None else self.agg.fingerprint
+        snap = _agg_state.restore("query", self.agg, blob, expected, vnodes)
+        if snap.counters is not None:
+            self.late_dropped += int(snap.counters["late_dropped"])
 
     def current_rows(self) -> pa.RecordBatch:
         """The SELECT rows of every group now in state (a view's current value)."""

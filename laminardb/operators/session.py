@@ -15,10 +15,18 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from laminardb.operators import _agg_state
 from laminardb.operators._interner import Interner
 from laminardb.operators._kernels import take_slot
 from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulator
-from laminardb.operators.group_aggregate import END_OF_TIME, EmitMode, GroupRows, group_schema
+from laminardb.operators.group_aggregate import (
+    END_OF_TIME,
+    EmitMode,
+    GroupRows,
+    WindowSpec,
+    group_schema,
+)
+from laminardb.operators.snapshot import Snapshot, StateImage
 
 _INITIAL = 1024
 
@@ -118,6 +126,7 @@ class SessionAggregate:
         self.key_head = np.full(_INITIAL, -1, np.int64)
         self._seq = 0
         self._min_end = END_OF_TIME
+        self.fingerprint = _agg_state.fingerprint(key_types, specs, WindowSpec("session", gap=gap), emit)
 
     def _reserve(self, n_rows: int, n_keys: int) -> None:
         need = int(self.counters[0]) + n_rows
@@ -156,6 +165,8 @@ class SessionAggregate:
         old = old_valid = touched = None
         if self.emit == "changes":
             touched = np.unique(np.concatenate([slots[slots >= 0], merge_src[:n_merge], merge_dst[:n_merge]]))
+            # in (key, start) order, not slot order: slots differ after a restore, keys do not
+            touched = touched[np.lexsort((~self.live[touched], self.slot_start[touched], self.slot_key[touched]))]
             old_valid = (self.rows.counts[touched] > 0) & (touched < hw_before)
             old = self._materialize(touched, old_start, old_end)
         for d, s in zip(merge_dst[:n_merge], merge_src[:n_merge], strict=True):
@@ -230,3 +241,41 @@ class SessionAggregate:
             cols += self.keys.take(self.slot_key[slots])
         cols += [a.output(slots) for a in self.accs]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    # ------------------------------------------------------------------ snapshot
+    def snapshot(self) -> StateImage:
+        """A consistent copy of the open sessions (under the engine lock); ``encode()`` it anywhere."""
+        return _agg_state.image("session_aggregate", self, {"plan": self.fingerprint})
+
+    def restore(self, blob: bytes | Snapshot, *, vnodes=None) -> None:
+        """Load a snapshot (only ``vnodes``' sessions, if given) into this fresh operator."""
+        _agg_state.restore("session_aggregate", self, blob, self.fingerprint, vnodes)
+
+    def capture(self) -> tuple[dict, dict]:
+        """The snapshot tables of every open session, and the operator's scalars."""
+        live = np.flatnonzero(self.live[: int(self.counters[0])])
+        bounds = {"__ws": self.slot_start[live], "__we": self.slot_end[live]}
+        return _agg_state.capture(self.keys, self.slot_key[live], bounds, self.rows, self.accs, live), {
+            "seq": self._seq}
+
+    def load(self, snap: Snapshot, meta: dict) -> None:
+        """Open the snapshot's sessions in new slots and link them into their keys' lists."""
+        key_ids = _agg_state.load_keys(self.keys, snap)
+        g = snap.tables["groups"]
+        n = len(key_ids)
+        self._reserve(n, len(self.keys) if self.keys is not None else 1)
+        nf, hw = int(self.counters[1]), int(self.counters[0])
+        k = min(nf, n)  # freed slots first (last freed first, as take_slot does), then new ones
+        slots = np.concatenate([self.free[nf - k : nf][::-1], np.arange(hw, hw + n - k, dtype=np.int64)])
+        self.counters[:] = (hw + n - k, nf - k)
+        ends = g.column("__we").to_numpy()
+        self.slot_key[slots] = key_ids
+        self.slot_start[slots] = g.column("__ws").to_numpy()
+        self.slot_end[slots] = ends
+        self.live[slots] = True
+        self.redirect[slots] = -1
+        _relink(self.key_head, self.slot_next, self.slot_key, self.live, int(self.counters[0]))
+        _agg_state.load_accumulators(snap, slots, self.rows, self.accs)
+        self._seq = max(self._seq, int(meta["seq"]))
+        if n:
+            self._min_end = min(self._min_end, int(ends.min()))
