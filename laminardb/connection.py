@@ -8,13 +8,14 @@ in the embedded mode and a subscriber sees a batch's output as soon as ``insert`
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from laminardb.errors import ConnectionClosedError, EngineError
+from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
 from laminardb.reactor import Reactor
 from laminardb.source_runner import SourceRunner
 from laminardb.sql import ddl
@@ -22,6 +23,11 @@ from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.planner import plan_query
 from laminardb.sql.types import type_name
 from laminardb.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+if TYPE_CHECKING:
+    from laminardb.checkpoint.local import LocalCoordinator
 
 
 @dataclass
@@ -68,30 +74,76 @@ class ExecuteResult:
 
 
 class Connection:
-    """An embedded laminardb database; see ``laminardb.open``."""
+    """An embedded laminardb database; see ``laminardb.open``.
+
+    With a directory it is durable: the catalog, a WAL every insert reaches before it
+    returns, periodic checkpoints and exactly-once sinks (``laminardb/checkpoint``); opening
+    the directory again recovers the state an unbroken run would have.
+    """
 
     def __init__(self, path: str = ":memory:", *, config: dict[str, Any] | None = None) -> None:
-        self.path = path
+        self.path = os.fspath(path)
         self.config = dict(config or {})
         self.variables: dict[str, object] = dict(self.config.get("vars", {}))
-        if path != ":memory:":
-            os.makedirs(path, exist_ok=True)
         self._reactor = Reactor()
         self._closed = False
         self._started = False
         self._runners: dict[str, SourceRunner] = {}
+        self._durable: LocalCoordinator | None = None
+        if self.path != ":memory:":
+            from laminardb.checkpoint.local import LocalCoordinator
+            from laminardb.checkpoint.recovery import recover
+
+            os.makedirs(self.path, exist_ok=True)
+            self._lock_directory()
+            self._durable = LocalCoordinator(self.path, self._reactor, config=self.config)
+            with self._reactor.lock:
+                report = recover(self)
+            self._reactor.journal = self._durable
+            if self._reactor.finished and report["wal_records_replayed"]:
+                self._durable.checkpoint()  # finish() ran but its checkpoint did not: commit the end
+            self._durable.start_timer()
+
+    def _lock_directory(self) -> None:
+        """One open Connection per directory: a second writer would corrupt the WAL."""
+        import fcntl
+
+        fd = os.open(os.path.join(self.path, "LOCK"), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise EngineError(f"database directory {self.path!r} is open in another connection or process; "
+                              "close that one first (one writer per directory)", code="LDB-3005") from None
+        self._lock_fd = fd
 
     # ------------------------------------------------------------------ SQL
     def execute(self, sql: str) -> ExecuteResult:
         """Run one or more ``;``-separated statements; returns the last one's result."""
         self._check_open()
         with self._reactor.lock:
-            results = [self._execute_one(s) for s in ddl.parse_script(sql, self.variables)]
+            results = [self._apply_ddl(s, text) for s, text in ddl.parse_script_with_text(sql, self.variables)]
         if not results:
             return ExecuteResult("empty")
         last = results[-1]
         last.statements = results
         return last
+
+    def _apply_ddl(self, stmt, text: str) -> ExecuteResult:
+        """Run one statement; a durable database logs the DDL that changed its catalog."""
+        name = getattr(stmt, "name", None)
+        existed = name is not None and name in self._reactor.nodes
+        result = self._execute_one(stmt)
+        d = self._durable
+        if d is not None and isinstance(stmt, ddl.CreateSource | ddl.CreateStream | ddl.CreateSink | ddl.Drop):
+            if isinstance(stmt, ddl.Drop):
+                if existed:
+                    d.record_ddl("drop", stmt.name, text, existed)
+                    d.log_ddl(text)
+            elif not existed or getattr(stmt, "or_replace", False):
+                d.record_ddl("replace" if existed else "create", stmt.name, text, existed)
+                d.log_ddl(text)
+        return result
 
     def _execute_one(self, stmt) -> ExecuteResult:
         r = self._reactor
@@ -117,29 +169,20 @@ class Connection:
         raise UnsupportedSqlError(f"unsupported statement {stmt!r}")
 
     def _create_sink(self, stmt: ddl.CreateSink) -> ExecuteResult:
-        if stmt.connector not in ("file", "kafka"):
-            raise UnsupportedSqlError(
-                f"sink connector {stmt.connector.upper()} is not available; use FILE (path = '…', format = 'jsonl') "
-                "or KAFKA (brokers = '…', topic = '…')"
-            )
+        from laminardb.connectors.sinks import make_sink
+
         r = self._reactor
+        if getattr(stmt, "if_not_exists", False) and stmt.name in r.nodes:
+            return ExecuteResult("create_sink", stmt.name)
         source_name = stmt.from_name
         if stmt.query is not None:
-            hidden = f"{stmt.name}__query"
-            r.create_stream(ddl.CreateStream(hidden, stmt.query))
-            source_name = hidden
+            source_name = f"{stmt.name}__query"
+            if source_name not in r.nodes:
+                r._check_new(stmt.name)
+                r.create_stream(ddl.CreateStream(source_name, stmt.query))
         schema = r._node(source_name).schema
-        if stmt.connector == "kafka":
-            from laminardb.connectors.kafka import KafkaSink
-
-            sink = KafkaSink(schema=schema, options=stmt.options)
-        else:
-            from laminardb.connectors.files import FileSink
-
-            path = stmt.options.get("path")
-            if not path:
-                raise UnsupportedSqlError(f"sink {stmt.name!r} needs path = '…'")
-            sink = FileSink(path, format=stmt.options.get("format"), schema=schema)
+        stage_root = None if self._durable is None else os.path.join(self.path, "sinks")
+        sink = make_sink(stmt, schema, durable=self._durable is not None, stage_root=stage_root)
         r.add_sink(stmt.name, source_name, sink)
         return ExecuteResult("create_sink", stmt.name)
 
@@ -179,7 +222,30 @@ class Connection:
         """Insert one batch (dict, list of dicts, RecordBatch, Table or DataFrame); returns rows."""
         self._check_open()
         with self._reactor.lock:
-            return self._reactor.insert(source, data)
+            n = self._reactor.insert(source, data)
+            lsn = self._reactor.last_lsn
+        if self._durable is not None and n:
+            self._durable.durable(lsn)  # group commit: fsync outside the lock (wal_sync='always')
+        return n
+
+    def offset(self, source: str) -> int:
+        """Rows durably accepted into ``source`` so far, across restarts: resume from here."""
+        self._check_open()
+        with self._reactor.lock:
+            node = self._reactor._node(source)
+            if node.kind != "source":
+                raise NotQueryableError(f"{source!r} is a {node.kind}; offset() counts rows of sources")
+            return node.accepted
+
+    def checkpoint(self) -> int:
+        """Checkpoint now (durable databases); returns the epoch, the commit point of sinks."""
+        self._check_open()
+        if self._durable is None:
+            from laminardb.checkpoint.exceptions import CheckpointUnsupportedError
+
+            raise CheckpointUnsupportedError("an in-memory database keeps no checkpoints: "
+                                             "use laminardb.open('./data') for durability")
+        return self._durable.checkpoint()
 
     def subscribe_stream(self, name: str, *, history_rows: int | None = None) -> Subscription:
         """Every row ``name`` emits from now on (streams, views, late-data streams, sources).
@@ -240,7 +306,13 @@ class Connection:
         self._check_open()
         self._stop_runners()
         with self._reactor.lock:
+            if self._reactor.finished:
+                return  # finishing twice (also across a restart) is a no-op
+            if self._durable is not None:
+                self._durable.log_finish()
             self._reactor.finish()
+        if self._durable is not None:
+            self._durable.checkpoint()  # commit every sink's final output
 
     def _stop_runners(self) -> None:
         for runner in self._runners.values():
@@ -248,9 +320,19 @@ class Connection:
         self._runners.clear()
 
     def close(self) -> None:
+        """Stop sources; a durable database takes a last checkpoint so sinks hold everything."""
         if self._closed:
             return
         self._stop_runners()
+        if self._durable is not None:
+            try:
+                if not self._durable._idle():
+                    self._durable.checkpoint()
+            except Exception as exc:  # noqa: BLE001 - close() must release; the WAL keeps everything
+                log.warning("close(): the last checkpoint failed (recovery replays the WAL instead): %s", exc)
+            finally:
+                self._durable.close()
+                os.close(self._lock_fd)
         with self._reactor.lock:
             for node in self._reactor.nodes.values():
                 if node.connector is not None:
@@ -273,6 +355,7 @@ class Connection:
                 "watermarks": r.watermarks(),
                 "streams": {n.name: {"rows_emitted": n.rows_out, "kind": n.kind}
                             for n in r.nodes.values() if n.kind != "source"},
+                "checkpoints": None if self._durable is None else self._durable.metrics(),
             }
 
     def list_streams(self) -> list[str]:
@@ -292,8 +375,13 @@ class Connection:
         return f"Connection({self.path!r})"
 
 
-def open(path: str = ":memory:", *, config: dict[str, Any] | None = None) -> Connection:  # noqa: A001
-    """Open an embedded database (in memory by default)."""
+def open(path: str | os.PathLike[str] = ":memory:", *, config: dict[str, Any] | None = None) -> Connection:  # noqa: A001
+    """Open an embedded database: in memory by default, durable in a directory.
+
+    Durable config keys: ``checkpoint_interval`` (default ``"10s"``; ``"off"``),
+    ``checkpoint_retain`` (3), ``wal_sync`` (``"none"``: survives a process crash;
+    ``"always"``: an fsync per insert, with group commit, survives a power loss).
+    """
     from laminardb.operators.warmup import warm_kernels
 
     warm_kernels()  # once per process: no query waits on numba compilation

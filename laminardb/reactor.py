@@ -33,14 +33,17 @@ from laminardb.subscription import Subscription
 from laminardb.views import ViewStore, consolidate
 
 
-def make_source_connector(kind: str, node: Node, options: dict[str, str]):
-    """The polled connector behind ``CREATE SOURCE … FROM <KIND> (…)``."""
+def make_source_connector(kind: str, node: Node, options: dict[str, str],
+                          restore_state: dict | None = None):
+    """The polled connector behind ``CREATE SOURCE … FROM <KIND> (…)``; ``restore_state``
+    (from a checkpoint) resumes it where the checkpoint's data ended."""
     if kind != "kafka":
         raise UnsupportedSqlError(f"FROM {kind.upper()} is not a known source connector; use FROM KAFKA (…)")
     from laminardb.connectors.kafka import KafkaSource
 
+    extra = {} if restore_state is None else {"restore_state": restore_state}
     return KafkaSource(name=node.name, schema=node.schema, options=options, time_col=node.time_col,
-                       delay_ticks=node.delay_ticks)
+                       delay_ticks=node.delay_ticks, **extra)
 
 
 FROM_DATA = object()  # ingest(): the watermark follows the batch's max event time
@@ -72,6 +75,8 @@ class Node:
     max_ts: int = NO_WATERMARK
     options: dict = field(default_factory=dict)
     connector: object | None = None  # a polled source connector (Kafka), driven by Connection.start()
+    accepted: int = 0  # rows insert() accepted (durable: WAL-logged), across restarts
+    connector_state: dict | None = None  # the connector's position as of the last ingested poll
 
     @property
     def visible_schema(self) -> pa.Schema:
@@ -93,6 +98,9 @@ class Reactor:
         self.make_operator = lambda name, plan: QueryOperator(plan)
         self.connectors_enabled = True  # actors install sources without polling them
         self.make_source_connector = make_source_connector  # the cluster reads Kafka on actors
+        self.journal = None  # a durable database's LocalCoordinator: insert() logs to its WAL
+        self.last_lsn = -1  # the WAL record of the last insert (fsynced outside the lock)
+        self.connector_restore: dict[str, dict] = {}  # recovery: checkpointed connector state
 
     # ------------------------------------------------------------------ catalog
     def relation(self, name: str) -> RelationInfo:
@@ -128,7 +136,10 @@ class Reactor:
         node = Node(stmt.name, "source", schema, time_col=stmt.watermark_col,
                     not_null=frozenset(not_null), delay_ticks=delay, options=stmt.options)
         if stmt.connector is not None and self.connectors_enabled:
-            node.connector = self.make_source_connector(stmt.connector, node, stmt.connector_options)
+            restore = self.connector_restore.get(stmt.name)
+            args = () if restore is None else (restore,)
+            node.connector = self.make_source_connector(stmt.connector, node, stmt.connector_options, *args)
+            node.connector_state = restore
         self.nodes[stmt.name] = node
         return True
 
@@ -217,6 +228,9 @@ class Reactor:
             raise EngineError("the connection has finished (end of input); open a new connection to continue",
                               code="LDB-3004")
         batch = to_batch(data, node.schema, node.not_null, source=node.name)
+        if self.journal is not None and batch.num_rows:
+            self.last_lsn = self.journal.log_insert(node.name, batch)  # durable before it counts
+        node.accepted += batch.num_rows
         return self.ingest(node, batch)
 
     def ingest(self, node: Node, batch: pa.RecordBatch | None, *,

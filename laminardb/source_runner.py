@@ -34,15 +34,23 @@ class SourceRunner:
     def _run(self) -> None:
         backoff = 0.05
         conn = self.node.connector
+        position = getattr(conn, "checkpoint_state", None)
         while not self._stop.is_set():
             try:
                 batch, wm = conn.poll(_POLL_TIMEOUT_MS)
+                # the connector's position right after this poll: what a checkpoint taken
+                # after this batch is ingested resumes from (never ahead of the ingested data)
+                state = position() if position is not None else None
                 if batch is None or batch.num_rows == 0:
                     self._idle.set()
                 with self.reactor.lock:
                     if self.reactor.finished:
                         return
-                    self.reactor.ingest(self.node, batch, watermark=wm)
+                    try:
+                        self.reactor.ingest(self.node, batch, watermark=wm)
+                    finally:  # a query's error does not un-ingest the batch
+                        if state is not None:
+                            self.node.connector_state = state
                 backoff = 0.05
             except Exception as e:  # noqa: BLE001 - a source must survive broker hiccups and query errors
                 self.errors += 1

@@ -39,6 +39,16 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 10.0
 DEFAULT_RETAIN = 3
+# Fault injection for the crash tests: the process SIGKILLs itself at the named step of a
+# checkpoint ("after_pre_commit", "after_manifest"). Unset in normal use.
+_CRASH_AT = os.environ.get("LAMINARDB_TEST_CRASH_AT", "")
+
+
+def _crash_point(step: str) -> None:
+    if _CRASH_AT == step:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def parse_interval(value: Any) -> float | None:
@@ -136,7 +146,9 @@ class LocalCoordinator:
             t0 = time.perf_counter()
             try:
                 epoch, images, manifest, sinks = self._barrier()
+                _crash_point("after_pre_commit")
                 nbytes = self._write(epoch, images, manifest)
+                _crash_point("after_manifest")
             except Exception as exc:
                 self.stats["failures"] += 1
                 self.stats["last_error"] = f"{type(exc).__name__}: {exc}"

@@ -88,6 +88,8 @@ def recover(conn) -> dict[str, Any]:
         coord.journaling = True
     coord.epoch = epoch
     coord._next_epoch = epoch + 1
+    if manifest is not None and replayed == 0:
+        coord._last_marks = coord._marks()  # nothing new since that checkpoint: the timer may idle
     report = {"epoch": epoch, "wal_records_replayed": replayed, "skipped_checkpoints": skipped,
               "torn_wal_bytes": coord.wal.torn_bytes, "seconds": time.perf_counter() - t0}
     coord.stats["recovery"] = report

@@ -66,6 +66,7 @@ class CreateSink:
     options: dict[str, str]
     from_name: str | None = None
     query: Query | None = None
+    if_not_exists: bool = False
 
 
 @dataclass(frozen=True)
@@ -297,11 +298,15 @@ def _options(text: str) -> dict[str, str]:
 
 
 def _create_sink(text: str, line: int, col: int) -> CreateSink:
+    ine = re.match(r"(?is)\s*CREATE\s+SINK\s+IF\s+NOT\s+EXISTS\s+", text)
+    if ine:  # parse the rest as a plain CREATE SINK
+        text = "CREATE SINK " + text[ine.end():]
     m = re.match(
         rf"(?is)\s*CREATE\s+SINK\s+({_IDENT})\s+FROM\s+({_IDENT})\s+INTO\s+([A-Za-z_]+)\s*\((.*)\)\s*$", text
     )
     if m:
-        return CreateSink(unquote(m.group(1)), m.group(3).lower(), _options(m.group(4)), from_name=unquote(m.group(2)))
+        return CreateSink(unquote(m.group(1)), m.group(3).lower(), _options(m.group(4)), from_name=unquote(m.group(2)),
+                          if_not_exists=bool(ine))
     m = re.match(rf"(?is)\s*CREATE\s+SINK\s+({_IDENT})\s+INTO\s+([A-Za-z_]+)\s*\(", text)
     if m:
         close = _close_paren(text, m.end() - 1)
@@ -309,7 +314,7 @@ def _create_sink(text: str, line: int, col: int) -> CreateSink:
         rest = re.match(r"(?is)\s*AS\s+(.*)$", text[close + 1 :])
         if rest:
             query = _query(rest.group(1), line, col)
-            return CreateSink(unquote(m.group(1)), m.group(2).lower(), opts, query=query)
+            return CreateSink(unquote(m.group(1)), m.group(2).lower(), opts, query=query, if_not_exists=bool(ine))
     raise SqlParseError(
         "expected CREATE SINK name FROM stream INTO FILE (path = '…', format = 'jsonl') "
         "or CREATE SINK name INTO FILE (…) AS SELECT …",
