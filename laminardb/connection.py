@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from laminardb import catalog
 from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
 from laminardb.reactor import Reactor
 from laminardb.source_runner import SourceRunner
@@ -119,30 +120,46 @@ class Connection:
 
     # ------------------------------------------------------------------ SQL
     def execute(self, sql: str) -> ExecuteResult:
-        """Run one or more ``;``-separated statements; returns the last one's result."""
+        """Run one or more ``;``-separated statements; returns the last one's result.
+
+        A script applies all of its statements or none: it is rehearsed on a scratch copy of
+        the catalog first, and what it created is dropped again if a statement still fails.
+        """
         self._check_open()
+        statements = ddl.parse_script_with_text(sql, self.variables)
         with self._reactor.lock:
-            results = [self._apply_ddl(s, text) for s, text in ddl.parse_script_with_text(sql, self.variables)]
+            if len(statements) > 1:
+                catalog.rehearse(self, statements)
+            results: list[ExecuteResult] = []
+            created: list[tuple[str, str]] = []
+            logged: list[str] = []
+            try:
+                for stmt, text in statements:
+                    name = getattr(stmt, "name", None)
+                    existed = name is not None and name in self._reactor.nodes
+                    results.append(self._apply_ddl(stmt, text, log=logged))
+                    if name is not None and not existed and name in self._reactor.nodes:
+                        created.append((name, self._reactor.nodes[name].kind))
+            except Exception:
+                catalog.undo(self, created)
+                raise
+            if self._durable is not None:
+                for text in logged:  # the WAL sees the script once it applied whole
+                    self._durable.log_ddl(text)
         if not results:
             return ExecuteResult("empty")
         last = results[-1]
         last.statements = results
         return last
 
-    def _apply_ddl(self, stmt, text: str) -> ExecuteResult:
-        """Run one statement; a durable database logs the DDL that changed its catalog."""
+    def _apply_ddl(self, stmt, text: str, *, log: list[str] | None = None) -> ExecuteResult:
+        """Run one statement and keep the catalog in step; DDL that changed the catalog is
+        appended to ``log`` (the WAL of a durable database)."""
         name = getattr(stmt, "name", None)
         existed = name is not None and name in self._reactor.nodes
         result = self._execute_one(stmt)
-        d = self._durable
-        if d is not None and isinstance(stmt, ddl.CreateSource | ddl.CreateStream | ddl.CreateSink | ddl.Drop):
-            if isinstance(stmt, ddl.Drop):
-                if existed:
-                    d.record_ddl("drop", stmt.name, text, existed)
-                    d.log_ddl(text)
-            elif not existed or getattr(stmt, "or_replace", False):
-                d.record_ddl("replace" if existed else "create", stmt.name, text, existed)
-                d.log_ddl(text)
+        if catalog.record(self._reactor.catalog, stmt, text, existed) and log is not None:
+            log.append(text)
         return result
 
     def _execute_one(self, stmt) -> ExecuteResult:
@@ -168,9 +185,13 @@ class Connection:
             return ExecuteResult("select", table=r.run_batch_query(stmt))
         raise UnsupportedSqlError(f"unsupported statement {stmt!r}")
 
-    def _create_sink(self, stmt: ddl.CreateSink) -> ExecuteResult:
+    def _make_sink(self, stmt: ddl.CreateSink, schema: pa.Schema):
         from laminardb.connectors.sinks import make_sink
 
+        stage_root = None if self._durable is None else os.path.join(self.path, "sinks")
+        return make_sink(stmt, schema, durable=self._durable is not None, stage_root=stage_root)
+
+    def _create_sink(self, stmt: ddl.CreateSink) -> ExecuteResult:
         r = self._reactor
         if getattr(stmt, "if_not_exists", False) and stmt.name in r.nodes:
             return ExecuteResult("create_sink", stmt.name)
@@ -181,8 +202,7 @@ class Connection:
                 r._check_new(stmt.name)
                 r.create_stream(ddl.CreateStream(source_name, stmt.query))
         schema = r._node(source_name).schema
-        stage_root = None if self._durable is None else os.path.join(self.path, "sinks")
-        sink = make_sink(stmt, schema, durable=self._durable is not None, stage_root=stage_root)
+        sink = self._make_sink(stmt, schema)
         r.add_sink(stmt.name, source_name, sink)
         return ExecuteResult("create_sink", stmt.name)
 

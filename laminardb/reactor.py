@@ -98,6 +98,7 @@ class Reactor:
         self.make_operator = lambda name, plan: QueryOperator(plan)
         self.connectors_enabled = True  # actors install sources without polling them
         self.make_source_connector = make_source_connector  # the cluster reads Kafka on actors
+        self.catalog: dict[str, str] = {}  # live object -> its creating DDL, in order (catalog.py)
         self.journal = None  # a durable database's LocalCoordinator: insert() logs to its WAL
         self.last_lsn = -1  # the WAL record of the last insert (fsynced outside the lock)
         self.connector_restore: dict[str, dict] = {}  # recovery: checkpointed connector state

@@ -1,7 +1,7 @@
 """The local checkpoint coordinator of an embedded durable database (``open(directory)``).
 
 Entry point: ``LocalCoordinator(directory, reactor, ...)``, owned by the ``Connection``.
-It keeps the WAL and the catalog of live DDL, and runs checkpoints — periodically on a
+It keeps the WAL (inserts, DDL, finish) and runs checkpoints — periodically on a
 timer thread, on ``conn.checkpoint()``, after ``finish()`` and on ``close()``:
 
 1. **Barrier** (under the engine lock). The embedded reactor runs every batch through the
@@ -88,7 +88,6 @@ class LocalCoordinator:
         self.retain = int(config.get("checkpoint_retain", DEFAULT_RETAIN))
         self.wal = Wal(self.dir / "wal", sync=str(config.get("wal_sync", "none")))
         self.store = CheckpointStore(self.dir)
-        self.catalog: dict[str, str] = {}  # live object -> the DDL that created it, in order
         self.journaling = True  # off while recovery replays the WAL
         self.epoch = 0  # last committed checkpoint
         self._next_epoch = 1
@@ -118,16 +117,6 @@ class LocalCoordinator:
         """Called outside the engine lock after an insert: fsync when ``wal_sync='always'``."""
         if self.wal.sync_mode == "always":
             self.wal.sync(lsn)
-
-    def record_ddl(self, kind: str, name: str, sql: str, existed: bool) -> None:
-        """Keep the catalog of live objects in step with a DDL statement that succeeded."""
-        if kind == "drop":
-            self.catalog.pop(name, None)
-        elif kind == "replace":
-            self.catalog.pop(name, None)
-            self.catalog[name] = sql
-        elif not existed:
-            self.catalog[name] = sql
 
     # ------------------------------------------------------------------ checkpoints
     def sinks(self) -> dict[str, TwoPhaseSink]:
@@ -187,7 +176,7 @@ class LocalCoordinator:
             sinks = self.sinks()
             sink_info = {name: s.pre_commit(epoch) for name, s in sinks.items()}
             manifest = Manifest(
-                epoch=epoch, wal_lsn=lsn, catalog=list(self.catalog.values()), finished=r.finished,
+                epoch=epoch, wal_lsn=lsn, catalog=list(r.catalog.values()), finished=r.finished,
                 nodes=nodes, counters={"events_ingested": r.events_ingested,
                                        "events_emitted": r.events_emitted, "late_routed": r.late_routed})
             images["connectors.msgpack"] = msgpack.packb(connectors, use_bin_type=True)
