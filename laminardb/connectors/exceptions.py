@@ -17,6 +17,7 @@ __all__ = [
     "SinkClosedError",
     "KafkaConfigError",
     "KafkaUnavailableError",
+    "DeltaConfigError",
 ]
 
 
@@ -66,3 +67,9 @@ class KafkaUnavailableError(ConnectorError, ConnectionError):
     """The Kafka brokers cannot be reached, or a topic's metadata does not arrive in time."""
 
     code = "LDB-4011"
+
+
+class DeltaConfigError(ConnectorError, ValueError):
+    """A Delta Lake sink option is missing, unknown or invalid, or deltalake is missing."""
+
+    code = "LDB-4020"

@@ -1,26 +1,82 @@
-"""Which sink object a ``CREATE SINK … INTO <connector> (…)`` builds (placeholder until the
-two-phase FILE and Delta Lake sinks land: in-memory behaviour only)."""
+"""Which sink object a ``CREATE SINK … INTO <connector> (…)`` builds. Entry point:
+:func:`make_sink`, called by the connection for every CREATE SINK (and again on reopen).
+
+A durable database (``laminardb.open(directory)``) gets exactly-once sinks that the
+checkpoint coordinator drives through pre_commit / commit (``TwoPhaseSink``); an in-memory
+one gets the at-least-once sinks, which write as rows arrive.
+"""
 
 from __future__ import annotations
+
+import os
+import re
+from typing import Any
 
 import pyarrow as pa
 
 from laminardb.sql import ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
 
+__all__ = ["make_sink"]
 
-def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool, stage_root: str | None):
-    if stmt.connector not in ("file", "kafka"):
-        raise UnsupportedSqlError(
-            f"sink connector {stmt.connector.upper()} is not available; use FILE (path = '…', format = 'jsonl') "
-            "or KAFKA (brokers = '…', topic = '…')")
-    if stmt.connector == "kafka":
+_CONNECTORS = ("FILE (path = '…', format = 'jsonl')", "KAFKA (brokers = '…', topic = '…')",
+               "DELTA_LAKE (path = '…')")
+
+
+def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
+              stage_root: str | None) -> Any:
+    """The sink for ``stmt``, writing rows of ``schema``.
+
+    Args:
+        stmt: the parsed CREATE SINK.
+        schema: the schema of the stream the sink reads.
+        durable: the database keeps checkpoints: build exactly-once (two-phase) sinks.
+        stage_root: a directory of the database where sinks that stage outside their
+            target keep their epochs (each in a subdirectory named after the sink);
+            required for DELTA_LAKE.
+
+    Returns:
+        FILE: a :class:`~laminardb.connectors.file_sink.TransactionalFileSink` writing part
+        files into the directory ``path`` when durable, else a
+        :class:`~laminardb.connectors.files.FileSink` writing the single file ``path``.
+        DELTA_LAKE: a :class:`~laminardb.connectors.delta.DeltaLakeSink` (durable only).
+        KAFKA: a :class:`~laminardb.connectors.kafka.KafkaSink`.
+
+    Raises:
+        UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE in memory.
+    """
+    connector = stmt.connector.lower()
+    if connector == "kafka":
+        # hook: the exactly-once Kafka sink (delivery.guarantee = 'exactly-once') plugs in here
         from laminardb.connectors.kafka import KafkaSink
 
         return KafkaSink(schema=schema, options=stmt.options)
-    from laminardb.connectors.files import FileSink
+    if connector == "file":
+        path = stmt.options.get("path")
+        if not path:
+            raise UnsupportedSqlError(f"sink {stmt.name!r} needs path = '…'")
+        fmt = stmt.options.get("format")
+        if durable:
+            from laminardb.connectors.file_sink import TransactionalFileSink
 
-    path = stmt.options.get("path")
-    if not path:
-        raise UnsupportedSqlError(f"sink {stmt.name!r} needs path = '…'")
-    return FileSink(path, format=stmt.options.get("format"), schema=schema)
+            return TransactionalFileSink(path, format=fmt, schema=schema)
+        from laminardb.connectors.files import FileSink
+
+        return FileSink(path, format=fmt, schema=schema)
+    if connector in ("delta_lake", "deltalake", "delta"):
+        if not durable or stage_root is None:
+            msg = (f"sink {stmt.name!r}: Delta Lake sinks are exactly-once and need a durable "
+                   "database: open it with laminardb.open('./directory')")
+            raise UnsupportedSqlError(msg)
+        from laminardb.connectors.delta import DeltaLakeSink
+
+        stage_dir = os.path.join(stage_root, _dir_name(stmt.name))
+        return DeltaLakeSink(name=stmt.name, schema=schema, options=stmt.options,
+                             stage_dir=stage_dir)
+    raise UnsupportedSqlError(f"sink connector {stmt.connector.upper()} is not available; use "
+                              f"{', '.join(_CONNECTORS[:-1])} or {_CONNECTORS[-1]}")
+
+
+def _dir_name(name: str) -> str:
+    """A sink name as one safe path component (quoted names may hold '/' or '..')."""
+    return re.sub(r"[^A-Za-z0-9_-]", lambda m: f"%{ord(m.group()):02x}", name)
