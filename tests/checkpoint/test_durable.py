@@ -256,3 +256,54 @@ def test_in_memory_script_is_atomic_too():
         with pytest.raises(laminardb.LaminarError):
             db.execute("CREATE SOURCE a (x INT); CREATE SOURCE a (x INT)")
         assert db.execute("SHOW ALL").table.num_rows == 0
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 6 MiB tmpfs (as root); skipped with the reason where mounting is not permitted."""
+    import subprocess
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_disk_full_checkpoint_is_a_typed_error_and_keeps_the_previous_one(tiny_disk):
+    from laminardb.checkpoint.exceptions import CheckpointWriteError
+
+    cfg = {"checkpoint_interval": "off", "vars": {"OUT": str(tiny_disk / "out")}}
+    script = PIPELINE.replace("GROUP BY k;", "GROUP BY k;\nCREATE MATERIALIZED VIEW IF NOT EXISTS wide AS "
+                              "SELECT v, count(*) AS n FROM ev GROUP BY v;")
+    db = laminardb.open(tiny_disk / "db", config=cfg)
+    db.execute(script)
+    db.insert("ev", rows(0, 20_000))
+    e1 = db.checkpoint()
+    visible = committed(tiny_disk / "out" / "per_sec", "jsonl")
+    db.insert("ev", rows(20_000, 40_000))
+    free = os.statvfs(tiny_disk).f_bavail * os.statvfs(tiny_disk).f_frsize
+    filler = tiny_disk / "filler"
+    with open(filler, "wb") as f:  # leave less room than a checkpoint of 40k groups needs
+        f.write(b"\0" * max(0, free - 64 * 1024))
+    with pytest.raises(CheckpointWriteError) as e:
+        db.checkpoint()
+    assert e.value.code == "LDB-5002" and "disk is full" in str(e.value)
+    assert db.metrics()["checkpoints"]["failures"] == 1
+    assert committed(tiny_disk / "out" / "per_sec", "jsonl") == visible  # nothing half-visible
+    filler.unlink()
+    db.close()
+    db = laminardb.open(tiny_disk / "db", config=cfg)
+    assert db.metrics()["checkpoints"]["recovery"]["epoch"] >= e1
+    assert db.offset("ev") == 40_000
+    got = sorted(db.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
+    db.close()
+    ref = laminardb.open()
+    ref.execute(PIPELINE.split("CREATE SINK")[0])
+    ref.insert("ev", rows(0, 40_000))
+    assert got == sorted(ref.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
+    ref.close()
