@@ -19,8 +19,20 @@ Errors per partition: OffsetOutOfRange resets the position by ``offset_reset`` (
 latest, through the consumer's ListOffsets); NotLeader, unknown topic/partition, leader-epoch
 and connection errors refresh the metadata and retry after ``retry_backoff_ms``; a partition
 that keeps failing for ``_GIVE_UP_S`` raises :class:`KafkaUnavailableError`, as does a
-non-retriable error. Not supported (the caller uses kafka-python's own consumer instead):
-``isolation_level = read_committed`` (aborted transactions are not filtered here).
+non-retriable error.
+
+``read_committed`` (:class:`_CommittedFilter`): Fetch requests carry isolation_level = 1, so
+the broker returns records below the last stable offset (LSO) only. Aborted transactions
+are dropped here, in the client, from the control batches in the data — not from the
+Fetch response's ``aborted_transactions`` list, which Tansu 0.6 always leaves empty (so
+kafka-python's read_committed consumer delivers aborted records from Tansu). Records of a
+transaction wait, with every record after them, until its COMMIT or ABORT marker arrives:
+delivery stays in offset order, and the position (what a checkpoint stores) never passes a
+record that was neither delivered nor dropped. A partition whose start was ``latest`` moves
+back to its LSO at once (one Fetch that does not wait, in the constructor), as a
+read_committed Kafka consumer starts there: a transaction open at that moment is then read
+whole (Tansu's ListOffsets answers 0 for a read_committed ``latest`` while any transaction
+is open, so it cannot be asked directly).
 """
 
 from __future__ import annotations
@@ -32,7 +44,13 @@ from collections import deque
 from collections.abc import Collection
 from typing import Any
 
+import numpy as np
+
 from laminardb.connectors._kafka_records import (
+    COMMIT,
+    CONTROL,
+    DATA,
+    TRANSACTIONAL,
     CorruptBatchError,
     Records,
     parse_records,
@@ -60,6 +78,11 @@ _AHEAD = 2
 _GIVE_UP_S = 120.0
 # How long an offset reset (ListOffsets) may take.
 _RESET_TIMEOUT_MS = 30_000
+# read_committed 'latest': how long the constructor asks for the LSO before leaving it to the
+# first fetch, and how long each such Fetch waits (Tansu answers a Fetch with max_wait_ms = 0
+# and no data with no partitions at all, so it must wait a little).
+_LSO_PROBE_S = 5.0
+_LSO_PROBE_WAIT_MS = 20
 
 
 def raw_fetch_supported(consumer: Any) -> bool:
@@ -89,10 +112,14 @@ class RawFetcher:
             ``request_timeout_ms``, ``check_crcs``); sizes below this module's defaults are
             raised to them unless ``explicit`` names them.
         explicit: the config keys the user set (kept as given).
+        read_committed: deliver committed and non-transactional records only (module docs).
+        latest: partitions whose position came from ``offset_reset = 'latest'``
+            (read_committed moves them back to the LSO).
     """
 
     def __init__(self, consumer: Any, topic: str, positions: dict[int, int], *, reset: str,
-                 config: dict[str, Any], explicit: Collection[str] = ()) -> None:
+                 config: dict[str, Any], explicit: Collection[str] = (),
+                 read_committed: bool = False, latest: Collection[int] = ()) -> None:
         from kafka import TopicPartition
 
         self._consumer, self.topic, self._reset = consumer, topic, reset
@@ -121,6 +148,11 @@ class RawFetcher:
         self._failing_since: dict[int, float] = {}
         self._wake = threading.Event()
         self._want = 1  # rows per poll (the caller's max_records)
+        self._committed = ({p: _CommittedFilter() for p in positions} if read_committed
+                           else None)
+        self._to_lso = set(latest) & set(positions) if read_committed else set()
+        if self._to_lso:
+            self._move_to_lso()
         warm_up()  # load the compiled kernels now, not in the first poll
 
     # -- state -------------------------------------------------------------------------------
@@ -181,7 +213,6 @@ class RawFetcher:
 
     def _send(self) -> None:
         """One Fetch per leader that has none in flight, for its partitions that want data."""
-        from kafka.protocol.consumer import FetchRequest
 
         now = time.monotonic()
         cluster = self._manager.cluster
@@ -196,21 +227,64 @@ class RawFetcher:
                 continue
             if node not in self._inflight:
                 by_node.setdefault(node, []).append(p)
-        fetch_topic = FetchRequest.FetchTopic
         for node, parts in by_node.items():
-            request = FetchRequest(
-                max_wait_ms=self._max_wait_ms, min_bytes=self._min_bytes,
-                max_bytes=self._request_bytes, isolation_level=0, session_id=0,
-                session_epoch=-1, forgotten_topics_data=[], rack_id="",
-                topics=[fetch_topic(topic=self.topic, partitions=[
-                    fetch_topic.FetchPartition(
-                        partition=p, current_leader_epoch=-1, fetch_offset=self._fetch_at[p],
-                        last_fetched_epoch=-1, log_start_offset=-1,
-                        partition_max_bytes=self._part_bytes[p]) for p in parts])],
-                max_version=_MAX_FETCH_VERSION)
+            request = self._request(parts, max_wait_ms=self._max_wait_ms,
+                                    min_bytes=self._min_bytes)
             future = self._net.call_soon_with_future(self._manager.send, request, node)
             self._inflight[node] = (future, {p: self._fetch_at[p] for p in parts}, now)
             future.add_both(lambda _: self._wake.set())
+
+    def _request(self, parts: list[int], *, max_wait_ms: int, min_bytes: int,
+                 part_bytes: int | None = None) -> Any:
+        from kafka.protocol.consumer import FetchRequest
+
+        fetch_topic = FetchRequest.FetchTopic
+        return FetchRequest(
+            max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=self._request_bytes,
+            isolation_level=0 if self._committed is None else 1, session_id=0,
+            session_epoch=-1, forgotten_topics_data=[], rack_id="",
+            topics=[fetch_topic(topic=self.topic, partitions=[
+                fetch_topic.FetchPartition(
+                    partition=p, current_leader_epoch=-1, fetch_offset=self._fetch_at[p],
+                    last_fetched_epoch=-1, log_start_offset=-1,
+                    partition_max_bytes=part_bytes or self._part_bytes[p]) for p in parts])],
+            max_version=_MAX_FETCH_VERSION)
+
+    def _move_to_lso(self) -> None:
+        """Move the read_committed partitions that start at 'latest' back to their LSO now,
+        with short Fetches (a checkpoint taken before the first poll must not store a
+        position past an open transaction). Partitions it cannot settle within
+        ``_LSO_PROBE_S`` are moved by their first regular fetch (:meth:`_partition`)."""
+        cluster = self._manager.cluster
+        deadline = time.monotonic() + _LSO_PROBE_S
+        while self._to_lso and time.monotonic() < deadline:
+            by_node: dict[int, list[int]] = {}
+            for p in sorted(self._to_lso):
+                node = cluster.leader_for_partition(self._tps[p])
+                if node is not None and node != -1:
+                    by_node.setdefault(node, []).append(p)
+            done = threading.Event()
+            futures = []
+            for node, parts in by_node.items():
+                request = self._request(parts, max_wait_ms=_LSO_PROBE_WAIT_MS, min_bytes=1,
+                                        part_bytes=1)
+                future = self._net.call_soon_with_future(self._manager.send, request, node)
+                future.add_both(lambda _, done=done: done.set())
+                futures.append(future)
+            while not all(f.is_done for f in futures) and time.monotonic() < deadline:
+                done.wait(0.05)
+                done.clear()
+            for future in futures:
+                if not future.is_done or future.failed():
+                    continue
+                for topic in future.value.responses:
+                    for pd in topic.partitions:
+                        p, lso = pd.partition_index, int(pd.last_stable_offset)
+                        if p in self._to_lso and pd.error_code == 0 and lso >= 0:
+                            self._to_lso.discard(p)
+                            self._pos[p] = self._fetch_at[p] = min(lso, self._fetch_at[p])
+            if self._to_lso:
+                time.sleep(self._backoff_s)
 
     def _collect(self) -> bool:
         """Process the responses that arrived; True if any partition got new records."""
@@ -242,8 +316,15 @@ class RawFetcher:
             return False
         error = errors.for_code(pd.error_code)
         if error is errors.NoError:
+            if p in self._to_lso:  # read_committed 'latest': start at the LSO
+                self._to_lso.discard(p)
+                lso = int(pd.last_stable_offset)
+                if 0 <= lso < fetched_at and not self._buffer[p]:
+                    self._pos[p] = self._fetch_at[p] = lso
+                    return False
             try:
-                recs = parse_records(pd.records, fetched_at, check_crcs=self._check_crcs)
+                recs = parse_records(pd.records, fetched_at, check_crcs=self._check_crcs,
+                                     transactions=self._committed is not None)
             except CorruptBatchError as exc:
                 raise CorruptBatchError(f"topic {self.topic!r} partition {p}: {exc}") from exc
             self._failing_since.pop(p, None)
@@ -255,14 +336,21 @@ class RawFetcher:
                 self._part_bytes[p] *= 2
                 return False
             self._fetch_at[p] = recs.next_offset
-            if len(recs):
-                self._buffer[p].append(recs)
-                self._buffered[p] += len(recs)
-                return True
-            if self._buffer[p]:  # only control/skipped records: the position moves on
-                self._buffer[p][-1].next_offset = recs.next_offset
+            if self._committed is None:
+                ready, stable = ([recs] if len(recs) else []), recs.next_offset
             else:
-                self._pos[p] = recs.next_offset
+                ready, stable = self._committed[p].add(recs)
+            for r in ready:
+                self._buffer[p].append(r)
+                self._buffered[p] += len(r)
+            if ready:
+                return True
+            # only control, aborted or held records: the position moves up to the first
+            # record still held (invariant: never past a record not yet delivered or dropped)
+            if self._buffer[p]:
+                self._buffer[p][-1].next_offset = stable
+            else:
+                self._pos[p] = stable
             return False
         if error is errors.OffsetOutOfRangeError:
             self._reset_offset(p)
@@ -302,3 +390,69 @@ class RawFetcher:
         self._buffer[p].clear()
         self._buffered[p] = 0
         self._pos[p] = self._fetch_at[p] = int(offset)
+        if self._committed is not None:
+            self._committed[p] = _CommittedFilter()
+            if self._reset == "latest":
+                self._to_lso.add(p)
+
+
+class _CommittedFilter:
+    """read_committed for one partition, from the transaction markers in the data.
+
+    :meth:`add` takes each fetched :class:`Records` (with ``batches``) in offset order and
+    returns what may be delivered now. Records of a transactional batch are held under
+    their producer id until that producer's next control batch: COMMIT releases them,
+    ABORT drops them (a producer has at most one open transaction, and its marker follows
+    all of its records). Every record after the oldest held one waits too, so delivery
+    stays in offset order.
+    """
+
+    def __init__(self) -> None:
+        # [records, decided]: decided None while its transaction is open, True deliver,
+        # False drop; in offset order
+        self._held: deque[list[Any]] = deque()
+        self._open: dict[int, list[list[Any]]] = {}  # producer id → its held pieces
+
+    def add(self, recs: Records) -> tuple[list[Records], int]:
+        """The records that can be delivered now (in offset order, each ``next_offset``
+        pointing at what follows it), and the offset of the first record still held (or
+        ``recs.next_offset`` when none is)."""
+        info = recs.batches
+        assert info is not None, "parse_records(transactions=True) gives batches"
+        special = (info[:, 2] & (TRANSACTIONAL | CONTROL)) != 0
+        if not self._held and not special.any():  # the common case: no transactions here
+            return ([recs] if len(recs) else []), recs.next_offset
+        # rows of batch b: after those of batch b - 1, up to its last offset
+        hi = np.searchsorted(recs.offsets, info[:, 1], side="right")
+        lo = np.concatenate([[0], hi[:-1]])
+        b, n = 0, len(info)
+        while b < n:
+            _, _, attrs, pid, kind = (int(x) for x in info[b])
+            if attrs & CONTROL:  # a transaction's marker (other control types decide nothing)
+                if kind != DATA:
+                    for piece in self._open.pop(pid, []):
+                        piece[1] = kind == COMMIT
+                b += 1
+                continue
+            if attrs & TRANSACTIONAL:
+                if hi[b] > lo[b]:
+                    piece = [recs.slice(int(lo[b]), int(hi[b])), None]
+                    self._open.setdefault(pid, []).append(piece)
+                    self._held.append(piece)
+                b += 1
+                continue
+            e = b + 1  # a run of plain batches: one piece
+            while e < n and not special[e]:
+                e += 1
+            if hi[e - 1] > lo[b]:
+                self._held.append([recs.slice(int(lo[b]), int(hi[e - 1])), True])
+            b = e
+        ready: list[Records] = []
+        while self._held and self._held[0][1] is not None:
+            piece, deliver = self._held.popleft()
+            if deliver:
+                ready.append(piece)
+        stable = int(self._held[0][0].offsets[0]) if self._held else recs.next_offset
+        for i, r in enumerate(ready):  # dropped records between them are skipped
+            r.next_offset = int(ready[i + 1].offsets[0]) if i + 1 < len(ready) else stable
+        return ready, stable

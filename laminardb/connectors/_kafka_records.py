@@ -14,7 +14,9 @@ contiguous Arrow buffers. Python runs once per fetch response, plus once per com
 legacy batch.
 
 Handled: compressed batches (decompressed with ``kafka.codec``, then the same kernel), control
-batches (skipped), legacy magic 0/1 message sets (kafka-python's ``MemoryRecords``: rare, old
+batches (no rows; with ``transactions=True`` their COMMIT/ABORT type is reported in
+:attr:`Records.batches`, with each batch's producer id and transactional bit, for the
+read_committed filter of :mod:`laminardb.connectors._kafka_fetch`), legacy magic 0/1 message sets (kafka-python's ``MemoryRecords``: rare, old
 producers), records before the fetch offset (a broker returns whole batches: skipped), a
 partial batch at the end of the response (ignored: the next fetch starts at it), CRC32-C of
 every v2 batch (``crc32c``, as kafka-python's ``check_crcs``).
@@ -28,11 +30,16 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-__all__ = ["CorruptBatchError", "Records", "parse_records", "warm_up"]
+__all__ = ["ABORT", "COMMIT", "CONTROL", "CorruptBatchError", "DATA", "Records", "TRANSACTIONAL",
+           "parse_records", "warm_up"]
 
 _HEADER = 61  # v2 batch header bytes: records start here
 _LOG_OVERHEAD = 12  # baseOffset int64 + batchLength int32: batchLength counts what follows
-_CODEC_MASK, _LOG_APPEND_TIME, _CONTROL = 0x07, 0x08, 0x20
+_CODEC_MASK, _LOG_APPEND_TIME, CONTROL = 0x07, 0x08, 0x20
+TRANSACTIONAL = 0x10  # attributes bit: the batch belongs to a transaction (KIP-98)
+# Records.batches[:, 4]: what a batch is — data, or the control record ending a transaction
+# (the control record's key is int16 version, int16 type; type 0 = ABORT, 1 = COMMIT).
+DATA, ABORT, COMMIT = -1, 0, 1
 
 
 class CorruptBatchError(ValueError):
@@ -49,6 +56,10 @@ class Records:
     values: pa.Array  # large_binary, null for a tombstone
     next_offset: int  # where the next fetch starts: past the last complete batch
     partial: bool  # bytes after the last complete batch (or no complete batch at all)
+    # with parse_records(transactions=True): one row per batch ending at or after the fetch
+    # offset, in offset order: (base_offset, last_offset, attributes, producer_id, kind)
+    # with kind DATA, ABORT or COMMIT
+    batches: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -91,10 +102,10 @@ def _varint(buf, p, end):
 @njit(cache=True, nogil=True)
 def _scan(buf):
     """Complete batches in buf: (pos, size, magic, attributes, base_offset, last_delta,
-    count, first_ts, max_ts) arrays. Stops at the first incomplete one."""
+    count, first_ts, max_ts, producer_id) arrays. Stops at the first incomplete one."""
     n = len(buf)
     cap = max(1, n // 26)
-    meta = np.empty((cap, 9), np.int64)
+    meta = np.empty((cap, 10), np.int64)
     k = 0
     p = 0
     while p + 17 <= n and k < cap:
@@ -114,8 +125,10 @@ def _scan(buf):
             row[6] = _be(buf, p + 57, 4)
             row[7] = _be(buf, p + 27, 8)
             row[8] = _be(buf, p + 35, 8)
+            row[9] = _be(buf, p + 43, 8)
         else:
             row[3] = row[5] = row[6] = row[7] = row[8] = 0
+            row[9] = -1
         k += 1
         p += size
     return meta[:k], p
@@ -260,10 +273,54 @@ def _check_crc(view: memoryview, meta: np.ndarray) -> None:
             raise CorruptBatchError(msg)
 
 
+def _control_kind(view: memoryview, row: np.ndarray) -> int:
+    """ABORT or COMMIT: the type in the key of a control batch's (first) record."""
+    pos, size, attrs = int(row[0]), int(row[1]), int(row[3])
+    body = view[pos + _HEADER:pos + size]
+    if attrs & _CODEC_MASK:  # Kafka never compresses control batches; accept it anyway
+        body = memoryview(_decompress(attrs & _CODEC_MASK, body))
+    p = 0
+    fields = []
+    for _ in range(4):  # length, [attributes byte], timestampDelta, offsetDelta, keyLength
+        raw = shift = 0
+        while p < len(body):
+            b = body[p]
+            p += 1
+            raw |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                break
+        fields.append((raw >> 1) ^ -(raw & 1))
+        if len(fields) == 1:
+            p += 1  # the record's attributes byte
+    key_len = fields[3]
+    if key_len < 4 or p + 4 > len(body):
+        msg = f"control batch at offset {int(row[4])} has no COMMIT/ABORT key; the data is corrupt"
+        raise CorruptBatchError(msg)
+    kind = int.from_bytes(body[p + 2:p + 4], "big", signed=True)
+    return COMMIT if kind == 1 else ABORT if kind == 0 else DATA  # other types: no decision
+
+
+def _batch_info(view: memoryview, meta: np.ndarray, fetch_offset: int) -> np.ndarray:
+    """Records.batches for the v2 batches of ``meta`` ending at or after ``fetch_offset``
+    (legacy batches: non-transactional data)."""
+    last = meta[:, 4] + np.where(meta[:, 2] == 2, meta[:, 5], 0)
+    keep = last >= fetch_offset
+    out = np.empty((int(keep.sum()), 5), np.int64)
+    out[:, 0] = meta[keep, 4]
+    out[:, 1] = last[keep]
+    out[:, 2] = np.where(meta[keep, 2] == 2, meta[keep, 3], 0)
+    out[:, 3] = meta[keep, 9]
+    out[:, 4] = DATA
+    for i in np.flatnonzero(out[:, 2] & CONTROL).tolist():
+        out[i, 4] = _control_kind(view, meta[np.flatnonzero(keep)[i]])
+    return out
+
+
 def parse_records(data: bytes | memoryview | None, fetch_offset: int, *,
-                  check_crcs: bool = True) -> Records:
+                  check_crcs: bool = True, transactions: bool = False) -> Records:
     """The records at or after ``fetch_offset`` in ``data`` (a partition's ``records`` field
-    of a Fetch response).
+    of a Fetch response); with ``transactions``, also :attr:`Records.batches`.
 
     Raises:
         CorruptBatchError: a CRC mismatch, record lengths that run past their batch, or a
@@ -280,7 +337,7 @@ def parse_records(data: bytes | memoryview | None, fetch_offset: int, *,
     v2 = meta[:, 2] == 2
     if check_crcs and v2.any():
         _check_crc(view, meta[v2])
-    plain = v2 & ((meta[:, 3] & (_CODEC_MASK | _CONTROL)) == 0) & (meta[:, 6] > 0)
+    plain = v2 & ((meta[:, 3] & (_CODEC_MASK | CONTROL)) == 0) & (meta[:, 6] > 0)
     if plain.all():  # the common case: one kernel call over every batch
         parts = [_records_of(buf, meta[:, 0] + _HEADER, meta[:, 0] + meta[:, 1], meta,
                              fetch_offset)] if len(meta) else []
@@ -301,17 +358,18 @@ def parse_records(data: bytes | memoryview | None, fetch_offset: int, *,
             pos, size, magic, attrs = (int(x) for x in row[:4])
             if magic != 2:
                 parts.append(_legacy(view[pos:pos + size], fetch_offset))
-            elif not attrs & _CONTROL and row[6] > 0:  # compressed
+            elif not attrs & CONTROL and row[6] > 0:  # compressed
                 inner = np.frombuffer(_decompress(attrs & _CODEC_MASK,
                                                   view[pos + _HEADER:pos + size]), np.uint8)
                 parts.append(_records_of(inner, np.zeros(1, np.int64),
                                          np.full(1, len(inner), np.int64), meta[i:i + 1],
                                          fetch_offset))
             i += 1  # control batches and empty batches carry no rows
+    batches = _batch_info(view, meta, fetch_offset) if transactions else None
     if not parts:
         empty = np.empty(0, np.int64)
         nothing = pa.array([], pa.large_binary())
-        return Records(empty, empty, nothing, nothing, next_offset, partial)
+        return Records(empty, empty, nothing, nothing, next_offset, partial, batches)
     if len(parts) == 1:
         offsets, ts, keys, values = parts[0]
     else:
@@ -319,14 +377,14 @@ def parse_records(data: bytes | memoryview | None, fetch_offset: int, *,
         ts = np.concatenate([p[1] for p in parts])
         keys = pa.concat_arrays([p[2] for p in parts])
         values = pa.concat_arrays([p[3] for p in parts])
-    return Records(offsets, ts, keys, values, next_offset, partial)
+    return Records(offsets, ts, keys, values, next_offset, partial, batches)
 
 
 def warm_up() -> None:
     """Load (or compile, the first time on a machine) the kernels with the argument types
     :func:`parse_records` uses, so the first fetch does not pay for it."""
     one = np.zeros(1, np.int64)
-    meta = np.zeros((1, 9), np.int64)
+    meta = np.zeros((1, 10), np.int64)
     buf = np.frombuffer(b"\0", np.uint8)  # read-only, as fetched bytes: its own signature
     _scan(buf)
     _records_of(buf, one, one, meta, 0)

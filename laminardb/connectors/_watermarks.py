@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 __all__ = ["PartitionWatermarks"]
 
@@ -49,6 +50,19 @@ class PartitionWatermarks:
             old = self._max.get(partition)
             if old is None or max_event_time > old:
                 self._max[partition] = int(max_event_time)
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps (msgpack-able): the largest event time per partition and
+        the candidate emitted so far. Idleness is not kept: it is measured afresh."""
+        return {"max": {str(p): m for p, m in self._max.items()}, "emitted": self._emitted}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take back a :meth:`state`; partitions it does not name keep theirs (None)."""
+        for p, m in (state.get("max") or {}).items():
+            if int(p) in self._max:
+                self._max[int(p)] = None if m is None else int(m)
+        emitted = state.get("emitted")
+        self._emitted = None if emitted is None else int(emitted)
 
     def idle(self, partition: int, now: float | None = None) -> bool:
         """Whether ``partition`` has been silent for the idle timeout."""

@@ -1,5 +1,7 @@
 """Kafka connectors: :class:`KafkaSource` (consume a topic into Arrow batches with per-partition
-watermarks) and :class:`KafkaSink` (produce a stream's rows as messages).
+watermarks); the sinks (:class:`KafkaSink`, at-least-once, and
+:class:`~laminardb.connectors.kafka_sink.ExactlyOnceKafkaSink`) live in
+:mod:`laminardb.connectors.kafka_sink` and are re-exported here.
 
 The source never joins a consumer group: it ``assign()`` s the partitions it is given (in Delta
 mode, those of the vnodes its actor owns) and positions itself from ``start_offsets`` (a
@@ -12,14 +14,22 @@ Fetching (option ``fetcher``): ``raw`` (default) sends Fetch requests over kafka
 connections and parses the record batches in numba into Arrow arrays
 (:mod:`laminardb.connectors._kafka_fetch`, :mod:`laminardb.connectors._kafka_records`):
 ~10× kafka-python's consumer, which builds one Python object per message. ``consumer`` uses
-``KafkaConsumer.poll``; it is also what ``raw`` falls back to with kafka-python < 3 or
-``kafka.isolation_level = 'read_committed'``.
+``KafkaConsumer.poll``; it is also what ``raw`` falls back to with kafka-python < 3.
+
+``isolation.level = 'read_committed'`` (also ``isolation_level``, ``kafka.isolation_level``;
+default ``read_uncommitted``) delivers committed and non-transactional records only, in
+offset order. The raw fetcher filters aborted transactions itself from the transaction
+markers in the data, because Tansu (the test broker) sends no aborted-transaction list and
+kafka-python's consumer (``fetcher = 'consumer'``) then delivers aborted records as if
+committed.
+
+Checkpoints: :meth:`KafkaSource.checkpoint_state` (next offset and watermark state per
+partition, msgpack-able) and the constructor's ``restore_state`` resume a source exactly
+where the data a checkpoint covers ends.
+
 Messages that do not decode go to the dead-letter topic (default ``<topic>.dlq``) with their
 original key and value and headers ``laminardb.error``, ``laminardb.source``,
 ``laminardb.topic``, ``laminardb.partition``, ``laminardb.offset``; they never raise.
-
-The sink is at-least-once: :meth:`KafkaSink.flush` waits for every acknowledgement and raises
-:class:`SinkWriteError` if any message was not written.
 
 Tansu (the test broker) reports a partition's end offset as the base offset of its last
 record batch + 1, so ``end − position`` can read 0 while the tail of the last batch is unread:
@@ -30,34 +40,36 @@ quirk makes ``offset_reset='latest'`` on Tansu re-deliver the tail of the last b
 
 from __future__ import annotations
 
-import gc
-import io
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import msgpack
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
+from laminardb.checkpoint.exceptions import SnapshotFormatError
 from laminardb.connectors._decode import FORMATS, Decoder
-from laminardb.connectors._kafka_fetch import RawFetcher, raw_fetch_supported
-from laminardb.connectors._sinks import conform_to_sink
-from laminardb.connectors._watermarks import PartitionWatermarks
-from laminardb.connectors.exceptions import (
-    KafkaConfigError,
-    KafkaUnavailableError,
-    SinkClosedError,
-    SinkWriteError,
+from laminardb.connectors._kafka_common import (
+    LINGER_MS,
+    brokers_list,
+    choice,
+    ensure_topic,
+    int_option,
+    no_cyclic_gc,
+    passthrough,
+    require,
+    unavailable,
 )
-from laminardb.connectors.files import json_lines
+from laminardb.connectors._kafka_fetch import RawFetcher, raw_fetch_supported
+from laminardb.connectors._watermarks import PartitionWatermarks
+from laminardb.connectors.exceptions import KafkaConfigError, KafkaUnavailableError
+from laminardb.connectors.kafka_sink import ExactlyOnceKafkaSink, KafkaSink
 
-__all__ = ["KafkaSink", "KafkaSource"]
+__all__ = ["ExactlyOnceKafkaSink", "KafkaSink", "KafkaSource"]
+
+_ensure_topic = ensure_topic  # the Delta mode's Kafka ingest imports it from here
 
 _log = logging.getLogger(__name__)
 
@@ -67,85 +79,8 @@ _DEFAULT_MAX_POLL_RECORDS = 65536
 _METADATA_TIMEOUT_S = 10.0
 # Dead letters are rare: wait this long for their acknowledgement before logging a failure.
 _DLQ_FLUSH_TIMEOUT_S = 10.0
-# Producer batching: a few ms of linger fills batches of ~10k small messages at full speed
-# and adds at most that much latency when the stream is slow.
-_LINGER_MS = 5
-_BATCH_BYTES = 1 << 20
-_SINK_FLUSH_TIMEOUT_S = 60.0
-
-
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while kafka-python builds one Python object per
-    record: those objects hold no cycles (refcounting frees them), yet allocating ~10^5 of them
-    triggers full collections that cost about half the consume time (bench_kafka: 79k → 142k
-    events/s). Re-enabled only if it was enabled on entry, so nested or concurrent use never
-    leaves it off."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _option_value(text: str) -> Any:
-    low = text.strip().lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            return float(text)
-        except ValueError:
-            return text
-
-
-def _passthrough(options: dict[str, str]) -> dict[str, Any]:
-    """``kafka.fetch.max.wait.ms = '50'`` → ``{"fetch_max_wait_ms": 50}`` for kafka-python."""
-    return {k[len("kafka."):].replace(".", "_"): _option_value(str(v))
-            for k, v in options.items() if k.startswith("kafka.")}
-
-
-def _require(options: dict[str, str], name: str, what: str) -> str:
-    value = options.get(name)
-    if not value:
-        msg = f"Kafka {what} needs option {name!r}: add {name} = '…' to its FROM/INTO KAFKA (…)"
-        raise KafkaConfigError(msg)
-    return str(value)
-
-
-def _int_option(options: dict[str, str], name: str, default: int) -> int:
-    try:
-        return int(options.get(name, default))
-    except (TypeError, ValueError):
-        msg = f"Kafka option {name} = {options[name]!r} is not an integer: write e.g. {name} = '{default}'"
-        raise KafkaConfigError(msg) from None
-
-
-def _unavailable(brokers: str, exc: BaseException) -> KafkaUnavailableError:
-    return KafkaUnavailableError(
-        f"cannot reach Kafka at {brokers!r}: {exc}; check the brokers option and that the "
-        "broker is running")
-
-
-def _ensure_topic(brokers: list[str], topic: str, partitions: int) -> None:
-    from kafka import KafkaAdminClient
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    admin = KafkaAdminClient(bootstrap_servers=brokers, client_id="laminardb-admin")
-    try:
-        if topic not in admin.list_topics():
-            try:
-                admin.create_topics([NewTopic(topic, num_partitions=partitions,
-                                              replication_factor=1)])
-            except TopicAlreadyExistsError:
-                pass  # created concurrently
-    finally:
-        admin.close()
+# checkpoint_state() layout; restore_state refuses others
+_STATE_VERSION = 1
 
 
 class KafkaSource:
@@ -159,31 +94,37 @@ class KafkaSource:
             the message key), ``dead_letter_topic`` (default ``<topic>.dlq``),
             ``idle_timeout_ms`` (5000), ``max_poll_records`` (65536), ``partitions`` (count
             used when the topic does not exist and is created), ``fetcher`` (raw |
-            consumer, default raw: see the module docs), ``kafka.*`` (passed to
-            kafka-python's ``KafkaConsumer``, dots as underscores).
+            consumer, default raw: see the module docs), ``isolation.level``
+            (read_uncommitted | read_committed, default read_uncommitted), ``kafka.*``
+            (passed to kafka-python's ``KafkaConsumer``, dots as underscores).
         time_col: the event-time column (BIGINT ms, TIMESTAMP(3), TIMESTAMP(6)) or None.
         delay_ticks: the WATERMARK delay in ticks of ``time_col``.
         partitions: the Kafka partitions to read (default all of the topic).
-        start_offsets: next offset per partition (from a checkpoint); others use offset_reset.
+        start_offsets: next offset per partition; others use offset_reset.
+        restore_state: a :meth:`checkpoint_state` to resume from (overrides
+            ``start_offsets``): its offsets and watermark state; a partition it does not
+            name (added to the topic since) is read from its beginning.
 
     Raises:
         KafkaConfigError: a missing or invalid option.
         KafkaUnavailableError: the brokers cannot be reached.
+        SnapshotFormatError: ``restore_state`` has an unknown layout.
     """
 
     def __init__(self, *, name: str, schema: pa.Schema, options: dict[str, str],
                  time_col: str | None, delay_ticks: int, partitions: list[int] | None = None,
-                 start_offsets: dict[int, int] | None = None) -> None:
+                 start_offsets: dict[int, int] | None = None,
+                 restore_state: dict[str, Any] | None = None) -> None:
         self.name, self.schema, self.time_col = name, schema, time_col
-        self.brokers = _require(options, "brokers", f"source {name!r}")
-        self.topic = _require(options, "topic", f"source {name!r}")
+        self.brokers = require(options, "brokers", f"source {name!r}")
+        self.topic = require(options, "topic", f"source {name!r}")
         fmt = str(options.get("format", "json")).lower()
         reset = str(options.get("offset_reset", "latest")).lower()
         key = options.get("key") or None
         self.dead_letter_topic = str(options.get("dead_letter_topic") or f"{self.topic}.dlq")
-        self.max_poll_records = max(1, _int_option(options, "max_poll_records",
+        self.max_poll_records = max(1, int_option(options, "max_poll_records",
                                                    _DEFAULT_MAX_POLL_RECORDS))
-        idle = _int_option(options, "idle_timeout_ms", _DEFAULT_IDLE_TIMEOUT_MS)
+        idle = int_option(options, "idle_timeout_ms", _DEFAULT_IDLE_TIMEOUT_MS)
         if fmt not in FORMATS:
             msg = f"source {name!r}: format {fmt!r} is not supported; use one of {', '.join(FORMATS)}"
             raise KafkaConfigError(msg)
@@ -194,6 +135,11 @@ class KafkaSource:
         if reset not in ("earliest", "latest"):
             msg = f"source {name!r}: offset_reset must be 'earliest' or 'latest', not {reset!r}"
             raise KafkaConfigError(msg)
+        self.isolation = choice(
+            options, ("isolation.level", "isolation_level", "kafka.isolation_level"),
+            ("read-uncommitted", "read-committed"), "read-uncommitted",
+            f"source {name!r}").replace("-", "_")
+        restored = _restored_offsets(name, self.topic, restore_state)
         for col, what in ((key, "key"), (time_col, "event-time")):
             if col is not None and col not in schema.names:
                 msg = (f"source {name!r}: the {what} column {col!r} is not one of its columns "
@@ -207,8 +153,9 @@ class KafkaSource:
                        "column (besides the key column) to receive the message value")
                 raise KafkaConfigError(msg)
         self._decoder = Decoder(fmt, schema, key_column=key, time_column=time_col)  # type: ignore[arg-type]
-        self._brokers = [b.strip() for b in self.brokers.split(",") if b.strip()]
-        self._passthrough = _passthrough(options)
+        self._brokers = brokers_list(self.brokers)
+        self._passthrough = passthrough(options)
+        self._passthrough.pop("isolation_level", None)
         self.decoded = self.dead_lettered = self.dead_letter_failures = 0
         self._dlq: Any = None
         self._just_polled: set[int] = set()
@@ -217,46 +164,67 @@ class KafkaSource:
         self._lock = threading.RLock()
         self._closed = False
 
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import TopicPartition
         from kafka.errors import KafkaError
 
+        committed = self.isolation == "read_committed"
         conf: dict[str, Any] = dict(
             bootstrap_servers=self._brokers, group_id=None, enable_auto_commit=False,
             auto_offset_reset=reset, client_id=f"laminardb-{name}",
             max_poll_records=self.max_poll_records)
         conf.update(self._passthrough)
-        try:
-            self._consumer = KafkaConsumer(**conf)
-        except AssertionError as exc:  # kafka-python's check of unknown configs
-            raise KafkaConfigError(f"source {name!r}: bad kafka.* option: {exc}") from exc
-        except KafkaError as exc:
-            raise _unavailable(self.brokers, exc) from exc
+        self._consumer = self._new_consumer(conf)
+        if fetcher == "raw" and not raw_fetch_supported(self._consumer):
+            fetcher = "consumer"
+        if fetcher == "consumer" and committed:  # kafka-python filters (Tansu: see module docs)
+            self._consumer.close()
+            self._consumer = self._new_consumer({**conf, "isolation_level": "read_committed"})
+        # the raw fetcher's consumer stays read_uncommitted: its ListOffsets (lag, 'latest')
+        # then see the high watermark (Tansu answers 0 to read_committed ones)
+        latest: set[int] = set()
         try:
             if partitions is None:
-                partitions = self._topic_partitions(_int_option(options, "partitions", 1))
+                partitions = self._topic_partitions(int_option(options, "partitions", 1))
             self._tps = {p: TopicPartition(self.topic, p) for p in sorted(partitions)}
             self._consumer.assign(list(self._tps.values()))
+            if restored is not None:
+                start_offsets = restored
             start_offsets = start_offsets or {}
             for p, tp in self._tps.items():
                 if p in start_offsets:
                     self._consumer.seek(tp, int(start_offsets[p]))
-                elif reset == "earliest":
+                elif reset == "earliest" or restored is not None:
+                    # a partition the checkpoint does not know is newer than it: all its data is
                     self._consumer.seek_to_beginning(tp)
                 else:
                     self._consumer.seek_to_end(tp)
+                    latest.add(p)
             # resolve now: "latest" means when the source opened
             start = {p: int(self._consumer.position(tp)) for p, tp in self._tps.items()}
         except KafkaError as exc:
             self._consumer.close()
-            raise _unavailable(self.brokers, exc) from exc
+            raise unavailable(self.brokers, exc) from exc
         self._raw: RawFetcher | None = None
-        committed = str(self._passthrough.get("isolation_level", "")) == "read_committed"
-        if fetcher == "raw" and not committed and raw_fetch_supported(self._consumer):
+        if fetcher == "raw":
             self._raw = RawFetcher(self._consumer, self.topic, start, reset=reset,
-                                   config=self._consumer.config, explicit=set(self._passthrough))
+                                   config=self._consumer.config, explicit=set(self._passthrough),
+                                   read_committed=committed, latest=latest)
         self.fetcher = "raw" if self._raw is not None else "consumer"
         self._watermarks = PartitionWatermarks(self._tps, delay_ticks=delay_ticks,
                                                idle_timeout_ms=idle)
+        if restore_state is not None:
+            self._watermarks.restore(restore_state.get("watermarks") or {})
+
+    def _new_consumer(self, conf: dict[str, Any]) -> Any:
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaError
+
+        try:
+            return KafkaConsumer(**conf)
+        except AssertionError as exc:  # kafka-python's check of unknown configs
+            raise KafkaConfigError(f"source {self.name!r}: bad kafka.* option: {exc}") from exc
+        except KafkaError as exc:
+            raise unavailable(self.brokers, exc) from exc
 
     def _topic_partitions(self, create_with: int) -> list[int]:
         deadline = time.monotonic() + _METADATA_TIMEOUT_S
@@ -266,7 +234,7 @@ class KafkaSource:
             if found:
                 return sorted(found)
             if not created:
-                _ensure_topic(self._brokers, self.topic, max(1, create_with))
+                ensure_topic(self._brokers, self.topic, max(1, create_with))
                 created = True
             elif time.monotonic() > deadline:
                 msg = (f"source {self.name!r}: topic {self.topic!r} has no partitions after "
@@ -306,7 +274,7 @@ class KafkaSource:
         keys: list[Any] = []
         offsets: list[int] = []
         counts = []
-        with _no_cyclic_gc():
+        with no_cyclic_gc():
             fetched = self._consumer.poll(timeout_ms=timeout_ms, max_records=left)
             while fetched:
                 for tp, recs in fetched.items():
@@ -369,7 +337,7 @@ class KafkaSource:
         try:
             if self._dlq is None:
                 self._dlq = KafkaProducer(bootstrap_servers=self._brokers, acks="all",
-                                          linger_ms=_LINGER_MS,
+                                          linger_ms=LINGER_MS,
                                           client_id=f"laminardb-{self.name}-dlq")
             for i, error in rejected:
                 headers = [("laminardb.error", error.encode()),
@@ -386,6 +354,16 @@ class KafkaSource:
                          self.name, len(rejected), self.dead_letter_topic, exc_info=True)
 
     # -- state -------------------------------------------------------------------------------
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps to resume this source (msgpack-able): the next offset of
+        every partition and the per-partition watermark state, as of the last :meth:`poll`
+        — call it right after a poll, before that poll's batch is ingested, and pass it back
+        as ``restore_state``."""
+        with self._lock:
+            return {"v": _STATE_VERSION, "topic": self.topic,
+                    "offsets": {str(p): o for p, o in self.positions().items()},
+                    "watermarks": self._watermarks.state()}
 
     def positions(self) -> dict[int, int]:
         """Next offset per assigned partition (what a checkpoint stores)."""
@@ -441,126 +419,18 @@ class KafkaSource:
             self._consumer.close()
 
 
-class KafkaSink:
-    """Writes a stream's rows to a topic, one message per row (at-least-once).
-
-    Args:
-        schema: the stream's schema (a changelog's ``__weight`` is an ordinary field).
-        options: ``brokers``, ``topic``, ``format`` (json | csv | msgpack), ``key`` (a column
-            whose text is the message key), ``kafka.*`` (passed to ``KafkaProducer``).
-
-    JSON messages are objects with ISO-8601 timestamps; CSV lines have no header and the
-    schema's column order; msgpack maps hold timestamps as ISO-8601 text.
-    """
-
-    def __init__(self, *, schema: pa.Schema, options: dict[str, str]) -> None:
-        self.schema = schema
-        self.brokers = _require(options, "brokers", "sink")
-        self.topic = _require(options, "topic", "sink")
-        self.format = str(options.get("format", "json")).lower()
-        self.key = options.get("key") or None
-        if self.format not in ("json", "csv", "msgpack"):
-            msg = f"Kafka sink: format {self.format!r} is not supported; use json, csv or msgpack"
-            raise KafkaConfigError(msg)
-        if self.key is not None and self.key not in schema.names:
-            msg = (f"Kafka sink: key column {self.key!r} is not one of the stream's columns "
-                   f"({', '.join(schema.names)})")
-            raise KafkaConfigError(msg)
-        self.rows_written = 0
-        self._closed = False
-        self._futures: list[Any] = []
-        from kafka import KafkaProducer
-        from kafka.errors import KafkaError
-
-        conf: dict[str, Any] = dict(
-            bootstrap_servers=[b.strip() for b in self.brokers.split(",") if b.strip()],
-            acks="all", linger_ms=_LINGER_MS, batch_size=_BATCH_BYTES,
-            client_id="laminardb-sink", retries=5,
-            # retries must not reorder messages of one partition
-            max_in_flight_requests_per_connection=1)
-        conf.update(_passthrough(options))
-        try:
-            self._producer = KafkaProducer(**conf)
-        except AssertionError as exc:
-            raise KafkaConfigError(f"Kafka sink: bad kafka.* option: {exc}") from exc
-        except KafkaError as exc:
-            raise _unavailable(self.brokers, exc) from exc
-
-    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Queue one message per row; :meth:`flush` waits until all are acknowledged."""
-        if self._closed:
-            raise SinkClosedError(f"Kafka sink for {self.topic!r} is closed: create a new one")
-        if isinstance(batch, pa.RecordBatch):
-            batch = pa.Table.from_batches([batch])
-        if batch.num_rows == 0:
-            return
-        batch = self._conform(batch)
-        values = self._encode(batch)
-        keys: list[Any] = [None] * batch.num_rows
-        if self.key is not None:
-            keys = pc.cast(pc.cast(batch.column(self.key), pa.string()),
-                           pa.binary()).to_pylist()
-        send, topic, futures = self._producer.send, self.topic, self._futures
-        try:
-            with _no_cyclic_gc():  # one future per message: as in poll()
-                for v, k in zip(values, keys, strict=True):
-                    futures.append(send(topic, value=v, key=k))
-        except Exception as exc:  # noqa: BLE001 - any producer failure is a write failure
-            raise SinkWriteError(f"Kafka sink cannot write to {self.topic!r}: {exc}") from exc
-        self.rows_written += batch.num_rows
-
-    def _encode(self, table: pa.Table) -> list[bytes]:
-        if self.format == "json":
-            return pc.cast(json_lines(table), pa.binary()).to_pylist()
-        if self.format == "csv":
-            buf = io.BytesIO()
-            pacsv.write_csv(table, buf, pacsv.WriteOptions(include_header=False))
-            lines = buf.getvalue().split(b"\n")[:-1]
-            if len(lines) == table.num_rows:
-                return lines
-            out = []  # a quoted value holds a newline: one row at a time
-            for i in range(table.num_rows):
-                one = io.BytesIO()
-                pacsv.write_csv(table.slice(i, 1), one, pacsv.WriteOptions(include_header=False))
-                out.append(one.getvalue().rstrip(b"\n"))
-            return out
-        cols = [pc.cast(c, pa.string()) if pa.types.is_timestamp(c.type) else c
-                for c in table.columns]
-        rows = pa.Table.from_arrays(cols, names=table.column_names).to_pylist()
-        return [msgpack.packb(r, use_bin_type=True) for r in rows]
-
-    def _conform(self, table: pa.Table) -> pa.Table:
-        return conform_to_sink(table, self.schema, f"Kafka sink for {self.topic!r}")
-
-    def flush(self) -> None:
-        """Wait until every written message is acknowledged.
-
-        Raises:
-            SinkWriteError: some messages were not written (they may be retried by replaying
-                from the last checkpoint).
-        """
-        if self._closed:
-            return
-        from kafka.errors import KafkaError
-
-        try:
-            self._producer.flush(timeout=_SINK_FLUSH_TIMEOUT_S)
-        except KafkaError as exc:
-            raise SinkWriteError(f"Kafka sink: flush to {self.topic!r} failed: {exc}") from exc
-        futures, self._futures = self._futures, []
-        failed = [f for f in futures if not f.succeeded()]
-        if failed:
-            why = failed[0].exception if failed[0].is_done else "not acknowledged in time"
-            msg = (f"Kafka sink: {len(failed)} of {len(futures)} messages to {self.topic!r} "
-                   f"were not written ({why}); check the broker")
-            raise SinkWriteError(msg)
-
-    def close(self) -> None:
-        """Flush and close; idempotent."""
-        if self._closed:
-            return
-        try:
-            self.flush()
-        finally:
-            self._closed = True
-            self._producer.close(timeout=_SINK_FLUSH_TIMEOUT_S)
+def _restored_offsets(name: str, topic: str,
+                      state: dict[str, Any] | None) -> dict[int, int] | None:
+    """The offsets of a :meth:`KafkaSource.checkpoint_state` (None without one)."""
+    if state is None:
+        return None
+    if state.get("v") != _STATE_VERSION or not isinstance(state.get("offsets"), dict):
+        msg = (f"source {name!r}: the checkpointed Kafka position has layout "
+               f"{state.get('v')!r}, this laminardb reads layout {_STATE_VERSION}: open the "
+               "database with the laminardb version that wrote it")
+        raise SnapshotFormatError(msg)
+    if state.get("topic") not in (None, topic):
+        _log.warning("source %s: the checkpoint holds offsets of topic %r, the source reads %r: "
+                     "its offsets are ignored", name, state.get("topic"), topic)
+        return None
+    return {int(p): int(o) for p, o in state["offsets"].items()}

@@ -40,16 +40,24 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         files into the directory ``path`` when durable, else a
         :class:`~laminardb.connectors.files.FileSink` writing the single file ``path``.
         DELTA_LAKE: a :class:`~laminardb.connectors.delta.DeltaLakeSink` (durable only).
-        KAFKA: a :class:`~laminardb.connectors.kafka.KafkaSink`.
+        KAFKA: an :class:`~laminardb.connectors.kafka_sink.ExactlyOnceKafkaSink` with
+        ``delivery.guarantee = 'exactly-once'`` (durable only), else a ``KafkaSink``.
 
     Raises:
         UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE in memory.
     """
     connector = stmt.connector.lower()
     if connector == "kafka":
-        # hook: the exactly-once Kafka sink (delivery.guarantee = 'exactly-once') plugs in here
-        from laminardb.connectors.kafka import KafkaSink
+        from laminardb.connectors.kafka_sink import ExactlyOnceKafkaSink, KafkaSink, delivery_guarantee
 
+        if delivery_guarantee(stmt.options) == "exactly-once":
+            if not durable or stage_root is None:
+                msg = (f"sink {stmt.name!r}: delivery.guarantee = 'exactly-once' needs a durable "
+                       "database, whose checkpoints commit the sink's Kafka transactions: open it "
+                       "with laminardb.open('./directory'), or use delivery.guarantee = 'at-least-once'")
+                raise UnsupportedSqlError(msg)
+            return ExactlyOnceKafkaSink(name=stmt.name, schema=schema, options=stmt.options,
+                                        stage_dir=os.path.join(stage_root, _dir_name(stmt.name)))
         return KafkaSink(schema=schema, options=stmt.options)
     if connector == "file":
         path = stmt.options.get("path")
