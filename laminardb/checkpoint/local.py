@@ -198,14 +198,22 @@ class LocalCoordinator:
         return total
 
     def _commit_sinks(self, epoch: int, sinks: dict[str, TwoPhaseSink]) -> None:
-        with self.reactor.lock:  # sinks are not thread-safe against the writes of the next epoch
+        # a sink whose commit could race the writes of the next epoch commits under the lock
+        with self.reactor.lock:
             for name, s in sinks.items():
-                try:
-                    s.commit(epoch)
-                except Exception as exc:  # noqa: BLE001 - staged output stays; retried next time
-                    self.stats["sink_commit_failures"] += 1
-                    log.warning("sink %s: commit of epoch %d failed (retried at the next checkpoint): %s",
-                                name, epoch, exc)
+                if not s.commit_outside_lock:
+                    self._commit_one(name, s, epoch)
+        for name, s in sinks.items():
+            if s.commit_outside_lock:
+                self._commit_one(name, s, epoch)
+
+    def _commit_one(self, name: str, sink: TwoPhaseSink, epoch: int) -> None:
+        try:
+            sink.commit(epoch)
+        except Exception as exc:  # noqa: BLE001 - staged output stays; retried next time
+            self.stats["sink_commit_failures"] += 1
+            log.warning("sink %s: commit of epoch %d failed (retried at the next checkpoint): %s",
+                        name, epoch, exc)
 
     def _prune(self, epoch: int) -> None:
         oldest = self.store.prune(self.retain, epoch)

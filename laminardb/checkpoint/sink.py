@@ -40,6 +40,9 @@ class TwoPhaseSink(ABC):
 
     #: True: output is exactly-once and needs the coordinator's phases
     transactional = True
+    #: True when commit() touches only sealed epochs, never the open one, so the coordinator
+    #: may run it while ingest goes on (slow commits: Kafka transactions, Delta table writes)
+    commit_outside_lock = False
 
     @abstractmethod
     def write(self, batch: pa.RecordBatch) -> None:

@@ -100,6 +100,8 @@ class DeltaLakeSink(TwoPhaseSink):
         SinkSchemaError: a table already at ``path`` has other columns than the stream.
     """
 
+    commit_outside_lock = True  # commit() reads sealed epochs only
+
     def __init__(self, *, name: str, schema: pa.Schema, options: dict[str, str],
                  stage_dir: str | os.PathLike[str], writer: str = "0") -> None:
         self.name = name

@@ -326,6 +326,8 @@ class ExactlyOnceKafkaSink(TwoPhaseSink):
         SinkWriteError: the stage directory cannot be created.
     """
 
+    commit_outside_lock = True  # commit() reads sealed epochs only
+
     def __init__(self, *, name: str, schema: pa.Schema, options: dict[str, str],
                  stage_dir: str | os.PathLike[str], writer: str = "0") -> None:
         if not _WRITER.match(writer):
