@@ -29,6 +29,7 @@ __all__ = [
     "UnknownNodeError",
     "VnodeNotOwnedError",
     "VoterNode",
+    "WeakSecretError",
     "plan_assignment",
     "run_node",
 ]
@@ -46,6 +47,7 @@ _WHERE = {
     "StaleEpochError": "exceptions",
     "UnknownNodeError": "exceptions",
     "VnodeNotOwnedError": "exceptions",
+    "WeakSecretError": "exceptions",
     "Fence": "fencing",
     "FencingToken": "fencing",
     "OwnershipState": "state",

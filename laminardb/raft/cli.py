@@ -19,14 +19,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from laminardb.errors import LaminarError
-from laminardb.raft.plan import DEFAULT_VNODES, plan_assignment
+from laminardb.raft.plan import DEFAULT_VNODES, plan_assignment, vnode_ranges
 
 __all__ = ["register", "main", "SECRET_ENV"]
 
 SECRET_ENV = "LAMINARDB_RAFT_SECRET"
 _DEFAULT_BIND = "127.0.0.1:7100"
 _DEFAULT_RPC_BIND = "127.0.0.1:7200"
-_RAFT_STATES = {0: "follower", 1: "candidate", 2: "leader"}
 
 
 def _read_secret(args: argparse.Namespace) -> str:
@@ -44,15 +43,46 @@ def _add_secret(p: argparse.ArgumentParser) -> None:
     p.add_argument("--secret-file", help=f"file holding the cluster secret (else ${SECRET_ENV})")
 
 
+def _add_remote(p: argparse.ArgumentParser, *, voter: bool) -> None:
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow binding a non-loopback interface (the Raft and RPC ports become "
+                        "reachable from the network: firewall them to the cluster)")
+    p.add_argument("--advertise-host", default=None,
+                   help="address peers and clients use for "
+                        + ("this voter (required with a wildcard --bind)" if voter else
+                           "the voters (default: --host, or this machine's primary address "
+                           "when --host is 0.0.0.0/::)"))
+
+
+def _add_frame_cap(p: argparse.ArgumentParser) -> None:
+    from laminardb.raft._policy import DEFAULT_MAX_FRAME_BYTES
+
+    mb = DEFAULT_MAX_FRAME_BYTES / 1024 / 1024
+    p.add_argument("--max-frame-mb", type=float, default=mb,
+                   help=f"largest Raft frame accepted from a peer, in MiB (default {mb:g}); "
+                        "larger declared frames close the connection before being buffered")
+
+
+def _add_log_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-format", choices=["text", "json"], default=None,
+                   help="voter log format (default $LAMINARDB_LOG_FORMAT, else text)")
+
+
+def _status_timeout() -> float:
+    from laminardb.raft.status import DEFAULT_VOTER_TIMEOUT_S
+
+    return DEFAULT_VOTER_TIMEOUT_S
+
+
 # -- raft-node ---------------------------------------------------------------------------------
 
 
 def _cmd_raft_node(args: argparse.Namespace) -> int:
+    from laminardb.raft._log import configure
     from laminardb.raft.config import RaftNodeConfig
     from laminardb.raft.node import run_node
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure(args.log_format, level=getattr(logging, args.log_level.upper()))
     config = RaftNodeConfig(
         node_id=args.id,
         bind=args.bind,
@@ -63,6 +93,9 @@ def _cmd_raft_node(args: argparse.Namespace) -> int:
         insecure_dev=args.insecure_dev,
         batch_append_entries=args.batch_append_entries,
         compaction_min_entries=args.compaction_min_entries,
+        allow_remote=args.allow_remote,
+        advertise_host=args.advertise_host,
+        max_frame_bytes=int(args.max_frame_mb * 1024 * 1024),
     )
     return run_node(config)
 
@@ -70,9 +103,9 @@ def _cmd_raft_node(args: argparse.Namespace) -> int:
 # -- cluster status / plan -------------------------------------------------------------------
 
 
-def _client(args: argparse.Namespace) -> Any:
-    from laminardb.raft.client import RaftClient
-
+def _voters_and_secret(args: argparse.Namespace) -> list[str]:
+    """Voter RPC addresses: ``--voters``, else the ``cluster.json`` of ``--data-dir`` (which also
+    names the secret file unless one is given), else ``$LAMINARDB_RAFT_VOTERS``."""
     voters = args.voters
     if voters is None and args.data_dir:
         # The voters `cluster up --data-dir D` started: addresses (and secret) from D/cluster.json.
@@ -84,62 +117,25 @@ def _client(args: argparse.Namespace) -> Any:
             args.secret_file = info["secret_file"]
     if voters is None:
         voters = os.environ.get("LAMINARDB_RAFT_VOTERS", _DEFAULT_RPC_BIND)
-    return RaftClient(_csv(voters), secret=_read_secret(args), deadline=args.timeout)
+    return _csv(voters)
 
 
-def format_status(status: dict[str, Any]) -> str:
-    """Human-readable ``cluster status``: voters, leader/term, members, ownership per node."""
-    raft, state = status["raft"], status["state"]
-    voters = state.get("voters", {})
-    leader = raft.get("leader")
-    leader_name = voters.get(leader, {}).get("id", leader) if leader else "none"
-    lines = [
-        f"raft: leader {leader_name} ({leader or '-'}) term {raft['term']} "
-        f"commit {raft['commit_idx']} quorum {'yes' if raft['has_quorum'] else 'NO'}",
-        f"answered by: {raft['self']} ({_RAFT_STATES.get(raft['state'], '?')})",
-        "voters:",
-    ]
-    for addr, v in sorted(voters.items()):
-        role = "leader" if addr == leader else "voter"
-        lines.append(f"  {v['id']:<12} raft {addr:<21} rpc {v['rpc']:<21} {role}")
-    lines.append(f"cluster epoch {state['cluster_epoch']}  checkpoint epoch "
-                 f"{state['checkpoint_epoch']}  manifest {state['manifest'] or '-'}")
-    lines.append(f"members ({len(state['nodes'])}):")
-    for nid, n in sorted(state["nodes"].items()):
-        lines.append(f"  {nid:<16} {n['address'] or '-':<22} cores {n['cores']}")
-    for name, src in sorted(state["sources"].items()):
-        lines.append(f"source {name!r}: {src['vnodes']} vnodes")
-        per: dict[str, list[tuple[int, int]]] = {}
-        for v, (o, e) in enumerate(zip(src["owner"], src["epoch"], strict=True)):
-            per.setdefault(o or "(unowned)", []).append((v, e))
-        for owner, items in sorted(per.items()):
-            epochs = [e for _, e in items]
-            lines.append(
-                f"  {owner:<16} {len(items):>4} vnodes  epochs {min(epochs)}..{max(epochs)}  "
-                f"vnodes {_ranges([v for v, _ in items])}"
-            )
-    return "\n".join(lines)
+def _client(args: argparse.Namespace) -> Any:
+    from laminardb.raft.client import RaftClient
 
-
-def _ranges(ids: list[int]) -> str:
-    out: list[str] = []
-    start = prev = None
-    for v in [*ids, None]:
-        if v is not None and prev is not None and v == prev + 1:
-            prev = v
-            continue
-        if start is not None:
-            out.append(str(start) if start == prev else f"{start}-{prev}")
-        start = prev = v
-    text = ",".join(out)
-    return text if len(text) <= 60 else text[:57] + "..."
+    voters = _voters_and_secret(args)
+    return RaftClient(voters, secret=_read_secret(args), deadline=args.timeout)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        status = client.status()
+    from laminardb.raft.status import cluster_status, format_status
+
+    voters = _voters_and_secret(args)
+    status = cluster_status(voters, secret=_read_secret(args), timeout=args.voter_timeout)
     print(json.dumps(status, indent=2, sort_keys=True) if args.json else format_status(status))
-    return 0
+    # 0: a leader with a quorum answered (the cluster serves); 1: voters answered, but none
+    # leads a quorum. (No voter answering raises: exit code 2 from main().)
+    return 0 if status["quorum"] else 1
 
 
 def compute_plan(snapshot: dict[str, Any], *, source: str, members: list[str] | None,
@@ -176,7 +172,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     for v, src, dst in plan["moves"]:
         moves.setdefault((src or "(unowned)", dst or "(unowned)"), []).append(v)
     for (src, dst), vs in sorted(moves.items()):
-        print(f"  {src:>16} -> {dst:<16} {len(vs):>4} vnodes  {_ranges(vs)}")
+        print(f"  {src:>16} -> {dst:<16} {len(vs):>4} vnodes  {vnode_ranges(vs)}")
     print("target load: " + ", ".join(f"{m}={n}" for m, n in sorted(plan["load"].items())))
     if args.commit:
         print(f"committed at cluster epoch {plan['committed']['cluster_epoch']}")
@@ -192,7 +188,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
     try:
         result = start_voters(args.data_dir, voters=args.voters, host=args.host,
                               base_port=args.base_port, secret_file=args.secret_file,
-                              timeout=args.timeout)
+                              timeout=args.timeout, allow_remote=args.allow_remote,
+                              advertise_host=args.advertise_host,
+                              extra_args=_voter_flags(args))
     except (TimeoutError, RuntimeError) as exc:  # no leader: the message carries the logs
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -203,6 +201,14 @@ def _cmd_up(args: argparse.Namespace) -> int:
     print(f"voters: {','.join(result.rpc_addresses)}")
     print(f"data dir: {result.data_dir}  (laminardb cluster status --data-dir {result.data_dir})")
     return 0
+
+
+def _voter_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """Flags of ``cluster up`` passed on to every voter it starts."""
+    out: tuple[str, ...] = ("--max-frame-mb", f"{args.max_frame_mb:g}")
+    if args.log_format:
+        out += ("--log-format", args.log_format)
+    return out
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
@@ -233,6 +239,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="batch commands per heartbeat: more throughput, more latency")
     node.add_argument("--compaction-min-entries", type=int, default=5000,
                       help="log entries before a snapshot (pysyncobj logCompactionMinEntries)")
+    _add_remote(node, voter=True)
+    _add_frame_cap(node)
+    _add_log_format(node)
+    node.add_argument("--log-level", default="info", choices=["debug", "info", "warning"],
+                      help="level of the laminardb.raft logger (default info)")
     _add_secret(node)
     node.set_defaults(func=_cmd_raft_node)
 
@@ -248,8 +259,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "else $LAMINARDB_RAFT_VOTERS)")
         p.add_argument("--data-dir", default=None,
                        help="data dir given to `cluster up`: voters and secret from its cluster.json")
-        p.add_argument("--timeout", type=float, default=10.0, help="seconds before giving up")
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        if name == "status":
+            p.add_argument("--voter-timeout", type=float, default=_status_timeout(),
+                           help="seconds each voter gets to answer; all are asked at once "
+                                f"(default {_status_timeout():g})")
+        else:
+            p.add_argument("--timeout", type=float, default=10.0,
+                           help="seconds before giving up, retries across voters included")
         _add_secret(p)
         p.set_defaults(func=fn)
         if name == "plan":
@@ -267,8 +284,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--data-dir", default=DEFAULT_DATA_DIR,
                     help=f"journals, pid/log files, cluster.json (default {DEFAULT_DATA_DIR})")
     up.add_argument("--host", default="127.0.0.1",
-                    help="interface the voters bind (default loopback; the Raft and RPC ports "
-                         "are authenticated, but bind a private interface only)")
+                    help="interface the voters bind (default loopback; anything else needs "
+                         "--allow-remote; bind a private interface only)")
     up.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT,
                     help=f"voter i uses base+i (Raft) and base+100+i (RPC) "
                          f"(default {DEFAULT_BASE_PORT})")
@@ -277,6 +294,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--secret-file",
                     help=f"cluster secret (created, mode 0600, if missing); default "
                          f"${SECRET_ENV}, else DATA_DIR/secret (created if missing)")
+    _add_remote(up, voter=False)
+    _add_frame_cap(up)
+    _add_log_format(up)
     up.set_defaults(func=_cmd_up)
 
     down = csub.add_parser("down", help="stop the voters started by `cluster up`")

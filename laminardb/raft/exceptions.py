@@ -1,4 +1,5 @@
-"""Errors of the control plane (Raft ownership, fencing, control RPC): codes LDB-6001…LDB-6099.
+"""Errors of the control plane (Raft ownership, fencing, control RPC): codes LDB-6001…LDB-6099,
+plus the configuration leaf ``WeakSecretError`` (LDB-9030).
 
 Each leaf subclasses :class:`~laminardb.errors.ControlPlaneError` and the builtin whose meaning
 matches, so callers can catch either. ``ERRORS_BY_CODE`` maps a code carried over the RPC wire
@@ -7,7 +8,7 @@ back to its class (the voters report failures as ``{"code", "message"}``).
 
 from __future__ import annotations
 
-from laminardb.errors import ControlPlaneError
+from laminardb.errors import ConfigError, ControlPlaneError
 
 __all__ = [
     "StaleEpochError",
@@ -18,6 +19,7 @@ __all__ = [
     "UnknownNodeError",
     "CommandRejectedError",
     "RpcProtocolError",
+    "WeakSecretError",
     "ERRORS_BY_CODE",
     "error_from_wire",
 ]
@@ -73,6 +75,13 @@ class RpcProtocolError(ControlPlaneError, ConnectionError):
     """A control RPC frame is malformed, too large, or names an unknown method (LDB-6008)."""
 
     code = "LDB-6008"
+
+
+class WeakSecretError(ConfigError):
+    """The cluster secret is too short to resist guessing (LDB-9030); the message says how to
+    generate a good one."""
+
+    code = "LDB-9030"
 
 
 ERRORS_BY_CODE: dict[str, type[ControlPlaneError]] = {

@@ -13,8 +13,11 @@ Everything lives in one data directory ``D`` (created mode 0700)::
 
 Voter ``i`` (1-based) listens for Raft on ``host:base_port+i`` and for the control RPC on
 ``host:base_port+100+i`` — with the default base port 7100 that is 7101.. and 7201.., the
-addresses of ``docs/control_plane.md``. Voters are detached (own session, stdin from
-/dev/null) so they outlive the shell or ``ray up`` ssh session that started them.
+addresses of ``docs/control_plane.md``. ``host`` must be loopback unless ``allow_remote``;
+``cluster.json`` then records the *advertised* addresses (``advertise_host``, by default
+``host`` or, for a wildcard ``host``, this machine's primary address — never 0.0.0.0).
+Voters are detached (own session, stdin from /dev/null) so they outlive the shell or
+``ray up`` ssh session that started them.
 
 ``start_voters`` is idempotent: voters whose pid file names a live ``raft-node`` process are
 left alone, the others are (re)started with the addresses recorded in ``cluster.json``; it then
@@ -29,6 +32,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,6 +41,14 @@ from pathlib import Path
 from typing import Any
 
 from laminardb.errors import ConfigError
+from laminardb.raft._policy import (
+    check_secret,
+    is_loopback,
+    is_unspecified,
+    join_addr,
+    split_addr,
+)
+from laminardb.raft.exceptions import InsecureConfigError
 
 __all__ = [
     "CLUSTER_FILE",
@@ -45,6 +57,7 @@ __all__ = [
     "LaunchResult",
     "VoterProcess",
     "plan_voters",
+    "primary_address",
     "read_cluster_file",
     "running_voters",
     "start_voters",
@@ -65,7 +78,11 @@ DEFAULT_STOP_GRACE_S = 5.0
 
 @dataclass(frozen=True)
 class VoterProcess:
-    """One voter of the local set: its addresses and files."""
+    """One voter of the local set: its addresses and files.
+
+    ``raft``/``rpc`` are the addresses peers and clients use; ``raft_bind``/``rpc_bind`` what
+    the voter listens on when that differs (a wildcard bind), else empty.
+    """
 
     node_id: str
     raft: str
@@ -73,6 +90,8 @@ class VoterProcess:
     data_dir: str
     pid_file: str
     log_file: str
+    raft_bind: str = ""
+    rpc_bind: str = ""
 
 
 @dataclass
@@ -95,9 +114,60 @@ def _data_dir(data_dir: str | os.PathLike[str]) -> Path:
     return Path(os.path.expanduser(str(data_dir))).resolve()
 
 
+def primary_address() -> str:
+    """This machine's primary (routable) IP address: the source address of its default route.
+
+    A UDP ``connect`` sends nothing; it only asks the kernel which interface would be used.
+    Falls back to the address the host name resolves to.
+    """
+    # Documentation addresses (TEST-NET-1, 2001:db8::/32): routed like any other, never used.
+    probes = ((socket.AF_INET, ("192.0.2.1", 9)), (socket.AF_INET6, ("2001:db8::1", 9)))
+    for family, probe in probes:
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.connect(probe)
+                addr = s.getsockname()[0]
+            if not is_loopback(addr) and not is_unspecified(addr):
+                return addr
+        except OSError:
+            continue
+    try:
+        addr = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        addr = ""
+    if not addr or is_loopback(addr):
+        raise ConfigError("could not find a routable address of this machine: pass "
+                          "--advertise-host with the address peers and clients should use",
+                          code="LDB-9020")
+    return addr
+
+
+def _check_host(host: str, *, allow_remote: bool, advertise_host: str | None) -> str:
+    """The address to advertise for voters bound to ``host`` (refusing what is not allowed)."""
+    if not is_loopback(host) and not allow_remote:
+        raise InsecureConfigError(
+            f"--host {host} is not loopback: the voters' Raft and RPC ports would be reachable "
+            "from the network. Pass --allow-remote to mean it (and admit those ports only from "
+            "the cluster's machines), or keep the default 127.0.0.1")
+    if advertise_host is not None:
+        if is_unspecified(advertise_host):
+            raise InsecureConfigError(f"--advertise-host {advertise_host} is a wildcard; give "
+                                      "the address peers and clients reach the voters at")
+        if not is_loopback(advertise_host) and not allow_remote:
+            raise InsecureConfigError(f"--advertise-host {advertise_host} is not loopback: "
+                                      "pass --allow-remote")
+        return advertise_host
+    return primary_address() if is_unspecified(host) else host
+
+
 def plan_voters(data_dir: str | os.PathLike[str], n: int, *, host: str = "127.0.0.1",
-                base_port: int = DEFAULT_BASE_PORT) -> list[VoterProcess]:
-    """The ``n`` voters of a local set: ids ``v1..vn``, consecutive ports from ``base_port``."""
+                base_port: int = DEFAULT_BASE_PORT,
+                advertise_host: str | None = None) -> list[VoterProcess]:
+    """The ``n`` voters of a local set: ids ``v1..vn``, consecutive ports from ``base_port``.
+
+    ``advertise_host`` (default ``host``) names them in ``raft``/``rpc``; when it differs from
+    ``host``, ``raft_bind``/``rpc_bind`` keep the interface they listen on.
+    """
     if n < 1:
         raise ConfigError(f"--voters {n}: need at least 1 voter (3 or 5 for fault tolerance)",
                           code="LDB-9020")
@@ -105,14 +175,18 @@ def plan_voters(data_dir: str | os.PathLike[str], n: int, *, host: str = "127.0.
         raise ConfigError(f"--base-port {base_port}: voter ports would exceed 65535",
                           code="LDB-9020")
     d = _data_dir(data_dir)
+    adv = advertise_host or host
+    bound = adv != host
     return [
         VoterProcess(
             node_id=f"v{i}",
-            raft=f"{host}:{base_port + i}",
-            rpc=f"{host}:{base_port + _RPC_OFFSET + i}",
+            raft=join_addr(adv, base_port + i),
+            rpc=join_addr(adv, base_port + _RPC_OFFSET + i),
             data_dir=str(d / f"v{i}"),
             pid_file=str(d / f"v{i}.pid"),
             log_file=str(d / f"v{i}.log"),
+            raft_bind=join_addr(host, base_port + i) if bound else "",
+            rpc_bind=join_addr(host, base_port + _RPC_OFFSET + i) if bound else "",
         )
         for i in range(1, n + 1)
     ]
@@ -132,9 +206,9 @@ def read_cluster_file(data_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _write_cluster_file(d: Path, voters: list[VoterProcess], secret_file: str | None,
-                        host: str, base_port: int) -> None:
-    body = {"version": 1, "host": host, "base_port": base_port, "secret_file": secret_file,
-            "voters": [asdict(v) for v in voters]}
+                        host: str, base_port: int, advertise_host: str) -> None:
+    body = {"version": 1, "host": host, "advertise_host": advertise_host, "base_port": base_port,
+            "secret_file": secret_file, "voters": [asdict(v) for v in voters]}
     tmp = d / (CLUSTER_FILE + ".tmp")
     tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, d / CLUSTER_FILE)
@@ -191,8 +265,13 @@ def _spawn(v: VoterProcess, peers: list[str], *, secret_file: str | None,
            env: dict[str, str], python: str, extra_args: tuple[str, ...]) -> int:
     Path(v.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
     cmd = [python, "-m", "laminardb.raft.cli", "raft-node", "--id", v.node_id,
-           "--bind", v.raft, "--peers", ",".join(peers), "--data-dir", v.data_dir,
-           "--rpc-bind", v.rpc, *extra_args]
+           "--bind", v.raft_bind or v.raft, "--peers", ",".join(peers), "--data-dir", v.data_dir,
+           "--rpc-bind", v.rpc_bind or v.rpc, *extra_args]
+    if v.raft_bind:
+        cmd += ["--advertise-host", split_addr(v.raft)[0]]
+    if any(not is_loopback(split_addr(a)[0]) for a in (v.raft, v.rpc, v.raft_bind or v.raft,
+                                                         *peers)):
+        cmd += ["--allow-remote"]
     if secret_file:
         cmd += ["--secret-file", secret_file]
     fd = os.open(v.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -215,9 +294,11 @@ def _resolve_secret(d: Path, secret_file: str | None) -> tuple[str | None, str, 
         text = path.read_text(encoding="utf-8").strip()
         if not text:
             raise ConfigError(f"secret file {path} is empty", code="LDB-9020")
+        check_secret(text)
         return str(path), text, False
     env_secret = os.environ.get(_SECRET_ENV, "")
     if env_secret:
+        check_secret(env_secret)
         return None, env_secret, False
     path = d / SECRET_FILE
     generated = not path.exists()
@@ -275,17 +356,29 @@ def wait_for_leader(rpc_addresses: list[str], secret: str, *, timeout: float,
 def start_voters(data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, *, voters: int = 3,
                  host: str = "127.0.0.1", base_port: int = DEFAULT_BASE_PORT,
                  secret_file: str | None = None, timeout: float = DEFAULT_START_TIMEOUT_S,
-                 python: str | None = None, extra_args: tuple[str, ...] = ()) -> LaunchResult:
+                 python: str | None = None, extra_args: tuple[str, ...] = (),
+                 allow_remote: bool = False, advertise_host: str | None = None) -> LaunchResult:
     """Start (or complete) the local voter set in ``data_dir`` and wait for a leader.
 
     Voters already running are kept. A set recorded in ``cluster.json`` with other settings
     (count, host, base port) while any of it runs is an error: ``cluster down`` first.
     If no leader appears within ``timeout``, the voters this call started are stopped and
     ``TimeoutError`` carries their log tails.
+
+    Raises:
+        InsecureConfigError: a non-loopback ``host``/``advertise_host`` without
+            ``allow_remote``, or a wildcard ``advertise_host``.
+        WeakSecretError: the given secret is shorter than 16 bytes.
     """
+    adv = _check_host(host, allow_remote=allow_remote, advertise_host=advertise_host)
+    if not is_loopback(host):
+        print(f"warning: the voters listen on {host} (advertised as {adv}): their Raft and RPC "
+              f"ports ({base_port + 1}..{base_port + voters}, {base_port + _RPC_OFFSET + 1}.."
+              f"{base_port + _RPC_OFFSET + voters}) are reachable from the network; admit "
+              "them only from the cluster's machines", file=sys.stderr)
     d = _data_dir(data_dir)
     d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    planned = plan_voters(d, voters, host=host, base_port=base_port)
+    planned = plan_voters(d, voters, host=host, base_port=base_port, advertise_host=adv)
     if (d / CLUSTER_FILE).exists():
         recorded = read_cluster_file(d)
         alive = running_voters(recorded["voters"])
@@ -297,7 +390,7 @@ def start_voters(data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, *, voters:
     sfile, secret, generated = _resolve_secret(d, secret_file)
     if generated:
         print(f"generated a new cluster secret in {sfile} (mode 0600)", file=sys.stderr)
-    _write_cluster_file(d, planned, sfile, host, base_port)
+    _write_cluster_file(d, planned, sfile, host, base_port, adv)
 
     alive = running_voters(planned)
     env = dict(os.environ)

@@ -25,7 +25,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["DEFAULT_VNODES", "Move", "Plan", "plan_assignment", "rendezvous_score"]
+__all__ = ["DEFAULT_VNODES", "Move", "Plan", "plan_assignment", "rendezvous_score", "vnode_ranges"]
 
 DEFAULT_VNODES = 256
 
@@ -138,3 +138,18 @@ def _diff(
         for v in range(vnodes)
         if current.get(v) != target.get(v)
     )
+
+
+def vnode_ranges(ids: list[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``"0-2,5"``, cut at 60 characters (for status and plan output)."""
+    out: list[str] = []
+    start = prev = None
+    for v in [*ids, None]:
+        if v is not None and prev is not None and v == prev + 1:
+            prev = v
+            continue
+        if start is not None:
+            out.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = v
+    text = ",".join(out)
+    return text if len(text) <= 60 else text[:57] + "..."

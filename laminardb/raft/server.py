@@ -9,11 +9,16 @@ request is one frame (see ``_wire.py``), answered by one frame::
 Writes become Raft commands (pysyncobj forwards a follower's command to the leader and the
 answer comes from this voter's own applied state once the entry committed), so any voter can
 serve any call; ``leader`` is only a hint that saves the client a hop.
+
+Refused frames (over ``_wire.MAX_REQUEST_FRAME``, failed MAC, clock skew, undecodable) are
+answered once, counted (``counters()``, shown by ``cluster status``) and logged as
+``rpc.auth_failed`` / ``rpc.frame_refused``, rate-limited.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import socketserver
 import threading
@@ -24,13 +29,12 @@ from typing import Any
 from pysyncobj import SyncObj, SyncObjException
 
 from laminardb.raft import _wire
+from laminardb.raft._log import RateLimiter, event
 from laminardb.raft.exceptions import RpcAuthError, RpcProtocolError
 from laminardb.raft.machine import OwnershipStateMachine
 from laminardb.raft.state import OwnershipState, Result, fail, ok
 
 __all__ = ["RpcServer"]
-
-_log = logging.getLogger(__name__)
 
 # An idle client connection is closed after this long; clients reconnect transparently.
 _IDLE_TIMEOUT_S = 300.0
@@ -52,9 +56,14 @@ class RpcServer:
     """
 
     def __init__(self, bind: str, *, key: bytes, machine: OwnershipStateMachine,
-                 syncobj: SyncObj, voter_id: str, commit_timeout: float) -> None:
+                 syncobj: SyncObj, voter_id: str, commit_timeout: float,
+                 voter_info: Callable[[], dict[str, Any]] | None = None) -> None:
         from laminardb.raft.config import split_addr
 
+        self._voter_info = voter_info or dict
+        self._counts = {"frames_refused": 0, "auth_failures": 0}
+        self._counts_lock = threading.Lock()
+        self._limiter = RateLimiter()
         self._key = key
         self._sm = machine
         self._so = syncobj
@@ -103,21 +112,51 @@ class RpcServer:
         self._server.shutdown()
         self._server.server_close()
 
+    def counters(self) -> dict[str, int]:
+        """Refused RPC frames since start: ``frames_refused`` (size/format), ``auth_failures``."""
+        with self._counts_lock:
+            return dict(self._counts)
+
+    def _refused(self, peer: str, exc: Exception) -> None:
+        auth = isinstance(exc, RpcAuthError)
+        key = "auth_failures" if auth else "frames_refused"
+        with self._counts_lock:
+            self._counts[key] += 1
+            total = self._counts[key]
+        name = "rpc.auth_failed" if auth else "rpc.frame_refused"
+        suppressed = self._limiter.check(name)
+        if suppressed is None:
+            return
+        what = ("failed authentication (wrong cluster secret, or not a laminardb client)"
+                if auth else "was refused")
+        event(logging.WARNING, name,
+              f"control RPC request from {peer} {what}: {getattr(exc, 'message', exc)}; "
+              "answered with an error and closed the connection",
+              peer=peer, code=getattr(exc, "code", None), total=total, suppressed=suppressed)
+
     # -- connection loop -------------------------------------------------------------------
 
     def _serve_connection(self, sock: socket.socket) -> None:
         sock.settimeout(_IDLE_TIMEOUT_S)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            host, port = sock.getpeername()[:2]
+            peer = f"{host}:{port}"
+        except OSError:
+            peer = "?"
         while True:
             try:
-                req = _wire.read_frame(sock, self._key)
+                req = _wire.read_frame(sock, self._key, max_frame=_wire.MAX_REQUEST_FRAME)
             except (RpcAuthError, RpcProtocolError) as exc:
                 # Answer once (the client learns why), then drop the connection.
+                self._refused(peer, exc)
                 self._reply(sock, {"id": None, **fail(exc.code, exc.message)})
                 return
             except (ConnectionError, OSError, TimeoutError):
                 return
             resp = self._handle(req)
+            if resp.get("code") == "LDB-6004":  # authentic MAC, timestamp outside the window
+                self._refused(peer, RpcAuthError(resp.get("message", "")))
             if not self._reply(sock, resp):
                 return
 
@@ -199,7 +238,9 @@ class RpcServer:
                 if str(k).startswith("partner_node_status_server_")
             },
         }
-        return ok({"raft": raft, "state": self._sm.read(OwnershipState.snapshot)})
+        voter = {"id": self._voter_id, "pid": os.getpid(), **self._voter_info()}
+        voter.setdefault("security", {})["rpc"] = self.counters()
+        return ok({"raft": raft, "voter": voter, "state": self._sm.read(OwnershipState.snapshot)})
 
     def _ownership(self, source: str | None = None, barrier: bool = False) -> Result:
         if barrier:

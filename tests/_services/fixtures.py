@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests._services.raft import RaftCluster, start_raft_cluster
+from tests._services.raft import TEST_SECRET, RaftCluster, start_raft_cluster
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def raft_cluster(tmp_path: Path) -> Iterator[Callable[..., RaftCluster]]:
     """Factory starting real voter processes; every cluster is stopped at teardown."""
     started: list[RaftCluster] = []
 
-    def make(n: int = 3, *, extra_args: tuple[str, ...] = (), secret: str = "test-secret",
+    def make(n: int = 3, *, extra_args: tuple[str, ...] = (), secret: str = TEST_SECRET,
              wait: bool = True) -> RaftCluster:
         base = tmp_path / f"raft{len(started)}"
         base.mkdir()

@@ -17,7 +17,10 @@ from pathlib import Path
 from laminardb.raft.client import RaftClient
 from tests._services.procs import free_port, kill_proc, repo_env, wait_until
 
-__all__ = ["RaftCluster", "Voter", "start_raft_cluster"]
+__all__ = ["RaftCluster", "TEST_SECRET", "Voter", "start_raft_cluster"]
+
+# Voters refuse secrets shorter than 16 bytes (LDB-9030); tests share this 32-byte one.
+TEST_SECRET = "test-secret-0123456789abcdefghij"
 
 # Cold start of a voter process (imports, cryptography key derivation) plus first election.
 _START_TIMEOUT_S = 20.0
@@ -109,7 +112,7 @@ class RaftCluster:
                 kill_proc(v.proc)
 
 
-def start_raft_cluster(base_dir: Path, *, n: int = 3, secret: str = "test-secret",
+def start_raft_cluster(base_dir: Path, *, n: int = 3, secret: str = TEST_SECRET,
                        extra_args: tuple[str, ...] = (), wait: bool = True) -> RaftCluster:
     """Start ``n`` voters on free loopback ports under ``base_dir``.
 

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import pytest
 
-from tests._services.procs import pids_with_arg
-
 # Make ``tests._services`` importable however pytest was started (no tests/__init__.py).
 _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+from tests._services.procs import pids_with_arg  # noqa: E402
 
 _SSHD = "/usr/sbin/sshd"
 _INSTALL_TIMEOUT_S = 300.0

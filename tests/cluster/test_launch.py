@@ -1,4 +1,6 @@
-"""``laminardb cluster up|down`` (laminardb/raft/launch.py) with real voter processes."""
+"""``laminardb cluster up|down`` (laminardb/raft/launch.py) with real voter processes: ports,
+secrets (generated, from a file or the environment, too short), binding rules (loopback unless
+``--allow-remote``; a wildcard bind advertises a routable address)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ from laminardb.errors import ConfigError
 from laminardb.raft.launch import (
     VoterProcess,
     plan_voters,
+    primary_address,
     read_cluster_file,
     running_voters,
     stop_voters,
 )
 from tests._services.procs import free_port, port_busy, repo_env, wait_until
+from tests._services.raft import TEST_SECRET as _SECRET
 
 pytestmark = pytest.mark.integration
 
@@ -155,7 +159,8 @@ def test_explicit_secret_file_and_env_secret(tmp_path: Path) -> None:
         assert secret_file.stat().st_mode & 0o777 == 0o600 and not (d / "secret").exists()
         assert _cli("status", "--data-dir", str(d)).returncode == 0
         # An explicit wrong secret wins over the data dir's and fails authentication.
-        bad = _cli("status", "--data-dir", str(d), env=repo_env(LAMINARDB_RAFT_SECRET="nope"))
+        bad = _cli("status", "--data-dir", str(d),
+                   env=repo_env(LAMINARDB_RAFT_SECRET="not-the-cluster-secret-0123456789"))
         assert bad.returncode == 2 and "LDB-6004" in bad.stderr
     finally:
         stop_voters(d, grace=3.0)
@@ -211,3 +216,87 @@ def test_voter_process_identity(tmp_path: Path) -> None:
     assert running_voters([v]) == {}
     Path(v.pid_file).write_text(f"{os.getpid()}\n")
     assert running_voters([v]) == {}
+
+
+def test_short_secret_refused_with_a_way_to_make_one(tmp_path: Path) -> None:
+    d = tmp_path / "raft"
+    for env in (repo_env(LAMINARDB_RAFT_SECRET="hunter2"), None):
+        if env is None:  # the same from a secret file
+            (tmp_path / "short").write_text("hunter2\n")
+            out = _cli("up", "--data-dir", str(d), "--base-port", str(_base_port()),
+                       "--secret-file", str(tmp_path / "short"))
+        else:
+            out = _cli("up", "--data-dir", str(d), "--base-port", str(_base_port()), env=env)
+        assert out.returncode == 2 and "LDB-9030" in out.stderr, out.stderr
+        assert "secrets.token_urlsafe(32)" in out.stderr and "7 bytes" in out.stderr
+        assert not list(d.glob("*.pid"))
+    # The voter command itself refuses it too (before listening).
+    port = free_port()
+    out = subprocess.run(
+        [sys.executable, "-m", "laminardb.raft.cli", "raft-node", "--id", "x", "--bind",
+         f"127.0.0.1:{port}", "--rpc-bind", f"127.0.0.1:{free_port()}", "--data-dir",
+         str(tmp_path / "x")], capture_output=True, text=True, timeout=60,
+        env=repo_env(LAMINARDB_RAFT_SECRET="hunter2"), stdin=subprocess.DEVNULL)
+    assert out.returncode == 2 and "LDB-9030" in out.stderr
+    assert not port_busy(port)
+
+
+def test_non_loopback_bind_needs_allow_remote(tmp_path: Path) -> None:
+    d = tmp_path / "raft"
+    base = _base_port()
+    for host in ("0.0.0.0", primary_address()):
+        out = _cli("up", "--data-dir", str(d), "--base-port", str(base), "--host", host)
+        assert out.returncode == 2 and "LDB-6005" in out.stderr, out.stderr
+        assert "--allow-remote" in out.stderr
+        assert not list(d.glob("*.pid")) and not port_busy(base + 1)
+    # raft-node: the same rule, and a wildcard bind needs the address to advertise.
+    for extra in ([], ["--allow-remote"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "laminardb.raft.cli", "raft-node", "--id", "x", "--bind",
+             f"0.0.0.0:{base + 1}", "--rpc-bind", f"127.0.0.1:{base + 101}", "--data-dir",
+             str(tmp_path / "x"), *extra], capture_output=True, text=True, timeout=60,
+            env=repo_env(LAMINARDB_RAFT_SECRET=_SECRET), stdin=subprocess.DEVNULL)
+        assert out.returncode == 2 and "LDB-6005" in out.stderr, out.stderr
+        assert ("--allow-remote" if not extra else "--advertise-host") in out.stderr
+
+
+def test_allow_remote_advertises_a_routable_address(tmp_path: Path) -> None:
+    d = tmp_path / "raft"
+    base = _base_port()
+    primary = primary_address()
+    assert primary != "0.0.0.0" and not primary.startswith("127.")
+    try:
+        up = _cli("up", "--data-dir", str(d), "--base-port", str(base), "--host", "0.0.0.0",
+                  "--allow-remote")
+        assert up.returncode == 0, up.stderr
+        assert "warning: the voters listen on 0.0.0.0" in up.stderr
+        info = json.loads((d / "cluster.json").read_text())
+        assert info["host"] == "0.0.0.0" and info["advertise_host"] == primary
+        for i, v in enumerate(info["voters"], start=1):
+            assert v["raft"] == f"{primary}:{base + i}" and v["rpc"] == f"{primary}:{base + 100 + i}"
+            assert v["raft_bind"] == f"0.0.0.0:{base + i}"
+        assert "0.0.0.0" not in json.dumps([(v["raft"], v["rpc"]) for v in info["voters"]])
+        # The voters listen on every interface and reach each other at the advertised address.
+        listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True,
+                                   timeout=30).stdout
+        assert f"0.0.0.0:{base + 1} " in listening and f"0.0.0.0:{base + 101} " in listening
+        status = _cli("status", "--data-dir", str(d), "--json")
+        assert status.returncode == 0, status.stderr
+        st = json.loads(status.stdout)
+        assert st["quorum"] and st["leader"]["raft"].startswith(f"{primary}:")
+        assert {v["liveness"] for v in st["voters"]} == {"up"}
+    finally:
+        stop_voters(d, grace=3.0)
+
+    # --advertise-host wins over the guess (here: loopback, reachable through the wildcard).
+    d2 = tmp_path / "raft2"
+    base = _base_port()
+    try:
+        up = _cli("up", "--data-dir", str(d2), "--base-port", str(base), "--host", "0.0.0.0",
+                  "--allow-remote", "--advertise-host", "127.0.0.1")
+        assert up.returncode == 0, up.stderr
+        info = json.loads((d2 / "cluster.json").read_text())
+        assert info["voters"][0]["rpc"] == f"127.0.0.1:{base + 101}"
+        assert _cli("status", "--data-dir", str(d2)).returncode == 0
+    finally:
+        stop_voters(d2, grace=3.0)

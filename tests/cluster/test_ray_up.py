@@ -10,8 +10,12 @@ which stops *every* Ray process on the machine):
    ``/tmp/ray/ray_current_cluster``);
 2. ``ray up -y`` (bounded); the head setup starts 3 voters with ``laminardb cluster up``;
 3. in a *subprocess* (this process never calls ``ray.init``): the README example through
-   ``laminardb.connect("ray://auto", actors=2)`` and through ``laminardb.open()``: same rows;
-4. ``laminardb cluster status --data-dir …`` shows a leader with a quorum;
+   ``laminardb.connect("ray://auto", actors=2)`` with ``RAY_ADDRESS=127.0.0.1:<gcs port>``,
+   through ``laminardb.connect("ray://127.0.0.1:<client port>")`` (Ray Client) — both with
+   Ray's token (``RAY_AUTH_MODE=token``, the token file the YAML created in the ssh session's
+   home) — and through ``laminardb.open()``: same rows;
+4. ``laminardb cluster status --data-dir …`` shows a leader with a quorum, and every Ray
+   process of this run listens on loopback only;
 5. ``ray exec … laminardb cluster down`` and ``ray down -y``; a ``finally`` also stops the
    voters by their pid files and any Ray process of this run's temp dir, whatever failed.
 """
@@ -52,7 +56,7 @@ from datetime import datetime, timedelta
 import laminardb
 
 mode = sys.argv[1]
-db = laminardb.connect("ray://auto", actors=2) if mode == "ray" else laminardb.open()
+db = laminardb.open() if mode == "embedded" else laminardb.connect(mode, actors=2)
 with db:
     db.execute("""
         CREATE SOURCE trades (
@@ -72,7 +76,7 @@ with db:
         db.insert("trades", rows[start:start + 20])
     db.finish()
     out = [row for batch in bars for row in batch.to_pylist()]
-    info = db.metrics().get("cluster") if mode == "ray" else None
+    info = db.metrics().get("cluster") if mode != "embedded" else None
 print(json.dumps({"rows": out, "cluster": info}, default=str, sort_keys=True))
 '''
 
@@ -114,7 +118,7 @@ def _wait_no_foreign_ray(exclude: str | None = None) -> list[int]:
 
 
 def _render(path: Path, sshd, *, data_dir: Path, base_port: int, ray_port: int,
-            ray_temp: str, name: str) -> dict:
+            client_port: int, ray_temp: str, name: str) -> dict:
     cfg = yaml.safe_load(LOCAL_YAML.read_text())
     cfg["cluster_name"] = name
     cfg["auth"] = {"ssh_user": sshd.user, "ssh_private_key": str(sshd.private_key),
@@ -123,7 +127,9 @@ def _render(path: Path, sshd, *, data_dir: Path, base_port: int, ray_port: int,
     def fix(cmd: str) -> str:
         new = (cmd.replace("/tmp/laminardb-raft", str(data_dir))
                .replace("--base-port 7100", f"--base-port {base_port}")
-               .replace("--port=6379", f"--port={ray_port} --temp-dir={ray_temp}"))
+               .replace("--port=6379", f"--port={ray_port} --temp-dir={ray_temp}")
+               .replace("--ray-client-server-port=10001",
+                        f"--ray-client-server-port={client_port}"))
         return new
 
     for key in ("head_setup_commands", "head_start_ray_commands"):
@@ -133,6 +139,7 @@ def _render(path: Path, sshd, *, data_dir: Path, base_port: int, ray_port: int,
     # The template must still contain what we rewrite (fail loudly if the YAML changes shape).
     assert str(data_dir) in joined and f"--base-port {base_port}" in joined, joined
     assert f"--port={ray_port}" in joined, joined
+    assert f"--ray-client-server-port={client_port}" in joined, joined
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return cfg
 
@@ -164,6 +171,20 @@ def _env(**extra: str) -> dict[str, str]:
     env.pop("RAY_ADDRESS", None)
     env.update(extra)
     return env
+
+
+def _listeners(pids: set[int]) -> list[str]:
+    """Local addresses of the listening TCP sockets of ``pids`` (from ``ss``)."""
+    import re
+
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout
+    return [line.split()[3] for line in out.splitlines()
+            if any(int(p) in pids for p in re.findall(r"pid=(\d+),", line))]
+
+
+def _is_loopback(addr: str) -> bool:
+    host = addr.rsplit(":", 1)[0].strip("[]").removeprefix("::ffff:")
+    return host.startswith("127.") or host == "::1"
 
 
 def _normalize(rows: list[dict]) -> list[dict]:
@@ -266,10 +287,14 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
     base_port = free_port()
     while base_port > 65000 or any(port_busy(base_port + o) for o in (1, 2, 3, 101, 102, 103)):
         base_port = free_port()
-    ray_port = free_port()
+    ray_port, client_port = free_port(), free_port()
     cfg_path = tmp_path / "local.yaml"
     _render(cfg_path, local_sshd, data_dir=data_dir, base_port=base_port, ray_port=ray_port,
-            ray_temp=ray_temp, name=name)
+            client_port=client_port, ray_temp=ray_temp, name=name)
+    # Ray's token, created by the YAML in the ssh session's home; what a client on the head
+    # sets (docs/cluster.md, "Connect").
+    token_env = {"RAY_AUTH_MODE": "token",
+                 "RAY_AUTH_TOKEN_PATH": str(local_sshd.home / ".ray" / "auth_token")}
     timings: dict[str, float] = {}
     notes: list[str] = []
     try:
@@ -293,28 +318,46 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
         assert "quorum yes" in status.stdout and "raft: leader v" in status.stdout, status.stdout
         for v in info["voters"]:
             assert v["rpc"] in status.stdout
+        token_file = local_sshd.home / ".ray" / "auth_token"
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        assert token_file.read_text().strip() not in (logs / "ray_up.log").read_text()
 
         # The Delta client, in a subprocess, against the cluster ray up started.
         script = tmp_path / "client.py"
         script.write_text(CLIENT)
         t = time.monotonic()
-        ray_run = _run([sys.executable, str(script), "ray"], timeout=_CLIENT_TIMEOUT_S,
+        ray_run = _run([sys.executable, str(script), "ray://auto"], timeout=_CLIENT_TIMEOUT_S,
                        log=logs / "client_ray.log",
-                       env=_env(RAY_ADDRESS=f"127.0.0.1:{ray_port}"))
+                       env=_env(RAY_ADDRESS=f"127.0.0.1:{ray_port}",
+                                RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", **token_env))
         timings["connect(ray://auto) client"] = time.monotonic() - t
         assert ray_run.returncode == 0, f"{ray_run.stdout[-3000:]}\n{ray_run.stderr[-5000:]}"
+        t = time.monotonic()
+        client_run = _run([sys.executable, str(script), f"ray://127.0.0.1:{client_port}"],
+                          timeout=_CLIENT_TIMEOUT_S, log=logs / "client_ray_client.log",
+                          env=_env(**token_env))
+        timings["connect(ray://host:port) client"] = time.monotonic() - t
+        assert client_run.returncode == 0, \
+            f"{client_run.stdout[-3000:]}\n{client_run.stderr[-5000:]}"
+        # Every listener of this run's Ray (the Ray Client server and its per-client servers
+        # included, now that both clients ran) is on loopback.
+        listening = _listeners(set(_our_ray_processes(ray_temp, ray_port)))
+        assert {ray_port, client_port} <= {int(a.rsplit(":", 1)[1]) for a in listening}, listening
+        exposed = [a for a in listening if not _is_loopback(a)]
+        assert not exposed, f"Ray of local.yaml listens beyond loopback: {exposed}"
         t = time.monotonic()
         local_run = _run([sys.executable, str(script), "embedded"], timeout=_CLIENT_TIMEOUT_S,
                          log=logs / "client_embedded.log", env=_env())
         timings["open() client"] = time.monotonic() - t
         assert local_run.returncode == 0, local_run.stderr[-5000:]
-        distributed = json.loads(ray_run.stdout.strip().splitlines()[-1])
         embedded = json.loads(local_run.stdout.strip().splitlines()[-1])
         assert embedded["rows"], "the embedded run produced no bars"
-        assert _normalize(distributed["rows"]) == _normalize(embedded["rows"])
-        cluster = distributed["cluster"]
-        assert cluster["actors"] == 2 and not cluster["dead"], cluster
-        assert all(n > 0 for n in cluster["rows_per_actor"]), cluster
+        for run in (ray_run, client_run):
+            distributed = json.loads(run.stdout.strip().splitlines()[-1])
+            assert _normalize(distributed["rows"]) == _normalize(embedded["rows"])
+            cluster = distributed["cluster"]
+            assert cluster["actors"] == 2 and not cluster["dead"], cluster
+            assert all(n > 0 for n in cluster["rows_per_actor"]), cluster
 
         t = time.monotonic()
         down = _run([str(BIN / "ray"), "exec", str(cfg_path),

@@ -15,9 +15,17 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from laminardb.raft import InsecureConfigError, RaftClient, RaftNodeConfig, RpcAuthError
+from laminardb.raft import (
+    InsecureConfigError,
+    RaftClient,
+    RaftNodeConfig,
+    RpcAuthError,
+    WeakSecretError,
+)
 from tests._services.procs import free_port, repo_env, wait_until
 from tests._services.raft import RaftCluster
+
+_OTHER_SECRET = "another-cluster-secret-0123456789"
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +94,7 @@ def test_pickle_to_raft_and_rpc_ports_does_nothing(
 
 def test_rpc_without_the_secret_is_refused(raft_cluster: Callable[..., RaftCluster]) -> None:
     cluster = raft_cluster(3)
-    with RaftClient(cluster.rpc_addresses, secret="wrong-secret", deadline=3) as bad:
+    with RaftClient(cluster.rpc_addresses, secret=_OTHER_SECRET, deadline=3) as bad:
         with pytest.raises(RpcAuthError) as err:
             bad.register_node("intruder")
         assert err.value.code == "LDB-6004"
@@ -105,13 +113,18 @@ def test_voter_refuses_to_run_insecurely(tmp_path: Path) -> None:
     port = free_port()
     with pytest.raises(InsecureConfigError):
         RaftNodeConfig.dev(node_id="x", bind=f"0.0.0.0:{port}", peers=(), data_dir=str(tmp_path),
-                           rpc_bind="127.0.0.1:1", secret="s").validate()
+                           rpc_bind="127.0.0.1:1", secret=_OTHER_SECRET).validate()
     with pytest.raises(InsecureConfigError):
         RaftNodeConfig(node_id="x", bind=f"127.0.0.1:{port}", peers=(), data_dir=str(tmp_path),
                        rpc_bind="127.0.0.1:1", secret="").validate()
+    with pytest.raises(WeakSecretError) as weak:
+        RaftNodeConfig(node_id="x", bind=f"127.0.0.1:{port}", peers=(), data_dir=str(tmp_path),
+                       rpc_bind="127.0.0.1:1", secret="s").validate()
+    assert weak.value.code == "LDB-9030"
     # Dev mode on loopback is allowed (the RPC still needs the secret).
     RaftNodeConfig.dev(node_id="x", bind=f"127.0.0.1:{port}", peers=(f"127.0.0.1:{port + 1}",),
-                       data_dir=str(tmp_path), rpc_bind="127.0.0.1:1", secret="s").validate()
+                       data_dir=str(tmp_path), rpc_bind="127.0.0.1:1",
+                       secret=_OTHER_SECRET).validate()
 
     # The real command exits with an error instead of listening.
     env = {k: v for k, v in repo_env().items() if k != "LAMINARDB_RAFT_SECRET"}
@@ -123,7 +136,8 @@ def test_voter_refuses_to_run_insecurely(tmp_path: Path) -> None:
         proc = subprocess.run(
             [sys.executable, "-m", "laminardb.raft.cli", "raft-node", "--id", "x",
              "--data-dir", str(tmp_path / "d"), "--rpc-bind", f"127.0.0.1:{free_port()}", *extra],
-            env={**env, **({"LAMINARDB_RAFT_SECRET": "s"} if "--insecure-dev" in extra else {})},
+            env={**env, **({"LAMINARDB_RAFT_SECRET": _OTHER_SECRET}
+                           if "--insecure-dev" in extra else {})},
             capture_output=True, text=True, timeout=30,
         )
         assert proc.returncode == 2, proc.stderr
