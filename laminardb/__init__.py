@@ -1,15 +1,29 @@
 """laminardb: streaming SQL over live data, embedded like SQLite, scaling out on Ray.
 
+    import laminardb
+
+    with laminardb.open() as db:                      # or open("./data"): durable
+        db.execute("CREATE SOURCE trades (…, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND); "
+                   "CREATE STREAM bars AS SELECT … GROUP BY sym, tumble(ts, INTERVAL '1' SECOND)")
+        bars = db.subscribe_stream("bars")
+        db.insert("trades", rows)                      # dicts, Arrow, pandas; insert_json, insert_csv
+        db.finish()
+        for batch in bars: ...
+
 The public surface: ``open`` (embedded), ``connect`` (a Delta cluster), ``Connection``,
-``Subscription``, ``QueryResult``, ``ExecuteResult`` and the error hierarchy. The engine
-(numba, pyarrow) loads on first use, so processes that only need the control plane or the
-CLI start fast.
+``Subscription``, ``CallbackSubscription``, ``Writer``, ``QueryResult``, ``ExecuteResult``
+(and ``InsertResult``, what ``insert(on_error='skip')`` returns). Errors are ``LaminarError`` subclasses with a stable ``.code`` (``LDB-NNNN``);
+the subsystem bases (``SqlError``, ``DataError``, ``EngineError``, ``ConnectorError``, …) are
+importable from here, every class from ``laminardb.errors`` and the subsystems'
+``exceptions`` modules; ``docs/errors.md`` lists every code with what to do. The engine (numba,
+pyarrow) loads on first use, so processes that only need the control plane or the CLI start
+fast.
 """
 
 from __future__ import annotations
 
 from laminardb._lazy import lazy_exports
-from laminardb.errors import (
+from laminardb.errors import (  # noqa: F401 - importable from the root, kept out of help()
     CheckpointError,
     ClusterError,
     ConfigError,
@@ -24,23 +38,18 @@ from laminardb.errors import (
 
 __version__ = "0.1.0"
 
+# What `help(laminardb)`, `dir(laminardb)` and `from laminardb import *` show: the API. The
+# error classes stay importable (above) without filling help() with exception boilerplate.
 __all__ = [
     "open",
     "connect",
     "Connection",
-    "ExecuteResult",
-    "QueryResult",
     "Subscription",
+    "CallbackSubscription",
+    "Writer",
+    "QueryResult",
+    "ExecuteResult",
     "LaminarError",
-    "SqlError",
-    "DataError",
-    "EngineError",
-    "ConnectorError",
-    "CheckpointError",
-    "ControlPlaneError",
-    "DiscoveryError",
-    "ClusterError",
-    "ConfigError",
     "__version__",
 ]
 
@@ -50,6 +59,9 @@ _LAZY = {
     "ExecuteResult": "laminardb.connection",
     "QueryResult": "laminardb.connection",
     "Subscription": "laminardb.subscription",
+    "CallbackSubscription": "laminardb.subscription",
+    "Writer": "laminardb.writer",
+    "InsertResult": "laminardb.ingest",
     "connect": "laminardb.actors.client",
 }
 

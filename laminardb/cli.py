@@ -7,6 +7,8 @@ Commands:
 * ``laminardb run FILE.sql --input SOURCE=PATH … --output STREAM=PATH … [--var NAME=VALUE …]``
   — :func:`run_pipeline`: execute the SQL, feed every input file into its source, write every
   output stream to a file (format from the extension), finish, close.
+* ``laminardb sql [DIR]`` — :func:`laminardb.shell.run_shell`: an interactive SQL shell over an
+  embedded database (in memory, or durable in ``DIR``).
 * ``laminardb raft-node`` / ``laminardb cluster …`` when the control plane is installed
   (:mod:`laminardb.raft.cli`).
 
@@ -19,18 +21,26 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
+import numpy as np
 import pyarrow as pa
 
 from laminardb.errors import ConfigError, LaminarError
 
 __all__ = ["main", "build_parser", "run_pipeline", "PipelineResult", "parse_assignments"]
 
-# Progress appears only for inputs that take longer than this: short runs stay quiet.
-_PROGRESS_AFTER_S = 1.0
+# Progress appears (on a terminal, or with --progress) only for inputs that take longer than
+# this: short runs stay quiet.
+_PROGRESS_AFTER_S = 2.0
+# The engine takes each input in chunks of this many rows (--watermark-every): rows of a chunk
+# are judged late against the watermark before it, and the watermark advances after it. So the
+# output depends on this number and never on --batch-rows (rows read and converted at a time).
+# Large: one insert per chunk amortizes the engine's per-batch cost.
+_CHUNK_ROWS = 65536
 # Seconds between progress updates on a terminal / in a log (non-TTY stderr).
 _PROGRESS_TTY_EVERY_S = 0.25
 _PROGRESS_LOG_EVERY_S = 5.0
@@ -72,6 +82,7 @@ class PipelineResult:
     rows_in: dict[str, int] = field(default_factory=dict)
     rejected: dict[str, int] = field(default_factory=dict)
     rows_out: dict[str, int] = field(default_factory=dict)
+    late_dropped: dict[str, int] = field(default_factory=dict)  # per stream: rows dropped as late
     seconds: float = 0.0
 
 
@@ -80,16 +91,33 @@ def _source_schema(conn: Any, source: str) -> pa.Schema:
     from laminardb.sql.types import parse_type
 
     desc = conn.execute(f"DESCRIBE {source}").to_arrow().to_pylist()
-    return pa.schema([pa.field(r["column"], parse_type(r["type"]), nullable=bool(r["nullable"]))
+    return pa.schema([pa.field(r["column"], parse_type(r["type"]), nullable=bool(r["nullable"]),
+                               metadata={"event_time": "1"} if r["event_time"] else None)
                       for r in desc])
 
 
-class _Progress:
-    """Rows/s and % of input bytes on stderr, for inputs that take more than a second."""
+def _format_watermark(wm: int | None, schema: pa.Schema) -> str:
+    """A watermark as UTC time for TIMESTAMP event time, else as the number it is."""
+    if wm is None:
+        return "-"
+    time_type = next((f.type for f in schema if f.metadata and f.metadata.get(b"event_time")), None)
+    if time_type is not None and pa.types.is_timestamp(time_type):
+        ms = wm // (1000 if time_type.unit == "us" else 1)
+        try:
+            return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        except (OverflowError, ValueError, OSError):
+            pass
+    return str(wm)
 
-    def __init__(self, stream: TextIO, readers: dict[str, Any]) -> None:
-        self.stream, self.readers = stream, readers
+
+class _Progress:
+    """One status line on stderr: rows, rows/s, % of input bytes, watermark, late rows."""
+
+    def __init__(self, stream: TextIO, readers: dict[str, Any], conn: Any,
+                 schemas: dict[str, pa.Schema], *, force: bool = False) -> None:
+        self.stream, self.readers, self.conn, self.schemas = stream, readers, conn, schemas
         self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.force = force
         self.start = self.last = time.monotonic()
         self.shown = False
 
@@ -99,7 +127,8 @@ class _Progress:
     def update(self, *, final: bool = False) -> None:
         now = time.monotonic()
         every = _PROGRESS_TTY_EVERY_S if self.tty else _PROGRESS_LOG_EVERY_S
-        if not final and (now - self.start < _PROGRESS_AFTER_S or now - self.last < every):
+        if not final and (now - self.start < (0.0 if self.force else _PROGRESS_AFTER_S)
+                          or (self.shown and now - self.last < every)):
             return
         if final and not self.shown:
             return
@@ -107,8 +136,12 @@ class _Progress:
         total = sum(r.total_bytes for r in self.readers.values()) or 1
         done = sum(r.progress * r.total_bytes for r in self.readers.values())
         rate = self.rows() / max(now - self.start, 1e-9)
+        m = self.conn.metrics()
+        wms = [f"{name} {_format_watermark(m['watermarks'].get(name), self.schemas[name])}"
+               for name in self.readers]
         text = (f"{self.rows():,} rows  {rate:,.0f} rows/s  {100 * done / total:5.1f}% of "
-                f"{total / 1e6:,.1f} MB  {now - self.start:,.1f}s")
+                f"{total / 1e6:,.1f} MB  watermark {', '.join(wms)}  late {m['late_events_dropped']:,}  "
+                f"{now - self.start:,.1f}s")
         if self.tty:
             self.stream.write(f"\r\x1b[K{text}" + ("\n" if final else ""))
         else:
@@ -116,9 +149,41 @@ class _Progress:
         self.stream.flush()
 
 
+def _chunks(reader: Any, rows: int) -> Iterator[tuple[pa.Table, np.ndarray]]:
+    """The reader's rows in chunks of exactly ``rows`` (the last may be shorter), each with the
+    file index of every row — whatever the size of the batches the reader yields."""
+    pending: list[tuple[pa.RecordBatch, np.ndarray]] = []
+    held = 0
+    source = reader.with_index()
+    done = False
+    while True:
+        while held < rows and not done:
+            item = next(source, None)
+            if item is None:
+                done = True
+            elif item[0].num_rows:
+                pending.append(item)
+                held += item[0].num_rows
+        if not pending:
+            return
+        take, n = [], 0
+        while pending and n < rows:
+            batch, index = pending[0]
+            k = min(batch.num_rows, rows - n)
+            if k == batch.num_rows:
+                take.append(pending.pop(0))
+            else:
+                take.append((batch.slice(0, k), index[:k]))
+                pending[0] = (batch.slice(k), index[k:])
+            n += k
+        held -= n
+        yield pa.Table.from_batches([b for b, _ in take]), np.concatenate([i for _, i in take])
+
+
 def run_pipeline(sql: str, *, inputs: dict[str, str], outputs: dict[str, str],
                  variables: dict[str, str] | None = None, batch_rows: int = 65536,
-                 progress: TextIO | None = None) -> PipelineResult:
+                 watermark_every: int = _CHUNK_ROWS, progress: TextIO | None = None,
+                 show_progress: bool | None = None) -> PipelineResult:
     """Run a SQL pipeline over files: the engine of ``laminardb run``.
 
     Args:
@@ -126,11 +191,18 @@ def run_pipeline(sql: str, *, inputs: dict[str, str], outputs: dict[str, str],
         inputs: source name → input file (CSV / JSONL / Parquet, by extension).
         outputs: stream or view name → output file (format by extension).
         variables: ``${NAME}`` substitutions for the SQL.
-        batch_rows: the most rows per insert.
-        progress: where to show progress for long inputs (None: nowhere).
+        batch_rows: the most rows read and converted at a time (memory; no effect on results).
+        watermark_every: rows per chunk the engine ingests (see below).
+        progress: where warnings, the late-row report and progress go (None: nowhere).
+        show_progress: show a progress line on ``progress`` (None: when it is a terminal).
 
-    Inputs are read round-robin, one batch from each in turn, so the watermarks of several
-    sources advance together. Rejected input rows go to ``<input>.rejected``.
+    The rule that makes results independent of ``batch_rows``: each input is ingested in
+    chunks of exactly ``watermark_every`` rows, in file order. Rows of a chunk are judged
+    late against the watermark as it stood before the chunk; after the chunk the watermark
+    advances to its max event time − delay. Inputs take turns chunk by chunk, so the
+    watermarks of several sources advance together. Rows that do not fit the source —
+    unparsable, wrong type, or an implausible event time — go to ``<input>.rejected``
+    (``{"index", "raw", "error"}``, ``index`` = the record's position in the file).
     """
     import laminardb
     from laminardb.connectors import FileSink, read_file
@@ -142,14 +214,19 @@ def run_pipeline(sql: str, *, inputs: dict[str, str], outputs: dict[str, str],
         sinks: dict[str, Any] = {}
         subs: dict[str, Any] = {}
         readers: dict[str, Any] = {}
+        schemas: dict[str, pa.Schema] = {}
         try:
             for name, path in outputs.items():
                 subs[name] = conn.subscribe_stream(name, history_rows=0)
                 sinks[name] = FileSink(path, schema=subs[name].schema)
             for name, path in inputs.items():
-                readers[name] = read_file(path, schema=_source_schema(conn, name),
-                                          batch_rows=batch_rows)
-            meter = _Progress(progress, readers) if progress is not None else None
+                schemas[name] = _source_schema(conn, name)
+                readers[name] = read_file(path, schema=schemas[name], batch_rows=batch_rows)
+            meter = None
+            if progress is not None:
+                tty = hasattr(progress, "isatty") and progress.isatty()
+                if show_progress or (show_progress is None and tty):
+                    meter = _Progress(progress, readers, conn, schemas, force=bool(show_progress))
             conn.start()
 
             def drain() -> None:
@@ -157,14 +234,19 @@ def run_pipeline(sql: str, *, inputs: dict[str, str], outputs: dict[str, str],
                     while (batch := sub.try_next()) is not None:
                         sinks[name].write(batch)
 
-            active = dict(readers)
+            active = {name: _chunks(reader, watermark_every) for name, reader in readers.items()}
             while active:
-                for name, reader in list(active.items()):
-                    batch = next(reader, None)
-                    if batch is None:
+                for name, chunks in list(active.items()):
+                    chunk = next(chunks, None)
+                    if chunk is None:
                         del active[name]
                         continue
-                    conn.insert(name, batch)
+                    table, index = chunk
+                    res = conn.insert(name, table, on_error="skip")
+                    if res.rejected:  # refused by the source's event-time rules: file indexes
+                        bad = res.rejected_rows
+                        bad = bad.set_column(0, "index", pa.array(index[bad.column("index").to_numpy()]))
+                        readers[name].reject(bad)
                     drain()
                     if meter is not None:
                         meter.update()
@@ -174,6 +256,8 @@ def run_pipeline(sql: str, *, inputs: dict[str, str], outputs: dict[str, str],
                     sinks[name].write(batch)
             if meter is not None:
                 meter.update(final=True)
+            streams = conn.metrics()["streams"]
+            result.late_dropped = {n: s["late_dropped"] for n, s in streams.items() if s.get("late_dropped")}
         finally:
             for sink in sinks.values():
                 sink.close()
@@ -184,6 +268,10 @@ def run_pipeline(sql: str, *, inputs: dict[str, str], outputs: dict[str, str],
             result.rejected[name] = reader.report.rejected
             if reader.report.rejected and progress is not None:
                 progress.write(f"warning: {reader.report.summary()}\n")
+        if result.late_dropped and progress is not None:
+            per = ", ".join(f"{n}: {c:,}" for n, c in result.late_dropped.items())
+            progress.write(f"warning: rows dropped as late ({per}): they came after the watermark "
+                           "had closed their windows; a longer WATERMARK delay keeps them\n")
         result.rows_out = {name: sink.rows_written for name, sink in sinks.items()}
     result.seconds = time.monotonic() - start
     return result
@@ -202,12 +290,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print("warning: no --output given; results are computed and discarded", file=sys.stderr)
     result = run_pipeline(sql, inputs=inputs, outputs=outputs,
                           variables=parse_assignments(args.var, "--var"),
-                          batch_rows=args.batch_rows, progress=sys.stderr)
+                          batch_rows=args.batch_rows, watermark_every=args.watermark_every,
+                          progress=sys.stderr, show_progress=args.progress)
     if not args.quiet:
         ins = ", ".join(f"{n}: {c:,} rows" for n, c in result.rows_in.items()) or "no input"
         outs = ", ".join(f"{n}: {c:,} rows → {outputs[n]}" for n, c in result.rows_out.items())
         print(f"read {ins}; wrote {outs or 'nothing'} in {result.seconds:.2f}s", file=sys.stderr)
     return 0
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from laminardb.shell import run_shell
+
+    return run_shell(args.directory, variables=parse_assignments(args.var, "--var"))
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -252,9 +347,24 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--var", action="append", metavar="NAME=VALUE",
                      help="value of ${NAME} in the SQL (repeatable)")
     run.add_argument("--batch-rows", type=_positive(int), default=65536,
-                     help="most rows per inserted batch")
+                     help="most rows read and converted at a time (memory only: results do not "
+                          "depend on it)")
+    run.add_argument("--watermark-every", type=_positive(int), default=_CHUNK_ROWS, metavar="ROWS",
+                     help="ingest each input in chunks of ROWS rows; the watermark advances after "
+                          f"each chunk, rows of a chunk are judged late against the one before it "
+                          f"(default {_CHUNK_ROWS})")
+    run.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                     help="show a progress line on stderr (default: when stderr is a terminal and "
+                          "the run takes over a few seconds)")
     run.add_argument("-q", "--quiet", action="store_true", help="no summary line")
     run.set_defaults(func=_cmd_run)
+
+    shell = sub.add_parser("sql", help="interactive SQL shell over an embedded database")
+    shell.add_argument("directory", nargs="?", default=None, metavar="DIR",
+                       help="durable database directory (default: in memory)")
+    shell.add_argument("--var", action="append", metavar="NAME=VALUE",
+                       help="value of ${NAME} in the SQL (repeatable)")
+    shell.set_defaults(func=_cmd_sql)
 
     try:
         from laminardb.raft.cli import register

@@ -17,18 +17,23 @@ import pyarrow as pa
 
 from laminardb import catalog
 from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
+from laminardb.ingest import OnError, check_on_error
 from laminardb.reactor import Reactor
 from laminardb.source_runner import SourceRunner
 from laminardb.sql import ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.planner import plan_query
 from laminardb.sql.types import type_name
-from laminardb.subscription import Subscription
+from laminardb.subscription import CallbackSubscription, Subscription
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from laminardb.checkpoint.local import LocalCoordinator
+    from laminardb.writer import Writer
+
+# How long close() waits for each callback subscription's thread to hand over what is queued.
+_CALLBACK_JOIN_S = 5.0
 
 
 @dataclass
@@ -90,6 +95,7 @@ class Connection:
         self._closed = False
         self._started = False
         self._runners: dict[str, SourceRunner] = {}
+        self._callbacks: list[CallbackSubscription] = []
         self._durable: LocalCoordinator | None = None
         if self.path != ":memory:":
             from laminardb.checkpoint.local import LocalCoordinator
@@ -218,13 +224,15 @@ class Connection:
 
     def _describe(self, name: str) -> pa.Table:
         node = self._reactor._node(name)
+        notes = self._reactor.event_time_notes(node.name)  # event-time column -> how its watermark is made
         rows = [(f.name, type_name(f.type), f.nullable and f.name not in node.not_null,
-                 f.name == node.time_col) for f in node.schema]
+                 f.name in notes) for f in node.schema]
         return pa.table({
             "column": [r[0] for r in rows],
             "type": [r[1] for r in rows],
             "nullable": [r[2] for r in rows],
             "event_time": [r[3] for r in rows],
+            "watermark": pa.array([notes.get(r[0]) for r in rows], pa.string()),
         })
 
     def _explain(self, stmt) -> list[str]:
@@ -238,15 +246,69 @@ class Connection:
         raise UnsupportedSqlError("EXPLAIN takes a SELECT or CREATE STREAM/MATERIALIZED VIEW statement")
 
     # ------------------------------------------------------------------ data
-    def insert(self, source: str, data: Any) -> int:
-        """Insert one batch (dict, list of dicts, RecordBatch, Table or DataFrame); returns rows."""
+    def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int:
+        """Insert one batch (dict, list of dicts, RecordBatch, Table or DataFrame); returns rows.
+
+        Rows that do not fit (a value of the wrong type, NULL in a NOT NULL column, an
+        implausible event time): ``on_error='raise'`` refuses the whole call with the error of
+        the first such row, named by its index (``LDB-2001`` … ``LDB-2005``); ``'skip'`` leaves
+        them out and returns an ``InsertResult`` — the int of rows accepted, with ``.rejected``
+        and ``.rejected_rows`` (index, raw, error); ``'dead_letter'`` also emits them on the
+        stream ``<source>__rejected``.
+        """
+        check_on_error(on_error)
+        return self._insert(source, data, on_error=on_error)
+
+    def _insert(self, source: str, data: Any, *, on_error: str = "raise", index=None, rejected=None,
+                strict_text: bool = True) -> int:
         self._check_open()
         with self._reactor.lock:
-            n = self._reactor.insert(source, data)
+            n = self._reactor.insert(source, data, on_error=on_error, index=index, rejected=rejected,
+                                     strict_text=strict_text)
             lsn = self._reactor.last_lsn
         if self._durable is not None and n:
             self._durable.durable(lsn)  # group commit: fsync outside the lock (wal_sync='always')
         return n
+
+    def insert_json(self, source: str, data: str | bytes | list[str], *, on_error: OnError = "raise") -> int:
+        """Insert JSON text: an array of objects, one object, or one object per line (or a list
+        of such lines). Values convert as in ``insert()``; a record's index is its position."""
+        self._check_open()
+        check_on_error(on_error)
+        from laminardb._text_rows import parse_json_text
+
+        parsed = parse_json_text(data, source=source)
+        return self._insert(source, parsed.data, on_error=on_error, index=parsed.index, rejected=parsed.rejected,
+                            strict_text=False)
+
+    def insert_csv(self, source: str, data: str | bytes, *, on_error: OnError = "raise") -> int:
+        """Insert CSV text with a header row (values read as text, converted as CSV files are
+        by ``laminardb run``); a record's index is its position after the header."""
+        self._check_open()
+        check_on_error(on_error)
+        from laminardb._text_rows import parse_csv_text
+
+        with self._reactor.lock:
+            schema = self._reactor._node(source).schema
+        parsed = parse_csv_text(data, schema, source=source)
+        return self._insert(source, parsed.data, on_error=on_error, index=parsed.index, rejected=parsed.rejected,
+                            strict_text=False)
+
+    def writer(self, source: str, *, on_error: OnError = "raise") -> Writer:
+        """A ``Writer`` into ``source``: buffered inserts, ``flush()``, ``watermark(ts)``."""
+        self._check_open()
+        from laminardb.writer import Writer
+
+        return Writer(self, source, on_error=on_error)
+
+    def _advance_watermark(self, source: str, timestamp: Any) -> int | None:
+        self._check_open()
+        with self._reactor.lock:
+            wm = self._reactor.advance_watermark(source, timestamp)
+            lsn = self._reactor.last_lsn
+        if self._durable is not None:
+            self._durable.durable(lsn)
+        return wm
 
     def offset(self, source: str) -> int:
         """Rows durably accepted into ``source`` so far, across restarts: resume from here."""
@@ -279,6 +341,17 @@ class Connection:
             return self._reactor.subscribe(name, **opts)
 
     subscribe = subscribe_stream
+
+    def subscribe_callback(self, name: str, on_data, on_error=None) -> CallbackSubscription:
+        """Call ``on_data(batch)`` for every batch ``name`` emits from now on, on a thread this
+        connection owns; ``on_error(exc)`` when it raises (without one, delivery stops and the
+        error is kept in ``.error`` and raised by ``.wait()``). Stop with ``.cancel()``."""
+        sub = self.subscribe_stream(name, history_rows=0)
+        cb = CallbackSubscription(sub, on_data, on_error)
+        self._callbacks = [c for c in self._callbacks if c.is_active] + [cb]
+        return cb
+
+    subscribe_stream_callback = subscribe_callback
 
     def query(self, sql: str) -> QueryResult:
         """A consistent snapshot of materialized views, or an ad-hoc SELECT over them."""
@@ -334,6 +407,19 @@ class Connection:
         if self._durable is not None:
             self._durable.checkpoint()  # commit every sink's final output
 
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Graceful stop, then ``close()``: connector sources catch up and stop, callback
+        subscriptions hand over every batch, a durable database takes a last checkpoint.
+        Open windows stay open (durable: in the checkpoint) — for end of input use ``finish()``."""
+        self._check_open()
+        try:
+            self.flush(timeout_s)
+            self._stop_runners()
+            for cb in list(self._callbacks):
+                cb._drain(timeout_s)
+        finally:
+            self.close()
+
     def _stop_runners(self) -> None:
         for runner in self._runners.values():
             runner.stop()
@@ -363,8 +449,12 @@ class Connection:
                     for s in node.sinks:
                         s.close()
             self._closed = True
+        for cb in self._callbacks:  # they hand over what is queued, then end (outside the lock)
+            cb._join(_CALLBACK_JOIN_S)
 
     def metrics(self) -> dict[str, Any]:
+        """Counters: events in/out, late rows dropped/routed, each source's watermark, per
+        stream ``rows_emitted``/``kind``/``late_dropped``, and checkpoints (durable)."""
         r = self._reactor
         with r.lock:
             return {
@@ -373,12 +463,14 @@ class Connection:
                 "late_events_dropped": r.late_dropped(),
                 "late_events_routed": r.late_routed,
                 "watermarks": r.watermarks(),
-                "streams": {n.name: {"rows_emitted": n.rows_out, "kind": n.kind}
+                "streams": {n.name: {"rows_emitted": n.rows_out, "kind": n.kind,
+                                     "late_dropped": 0 if n.op is None else n.op.late_dropped}
                             for n in r.nodes.values() if n.kind != "source"},
                 "checkpoints": None if self._durable is None else self._durable.metrics(),
             }
 
     def list_streams(self) -> list[str]:
+        """Names of the streams, materialized views and late-data streams."""
         return [n.name for n in self._reactor.nodes.values() if n.kind in ("stream", "view", "late")]
 
     def _check_open(self) -> None:

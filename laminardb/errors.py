@@ -4,8 +4,8 @@ Every error carries a stable ``code`` ("LDB-NNNN"); the thousands digit names th
 
 =========  ==========================================================
 LDB-1xxx   SQL: parsing, planning, unknown names, unsupported constructs
-LDB-2xxx   data: values that do not fit a source's schema
-LDB-3xxx   engine: connection/subscription state (3004: insert after finish), internal faults
+LDB-2xxx   data: rows that do not fit a source (2004: an implausible event time, 2005: too far ahead)
+LDB-3xxx   engine: connection/subscription/writer state (3004: insert after finish), internal faults
 LDB-4xxx   connectors: files, Kafka, decoding
 LDB-5xxx   checkpoints and recovery
 LDB-6xxx   control plane: Raft, ownership, fencing, RPC
@@ -15,7 +15,9 @@ LDB-9xxx   configuration and CLI
 =========  ==========================================================
 
 User-input errors (SQL, data) are kept apart from engine faults so that callers can
-tell "fix your query" from "something broke".
+tell "fix your query" from "something broke". ``docs/errors.md`` lists every code with what
+to do. The package root re-exports ``LaminarError`` and the subsystem bases; the leaves are
+imported from here or from a subsystem's ``exceptions`` module.
 """
 
 from __future__ import annotations
@@ -122,7 +124,8 @@ class NullViolationError(DataError):
 
 
 class ConversionError(DataError):
-    """A value cannot be converted to the column's or the CAST's type."""
+    """A value cannot be converted to the column's or the CAST's type (LDB-2003), or an event
+    time is implausible for its unit — epoch µs given as ms, say (LDB-2004)."""
 
     code = "LDB-2003"
 

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from laminardb.errors import EngineError, NotQueryableError
-from laminardb.ingest import to_batch
+from laminardb._convert import REJECTED_SCHEMA
+from laminardb._event_time import OPTION_KEYS as EVENT_TIME_OPTIONS
+from laminardb._event_time import EventTimeRules
+from laminardb.errors import ConversionError, EngineError, NotQueryableError
+from laminardb.ingest import InsertResult, combine_rejected, prepare, raise_rejected
 from laminardb.operators._buffers import numeric_view
 from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK
 from laminardb.operators.query_operator import QueryOperator
@@ -47,6 +50,7 @@ def make_source_connector(kind: str, node: Node, options: dict[str, str],
 
 
 FROM_DATA = object()  # ingest(): the watermark follows the batch's max event time
+REJECTED_SUFFIX = "__rejected"  # <source>__rejected: the rows insert(on_error='dead_letter') refused
 
 
 @dataclass
@@ -54,7 +58,7 @@ class Node:
     """A named relation: a source, a stream, a materialized view, a late-data stream or a sink."""
 
     name: str
-    kind: str  # "source" | "stream" | "view" | "late" | "sink"
+    kind: str  # "source" | "stream" | "view" | "late" | "sink" | "rejected" (a source's dead letters)
     schema: pa.Schema  # what subscribers see (with __weight for changelogs)
     sql: str = ""
     time_col: str | None = None
@@ -77,6 +81,12 @@ class Node:
     connector: object | None = None  # a polled source connector (Kafka), driven by Connection.start()
     accepted: int = 0  # rows insert() accepted (durable: WAL-logged), across restarts
     connector_state: dict | None = None  # the connector's position as of the last ingested poll
+    rules: EventTimeRules | None = None  # plausible event times (WITH event_time_range, max_future)
+    source_connector: str | None = None  # "kafka" for FROM KAFKA (…) / WITH ('connector' = 'kafka')
+    # event time: every event-time column of a stream → its watermark from the root source's
+    # (sources: just time_col); how the watermark came about, for DESCRIBE
+    time_cols: dict = field(default_factory=dict)
+    watermark_note: str = ""
 
     @property
     def visible_schema(self) -> pa.Schema:
@@ -108,7 +118,9 @@ class Reactor:
         node = self._node(name)
         if node.kind == "sink":
             raise UnknownObjectError(f"{name!r} is a sink; queries read sources, streams and views")
-        return RelationInfo(node.name, node.visible_schema, node.time_col, node.changelog)
+        times = node.time_cols if node.kind in ("stream", "view", "late") else None
+        return RelationInfo(node.name, node.visible_schema, node.time_col, node.changelog, times,
+                            kind=node.kind, connector=node.source_connector)
 
     def _node(self, name: str) -> Node:
         if name in self.nodes:
@@ -136,13 +148,32 @@ class Reactor:
             not_null.add(stmt.watermark_col)  # rows without event time cannot be placed in time
         node = Node(stmt.name, "source", schema, time_col=stmt.watermark_col,
                     not_null=frozenset(not_null), delay_ticks=delay, options=stmt.options)
+        node.rules = self._event_time_rules(stmt, schema)
+        node.source_connector = stmt.connector
+        if stmt.watermark_col is not None:
+            node.watermark_note = f"max event time - {stmt.watermark_delay_ms} ms (declared)"
+        dead = stmt.name + REJECTED_SUFFIX
+        if dead in self.nodes:
+            raise DuplicateObjectError(f"{dead!r} is taken by a {self.nodes[dead].kind}; the name holds the "
+                                       f"rows refused by inserts into source {stmt.name!r}: rename that one")
         if stmt.connector is not None and self.connectors_enabled:
             restore = self.connector_restore.get(stmt.name)
             args = () if restore is None else (restore,)
             node.connector = self.make_source_connector(stmt.connector, node, stmt.connector_options, *args)
             node.connector_state = restore
         self.nodes[stmt.name] = node
+        self.nodes[dead] = Node(dead, "rejected", REJECTED_SCHEMA, sql=f"rows refused by inserts into {stmt.name}",
+                                input=stmt.name)
         return True
+
+    @staticmethod
+    def _event_time_rules(stmt: ddl.CreateSource, schema: pa.Schema) -> EventTimeRules | None:
+        options = {k: v for k, v in stmt.options.items() if k in EVENT_TIME_OPTIONS}
+        if stmt.watermark_col is None:  # checked now; applied once a window places the event time
+            EventTimeRules.from_options(options, source=stmt.name, column="", time_type=pa.int64())
+            return None
+        return EventTimeRules.from_options(options, source=stmt.name, column=stmt.watermark_col,
+                                           time_type=schema.field(stmt.watermark_col).type)
 
     def create_stream(self, stmt: ddl.CreateStream, *, kind: str | None = None, sql: str = "") -> bool:
         if stmt.name in self.nodes:
@@ -155,16 +186,38 @@ class Reactor:
         op = self.make_operator(stmt.name, plan)
         kind = kind or ("view" if stmt.materialized else "stream")
         node = Node(stmt.name, kind, op.schema, sql=sql or stmt.query.text, time_col=plan.time_col,
-                    changelog=plan.changelog, input=plan.input, plan=plan, op=op)
+                    changelog=plan.changelog, input=plan.input, plan=plan, op=op, time_cols=dict(plan.time_cols))
         upstream = self._node(plan.input)
         node.wm = upstream.wm
         if kind == "view":
             node.view = ViewStore(op.schema, changelog=plan.changelog)
         if plan.late_data_to:
             self._attach_late(node, plan)
+        if plan.implicit_watermark is not None:  # last: nothing below fails
+            self._place_watermark(upstream, plan.implicit_watermark, stmt.name)
         self.nodes[stmt.name] = node
         upstream.downstream.append(stmt.name)
         return True
+
+    @staticmethod
+    def _place_watermark(source: Node, col: str, by: str) -> None:
+        """A window over a source that declares no watermark: its column becomes the source's
+        event time, watermark = max event time (zero delay), for the rest of the source's life."""
+        source.time_col = col
+        source.not_null = source.not_null | {col}  # rows without event time cannot be placed in time
+        source.delay_ticks = 0
+        source.watermark_note = f"max event time (implicit, zero delay: placed by the window of {by!r})"
+        if source.rules is None:  # the same plausibility checks as a declared watermark (defaults)
+            options = {k: v for k, v in source.options.items() if k in EVENT_TIME_OPTIONS}
+            source.rules = EventTimeRules.from_options(options, source=source.name, column=col,
+                                                       time_type=source.schema.field(col).type)
+
+    def event_time_notes(self, name: str) -> dict[str, str]:
+        """Each event-time column of ``name`` → how its watermark is made (for DESCRIBE)."""
+        node = self._node(name)
+        if node.kind == "source":
+            return {node.time_col: node.watermark_note} if node.time_col else {}
+        return {c: "derived: " + m.describe() for c, m in node.time_cols.items()}
 
     def _attach_late(self, node: Node, plan: QueryPlan) -> None:
         name = plan.late_data_to
@@ -174,8 +227,12 @@ class Reactor:
                 raise DuplicateObjectError(f"LATE DATA TO {name!r}: that name is taken by a {target.kind}")
         else:
             src = self._node(plan.input)
+            times = self.relation(plan.input).event_time()
+            if plan.implicit_watermark is not None:
+                times = {plan.implicit_watermark: plan.input_watermark}
             self.nodes[name] = Node(name, "late", plan.input_schema, sql=f"late rows of {node.name}",
-                                    time_col=src.time_col, input=node.name)
+                                    time_col=src.time_col or plan.implicit_watermark, input=node.name,
+                                    time_cols=times)
         node.late_target = name
 
     def add_sink(self, name: str, stream: str, sink) -> None:
@@ -193,12 +250,18 @@ class Reactor:
                 return False
             self._node(stmt.name)  # raises UnknownObjectError
         node = self.nodes[stmt.name]
+        if node.kind == "rejected":
+            raise DependentObjectsError(f"{stmt.name!r} holds the rows refused by inserts into {node.input!r} "
+                                        "and goes away with that source (DROP SOURCE)")
         want = {"SOURCE": ("source",), "STREAM": ("stream", "late"), "MATERIALIZED VIEW": ("view",),
                 "SINK": ("sink",)}[stmt.kind]
         if node.kind not in want:
             raise UnknownObjectError(f"{stmt.name!r} is a {node.kind}, not a {stmt.kind.lower()}; use DROP {node.kind.upper()}")
         users = [d for d in node.downstream if d in self.nodes]
         users += [n.name for n in self.nodes.values() if n.kind == "late" and n.input == node.name and n.downstream]
+        dead = self.nodes.get(stmt.name + REJECTED_SUFFIX) if node.kind == "source" else None
+        if dead is not None and dead.kind == "rejected":
+            users += [d for d in dead.downstream if d in self.nodes]
         if users:
             raise DependentObjectsError(f"cannot drop {stmt.name!r}: {', '.join(users)} read from it; drop those first")
         if node.connector is not None:
@@ -217,22 +280,76 @@ class Reactor:
                 ups.downstream.remove(stmt.name)
         if node.late_target and node.late_target in self.nodes and not self.nodes[node.late_target].downstream:
             self.nodes.pop(node.late_target)
+        if dead is not None and dead.kind == "rejected":
+            for sub in list(dead.subscribers):
+                sub._end()
+            self.nodes.pop(dead.name)
         del self.nodes[stmt.name]
         return True
 
     # ------------------------------------------------------------------ data path
-    def insert(self, source: str, data) -> int:
+    def insert(self, source: str, data, *, on_error: str = "raise", index=None,
+               rejected: pa.RecordBatch | None = None, strict_text: bool = True) -> int:
+        """Convert and ingest one insert. Rows that do not fit (``ingest.prepare``) refuse the
+        whole call (``on_error='raise'``) or are left out (``'skip'``; ``'dead_letter'`` also
+        emits them on ``<source>__rejected``); then an ``InsertResult`` is returned. ``index``
+        maps rows of ``data`` to their index in the caller's input; ``rejected``: rows of that
+        input refused before (text that did not parse); ``strict_text``: see ``ingest.prepare``."""
         node = self._node(source)
         if node.kind != "source":
             raise NotQueryableError(f"{source!r} is a {node.kind}; insert() writes to sources only")
         if self.finished:
             raise EngineError("the connection has finished (end of input); open a new connection to continue",
                               code="LDB-3004")
-        batch = to_batch(data, node.schema, node.not_null, source=node.name)
+        p = prepare(data, node.schema, node.not_null, source=node.name, rules=node.rules, max_ts=node.max_ts,
+                    strict_text=strict_text)
+        bad, codes = combine_rejected(p, index=index, earlier=rejected)
+        if bad is not None and on_error == "raise":
+            total = p.rows + (0 if rejected is None else rejected.num_rows)
+            raise_rejected(bad, codes, source=node.name, rows=total)
+        batch = p.batch
+        # only the accepted rows are logged and counted: refused ones never reach the WAL
         if self.journal is not None and batch.num_rows:
             self.last_lsn = self.journal.log_insert(node.name, batch)  # durable before it counts
         node.accepted += batch.num_rows
-        return self.ingest(node, batch)
+        n = self.ingest(node, batch)
+        if on_error == "raise":
+            return n
+        if bad is not None and on_error == "dead_letter":
+            dead = self.nodes.get(node.name + REJECTED_SUFFIX)
+            if dead is not None:
+                self._emit(dead, [bad])
+        return InsertResult(n, None if bad is None else pa.Table.from_batches([bad]))
+
+    def advance_watermark(self, source: str, wm) -> int | None:
+        """Raise ``source`` 's watermark to ``wm`` (never back): the explicit watermark of
+        ``Writer.watermark``. ``wm`` is in the time column's ticks, or text/datetime for
+        TIMESTAMP columns. Returns the watermark now in force (None: none yet)."""
+        from laminardb._convert import convert
+
+        node = self._node(source)
+        if node.kind != "source":
+            raise NotQueryableError(f"{source!r} is a {node.kind}; watermarks belong to sources")
+        if node.time_col is None:
+            raise EngineError(f"source {node.name!r} has no event-time column, so no watermark: declare "
+                              "WATERMARK FOR <column> AS <column> - INTERVAL '…'", code="LDB-3011")
+        if self.finished:
+            raise EngineError("the connection has finished (end of input); open a new connection to continue",
+                              code="LDB-3004")
+        values, bad = convert(pa.array([wm]), node.schema.field(node.time_col).type)
+        if bad[0].as_py() or not values[0].is_valid:
+            raise ConversionError(f"watermark {wm!r} of source {node.name!r} is not a valid "
+                                  f"{node.schema.field(node.time_col).type}: give epoch milliseconds, "
+                                  "a datetime or ISO-8601 text")
+        ticks = int(numeric_view(values)[0])
+        why = node.rules.check_watermark(ticks) if node.rules is not None else None
+        if why is not None:
+            raise ConversionError(why, code="LDB-2004")
+        if ticks > node.wm:
+            if self.journal is not None and getattr(self.journal, "journaling", False):
+                self.last_lsn = self.journal.wal.append("watermark", {"s": node.name, "wm": ticks})
+            self.ingest(node, None, watermark=ticks)
+        return None if node.wm == NO_WATERMARK else node.wm
 
     def ingest(self, node: Node, batch: pa.RecordBatch | None, *,
                watermark: int | None | object = FROM_DATA) -> int:
@@ -291,10 +408,12 @@ class Reactor:
         if node.op is None:  # a late-data stream
             self._emit(node, [batch])
             return
+        assert node.plan is not None  # every node with an operator has its plan
+        to_input = node.plan.input_watermark  # the root source's watermark → the window column's
         if wm_next is not None and getattr(node.op, "accepts_next_watermark", False):
-            outs, late = node.op.process(batch, wm_before, wm_next=wm_next)
+            outs, late = node.op.process(batch, to_input(wm_before), wm_next=to_input(wm_next))
         else:
-            outs, late = node.op.process(batch, wm_before)
+            outs, late = node.op.process(batch, to_input(wm_before))
         self.deliver(name, outs, late)
 
     def deliver(self, name: str, outs: list[pa.RecordBatch], late: pa.RecordBatch | None = None) -> None:
@@ -331,8 +450,8 @@ class Reactor:
                 self._push(d, b, node.wm)
 
     def _advance(self, node: Node, wm: int, errors: list[Exception]) -> None:
-        if node.op is not None:
-            self._emit(node, node.op.on_watermark(wm))
+        if node.op is not None and node.plan is not None:
+            self._emit(node, node.op.on_watermark(node.plan.input_watermark(wm)))
         node.wm = max(node.wm, wm)
         for d in list(node.downstream):
             self._guard(errors, self._advance, self.nodes[d], wm, errors)

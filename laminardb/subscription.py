@@ -1,8 +1,9 @@
 """Subscriptions: a bounded-wait queue of RecordBatches a stream emits after subscribing.
 
-Entry point: ``Subscription`` (created by ``Connection.subscribe_stream``). The engine
-calls ``_deliver`` and ``_end``; users call ``next_timeout``, ``try_next``, iterate, or
-read everything delivered so far with ``to_arrow()``.
+Entry points: ``Subscription`` (created by ``Connection.subscribe_stream``) and
+``CallbackSubscription`` (``Connection.subscribe_callback``: a thread hands each batch to a
+function). The engine calls ``_deliver`` and ``_end``; users call ``next_timeout``,
+``try_next``, iterate, or read everything delivered so far with ``to_arrow()``.
 
 Memory: ``to_arrow()`` returns every batch delivered so far, so a subscription keeps
 them — up to ``history_rows`` (default ``_HISTORY_ROWS``); past that the oldest are released,
@@ -126,3 +127,102 @@ class Subscription:
 
     def __repr__(self) -> str:
         return f"Subscription({self.name!r}, pending={len(self._queue)}, ended={self._ended})"
+
+
+class CallbackSubscription:
+    """Batches of one stream handed to ``on_data`` on a thread the connection owns.
+
+    Created by ``Connection.subscribe_callback(name, on_data, on_error=None)``. ``on_data``
+    gets each ``pyarrow.RecordBatch`` in emission order, one call at a time. When it raises,
+    ``on_error(exc)`` is called and delivery goes on; without ``on_error`` (or when that raises
+    too) delivery stops, the exception is kept in ``error``, logged, and raised by ``wait()``.
+    ``cancel()`` stops delivery (batches not yet handed over are dropped); the stream's end
+    (``finish()``, ``close()``, ``shutdown()``) lets the thread hand over what is queued, then end.
+    """
+
+    def __init__(self, sub: Subscription, on_data: Callable[[pa.RecordBatch], object],
+                 on_error: Callable[[BaseException], object] | None = None) -> None:
+        self.name = sub.name
+        self.schema = sub.schema
+        self.error: BaseException | None = None
+        self._sub = sub
+        self._on_data, self._on_error = on_data, on_error
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name=f"laminardb-callback-{sub.name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        sub = self._sub
+        while True:
+            with sub._cond:
+                sub._cond.wait_for(lambda: sub._queue or sub._ended or sub._cancelled)
+                batch = None if sub._cancelled else sub._take()
+                if batch is None:
+                    sub._cond.notify_all()
+                    return
+                self._busy = True
+            try:
+                self._on_data(batch)
+            except BaseException as exc:  # noqa: BLE001 - user code: reported through on_error / .error
+                if not self._failed(exc):
+                    return
+            finally:
+                with sub._cond:
+                    self._busy = False
+                    sub._cond.notify_all()
+
+    def _failed(self, exc: BaseException) -> bool:
+        """``on_data`` raised: True to go on delivering."""
+        if self._on_error is not None:
+            try:
+                self._on_error(exc)
+                return True
+            except BaseException as again:  # noqa: BLE001 - stops delivery, kept in .error
+                exc = again
+        self.error = exc
+        log.warning("callback subscription to %r stopped: its callback raised %s: %s",
+                    self.name, type(exc).__name__, exc)
+        self._sub.cancel()
+        return False
+
+    def cancel(self) -> None:
+        """Stop delivery (idempotent); a callback already running finishes first (see ``wait``)."""
+        if not self._sub._cancelled:
+            self._sub.cancel()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until delivery has stopped (cancelled, failed, or the stream ended and every
+        batch was handed over); True if it has. Raises the callback's error, if delivery stopped
+        because of one."""
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+        if self.error is not None:
+            raise self.error
+        return not self._thread.is_alive()
+
+    def _join(self, timeout: float) -> None:
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _drain(self, timeout: float) -> bool:
+        """Wait until every batch delivered so far was handed to the callback and it returned."""
+        if threading.current_thread() is self._thread:
+            return True
+        sub = self._sub
+        with sub._cond:
+            return sub._cond.wait_for(lambda: (not sub._queue and not self._busy)
+                                      or not self._thread.is_alive(), timeout)
+
+    @property
+    def is_active(self) -> bool:
+        """True while delivery goes on."""
+        return self._thread.is_alive() and not self._sub._cancelled
+
+    @property
+    def pending(self) -> int:
+        """Batches delivered to the subscription and not yet handed to the callback."""
+        return len(self._sub._queue)
+
+    def __repr__(self) -> str:
+        state = "active" if self.is_active else "finished"
+        return f"CallbackSubscription(stream={self.name!r}, {state})"

@@ -232,11 +232,11 @@ class ClusterConnection(Connection):
         elif isinstance(stmt, ddl.Drop) and stmt.kind != "SINK":
             self.cluster.broadcast("execute", text)
 
-    def insert(self, source: str, data: Any) -> int:
+    def insert(self, source: str, data: Any, **options: Any) -> int:
         self._check_open()
         if self._drainer is not None and self._drainer.error is not None:
             self._drain()  # raises it
-        return super().insert(source, data)
+        return super().insert(source, data, **options)
 
     def finish(self) -> None:
         self._check_open()

@@ -31,6 +31,7 @@ def _mergeable(plan: QueryPlan) -> bool:
     agg = plan.aggregate
     return bool(
         agg is not None and not plan.input_changelog
+        and not getattr(agg, "lateness", 0)  # late firings need the whole window's state in one place
         and (agg.window is None or agg.window.kind in ("tumble", "hop"))
         and all(s.kind in _MERGEABLE for s in agg.specs)
         and all(not (s.kind in ("min", "max") and (pa.types.is_string(s.arg_type) or pa.types.is_boolean(s.arg_type)))

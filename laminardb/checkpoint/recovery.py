@@ -75,6 +75,8 @@ def recover(conn) -> dict[str, Any]:
                     reactor.ingest(node, batch)
                 except Exception as exc:  # noqa: BLE001 - the original insert raised the same
                     log.info("replay: insert into %s raised again: %s", node.name, exc)
+            elif rec.kind == "watermark":  # writer(source).watermark(ts)
+                reactor.ingest(reactor._node(rec.header["s"]), None, watermark=rec.header["wm"])
             elif rec.kind == "finish":
                 reactor.finish()
         reactor.connector_restore = {}

@@ -35,7 +35,7 @@ __all__ = ["DeltaConfigError", "DeltaLakeSink", "delta_schema"]
 
 log = logging.getLogger(__name__)
 
-_OPTIONS = ("path", "write_mode")
+_OPTIONS = ("path", "write_mode", "delivery.guarantee", "delivery_guarantee")
 _WRITE_MODES = ("append",)
 
 
@@ -61,6 +61,11 @@ def _options(name: str, options: dict[str, str]) -> tuple[str, str]:
     if unknown:
         msg = (f"Delta Lake sink {name!r}: unknown option {', '.join(map(repr, unknown))}; "
                f"the options are {', '.join(_OPTIONS)}")
+        raise DeltaConfigError(msg)
+    guarantee = str(options.get("delivery.guarantee", options.get("delivery_guarantee", "exactly-once")))
+    if guarantee.lower() != "exactly-once":  # LaminarDB's option; a Delta table is only ever exactly-once here
+        msg = (f"Delta Lake sink {name!r}: delivery.guarantee {guarantee!r} is not supported; Delta Lake "
+               "sinks commit one table version per checkpoint, so they are always 'exactly-once'")
         raise DeltaConfigError(msg)
     path = options.get("path")
     if not path:

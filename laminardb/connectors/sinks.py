@@ -48,7 +48,11 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
     """
     connector = stmt.connector.lower()
     if connector == "kafka":
-        from laminardb.connectors.kafka_sink import ExactlyOnceKafkaSink, KafkaSink, delivery_guarantee
+        from laminardb.connectors.kafka_sink import (
+            ExactlyOnceKafkaSink,
+            KafkaSink,
+            delivery_guarantee,
+        )
 
         if delivery_guarantee(stmt.options) == "exactly-once":
             if not durable or stage_root is None:

@@ -8,6 +8,12 @@ It emits ``GroupRows``: the group columns (``__ws``/``__we`` window bounds, ``__
 ``__a*`` aggregates) of groups that changed (EMIT CHANGES: old and new values side by
 side) or closed (EMIT ON WINDOW CLOSE). HAVING and the SELECT projection are applied by
 the caller, which is also what turns old/new pairs into a Z-set changelog.
+
+Allowed lateness ``L`` (Flink's): a window fires when the watermark reaches its end and keeps
+its state until the watermark reaches end + L; a row for a window that fired but is kept
+updates it, and (EMIT ON WINDOW CLOSE) re-fires it at once as an old/new pair; only rows
+whose every window has end + L ≤ watermark are late. Windows with end ≤ ``_fired_wm`` (the
+highest watermark seen) have fired — that scalar is part of the snapshot.
 """
 
 from __future__ import annotations
@@ -78,6 +84,7 @@ class GroupAggregate:
         window: WindowSpec | None,
         emit: EmitMode,
         time_type: pa.DataType = _INT64,
+        lateness: int = 0,
     ) -> None:
         if window is not None and window.kind == "session":
             raise ValueError("session windows are handled by SessionAggregate")
@@ -95,8 +102,13 @@ class GroupAggregate:
         self._mark = np.full(cap, -1, dtype=np.int64)
         self._stamp = 0
         self._seq = 0
+        # the lowest window end (+ L once fired) that a watermark can act on: on_watermark skips below it
         self._min_open_end = END_OF_TIME
+        self.lateness = lateness if window is not None else 0
+        self._fired_wm = NO_WATERMARK  # windows with end ≤ this have fired (allowed lateness only)
         self.fingerprint = _agg_state.fingerprint(key_types, specs, window, emit)
+        if self.lateness:  # absent otherwise: snapshots without lateness keep their fingerprint
+            self.fingerprint["lateness"] = self.lateness
 
     def _grow(self, cap: int) -> None:
         self.rows.grow(cap)
@@ -122,6 +134,8 @@ class GroupAggregate:
         key_ids = self.keys.intern(keys) if self.keys is not None else np.zeros(n, np.int64)
         late = None
         rows = None  # row index per (row, window) pair when windows expand rows
+        if self.lateness and wm_before != NO_WATERMARK:
+            wm_before -= self.lateness  # a window takes rows until the watermark reaches end + L
         if self.window is None:
             wins = np.zeros(n, dtype=np.int64)
         elif self.window.kind == "tumble":
@@ -157,6 +171,13 @@ class GroupAggregate:
             touched = self._touched(slots)
             old_valid = self.rows.counts[touched] > 0
             old_raw = [a.raw(touched) for a in self.accs]
+        elif self.lateness:  # EMIT ON WINDOW CLOSE: windows that already fired fire again
+            assert self.window is not None  # lateness is set for windows only
+            touched = self._touched(slots)
+            touched = touched[self.groups.slot_win[touched] + self.window.size <= self._fired_wm]
+            if len(touched):
+                old_valid = self.rows.counts[touched] > 0
+                old_raw = [a.raw(touched) for a in self.accs]
 
         w = np.ones(len(slots), dtype=np.int64) if weights is None else (
             weights if rows is None else weights[rows]
@@ -170,6 +191,10 @@ class GroupAggregate:
         self._seq += n
 
         if self.emit != "changes":
+            if old_raw is not None and touched is not None:  # late firings: old and new values
+                pair = self._materialize_pair(touched, old_raw)
+                return GroupRows(new=None, new_valid=self.rows.counts[touched] > 0, old_valid=old_valid,
+                                 pair=pair), late
             return None, late
         new_valid = self.rows.counts[touched] > 0
         pair = self._materialize_pair(touched, old_raw)
@@ -191,6 +216,8 @@ class GroupAggregate:
             if wm == END_OF_TIME and self.emit == "close":
                 return self._close(self.groups.live_slots())
             return None
+        if self.lateness:
+            return self._on_watermark_late(wm)
         if wm < self._min_open_end:
             return None
         live = self.groups.live_slots()
@@ -199,6 +226,26 @@ class GroupAggregate:
         open_ends = ends[ends > wm]
         self._min_open_end = int(open_ends.min()) if len(open_ends) else END_OF_TIME
         return self._close(closing)
+
+    def _on_watermark_late(self, wm: int) -> GroupRows | None:
+        """With allowed lateness: fire windows whose end the watermark reached, purge at end + L."""
+        fired_before = self._fired_wm
+        self._fired_wm = max(self._fired_wm, wm)
+        if wm < self._min_open_end or self.window is None:
+            return None
+        live = self.groups.live_slots()
+        ends = self.groups.slot_win[live] + self.window.size
+        fire = live[(ends <= wm) & (ends > fired_before)]
+        purge = ends + self.lateness <= wm
+        nxt = np.where(ends > wm, ends, ends + self.lateness)[~purge]
+        self._min_open_end = int(nxt.min()) if len(nxt) else END_OF_TIME
+        out = None
+        if self.emit == "close" and len(fire):
+            fire = fire[np.lexsort((self.groups.slot_key[fire], self.groups.slot_win[fire]))]
+            out = GroupRows(new=self._materialize(fire), new_valid=self.rows.counts[fire] > 0)
+        if purge.any():
+            self._free(live[purge])
+        return out
 
     def _close(self, closing: np.ndarray) -> GroupRows | None:
         if len(closing) == 0:
@@ -269,7 +316,10 @@ class GroupAggregate:
         live = self.groups.live_slots()
         tables = _agg_state.capture(self.keys, self.groups.slot_key[live], {"__ws": self.groups.slot_win[live]},
                                     self.rows, self.accs, live)
-        return tables, {"seq": self._seq}
+        meta = {"seq": self._seq}
+        if self.lateness:
+            meta["fired_wm"] = int(self._fired_wm)
+        return tables, meta
 
     def load(self, snap: Snapshot, meta: dict) -> None:
         """Upsert the snapshot's groups (keys re-interned in their original order)."""
@@ -278,5 +328,6 @@ class GroupAggregate:
         slots = self.groups.upsert(key_ids, ws)
         _agg_state.load_accumulators(snap, slots, self.rows, self.accs)
         self._seq = max(self._seq, int(meta["seq"]))
+        self._fired_wm = max(self._fired_wm, int(meta.get("fired_wm", NO_WATERMARK)))
         if self.window is not None and len(ws):
             self._min_open_end = min(self._min_open_end, int(ws.min()) + self.window.size)

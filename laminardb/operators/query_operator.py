@@ -50,10 +50,10 @@ class QueryOperator:
             key_types = [k.type for k in agg.keys]
             if agg.window is not None and agg.window.kind == "session":
                 self.agg = SessionAggregate(key_types=key_types, specs=agg.specs, gap=agg.window.gap,
-                                            emit=plan.emit, time_type=agg.time_type)
+                                            emit=plan.emit, time_type=agg.time_type, lateness=agg.lateness)
             else:
                 self.agg = GroupAggregate(key_types=key_types, specs=agg.specs, window=agg.window,
-                                          emit=plan.emit, time_type=agg.time_type)
+                                          emit=plan.emit, time_type=agg.time_type, lateness=agg.lateness)
 
     # ------------------------------------------------------------------ contract
     def process(self, batch: pa.RecordBatch, wm_before: int = NO_WATERMARK, *,

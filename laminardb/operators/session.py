@@ -7,6 +7,12 @@ when no open session takes it and its own window [ts, ts + gap) has already clos
 
 Sessions live in accumulator slots; each key's open sessions form a linked list
 (``key_head``/``slot_next``) walked by the numba kernel ``_assign_sessions``.
+
+Allowed lateness ``L``: a session fires when the watermark reaches its end and stays (open to
+rows that touch it) until the watermark reaches end + L. ``fired`` marks the sessions already
+emitted; a change to one (a late row, a merge) is emitted at once as an old/new pair, and a
+late row that opens a session already behind the watermark fires it at once (Flink). The
+flags ride in the snapshot's ``__fired`` column.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from laminardb.operators._kernels import take_slot
 from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulator
 from laminardb.operators.group_aggregate import (
     END_OF_TIME,
+    NO_WATERMARK,
     EmitMode,
     GroupRows,
     WindowSpec,
@@ -107,7 +114,7 @@ class SessionAggregate:
     """Keyed session-window aggregation; see the module docstring."""
 
     def __init__(self, *, key_types: list[pa.DataType], specs: list[AggSpec], gap: int,
-                 emit: EmitMode, time_type: pa.DataType) -> None:
+                 emit: EmitMode, time_type: pa.DataType, lateness: int = 0) -> None:
         self.gap = gap
         self.emit = emit
         self.time_type = time_type
@@ -125,15 +132,20 @@ class SessionAggregate:
         self.counters = np.zeros(2, np.int64)  # [high-water mark, free-stack size]
         self.key_head = np.full(_INITIAL, -1, np.int64)
         self._seq = 0
-        self._min_end = END_OF_TIME
+        self._min_end = END_OF_TIME  # lowest end (+ L once fired) a watermark can act on
+        self.lateness = lateness
+        self.fired = np.zeros(_INITIAL, np.bool_)  # emitted already (allowed lateness only)
+        self._fired_wm = NO_WATERMARK
         self.fingerprint = _agg_state.fingerprint(key_types, specs, WindowSpec("session", gap=gap), emit)
+        if lateness:
+            self.fingerprint["lateness"] = lateness
 
     def _reserve(self, n_rows: int, n_keys: int) -> None:
         need = int(self.counters[0]) + n_rows
         if need > len(self.slot_key):
             cap = max(2 * len(self.slot_key), 2 * need)
             for name, fill in (("slot_key", 0), ("slot_start", 0), ("slot_end", 0), ("slot_next", -1),
-                               ("redirect", -1), ("live", False), ("free", 0)):
+                               ("redirect", -1), ("live", False), ("free", 0), ("fired", False)):
                 old = getattr(self, name)
                 new = np.full(cap, fill, dtype=old.dtype)
                 new[: len(old)] = old
@@ -157,22 +169,29 @@ class SessionAggregate:
         merge_dst = np.empty(n, np.int64)
         merge_src = np.empty(n, np.int64)
         hw_before = int(self.counters[0])
-        if self.emit == "changes":
+        track = self.emit == "changes" or self.lateness  # old values of the sessions a batch changes
+        if track:
             old_start, old_end = self.slot_start.copy(), self.slot_end.copy()
+        if self.lateness and wm_before != NO_WATERMARK:
+            wm_before -= self.lateness  # a new session is late only when its end + L ≤ watermark
         n_merge = _assign_sessions(order, key_ids, ts, self.gap, wm_before, self.key_head, self.slot_next,
                                    self.slot_key, self.slot_start, self.slot_end, self.live, self.redirect,
                                    self.free, self.counters, slots, late, merge_dst, merge_src)
         old = old_valid = touched = None
-        if self.emit == "changes":
+        if track:
             touched = np.unique(np.concatenate([slots[slots >= 0], merge_src[:n_merge], merge_dst[:n_merge]]))
             # in (key, start) order, not slot order: slots differ after a restore, keys do not
             touched = touched[np.lexsort((~self.live[touched], self.slot_start[touched], self.slot_key[touched]))]
             old_valid = (self.rows.counts[touched] > 0) & (touched < hw_before)
-            old = self._materialize(touched, old_start, old_end)
+            if self.emit != "changes":
+                old_valid &= self.fired[touched]  # only what was emitted is retracted
+            if self.emit == "changes" or old_valid.any():
+                old = self._materialize(touched, old_start, old_end)
         for d, s in zip(merge_dst[:n_merge], merge_src[:n_merge], strict=True):
             self.rows.merge(int(d), int(s))
             for a in self.accs:
                 a.merge(int(d), int(s))
+            self.fired[d] |= self.fired[s]  # a session merged with an emitted one stays emitted
         ok = ~late
         idx = None
         if late.any():
@@ -193,12 +212,25 @@ class SessionAggregate:
             self._min_end = min(self._min_end, int(self.slot_end[slots].min()))
         late_mask = late if late.any() else None
         if self.emit != "changes":
-            return None, late_mask
+            if touched is None:
+                return None, late_mask
+            # EMIT ON WINDOW CLOSE with lateness: emitted sessions that changed fire again, and a
+            # session a late row opened behind the watermark fires now
+            alive = self.live[touched]
+            fired = alive & (self.fired[touched] | (self.slot_end[touched] <= self._fired_wm))
+            self.fired[touched[alive]] = fired[alive]
+            new_valid = fired & (self.rows.counts[touched] > 0)
+            if not (old_valid.any() or new_valid.any()):
+                return None, late_mask
+            new = self._materialize(touched, self.slot_start, self.slot_end)
+            return GroupRows(new=new, new_valid=new_valid, old=old, old_valid=old_valid), late_mask
         new_valid = self.live[touched] & (self.rows.counts[touched] > 0)
         new = self._materialize(touched, self.slot_start, self.slot_end)
         return GroupRows(new=new, new_valid=new_valid, old=old, old_valid=old_valid), late_mask
 
     def on_watermark(self, wm: int) -> GroupRows | None:
+        if self.lateness:
+            return self._on_watermark_late(wm)
         if wm < self._min_end:
             return None
         hw = int(self.counters[0])
@@ -218,8 +250,30 @@ class SessionAggregate:
         self._release(closing, relink=True)
         return out
 
+    def _on_watermark_late(self, wm: int) -> GroupRows | None:
+        """With allowed lateness: fire sessions whose end the watermark reached, purge at end + L."""
+        self._fired_wm = max(self._fired_wm, wm)
+        if wm < self._min_end:
+            return None
+        live = np.flatnonzero(self.live[: int(self.counters[0])])
+        ends = self.slot_end[live]
+        fire = live[(ends <= wm) & ~self.fired[live]]
+        self.fired[fire] = True
+        purge = ends + self.lateness <= wm
+        nxt = np.where(self.fired[live], ends + self.lateness, ends)[~purge]
+        self._min_end = int(nxt.min()) if len(nxt) else END_OF_TIME
+        out = None
+        if self.emit == "close" and len(fire):
+            fire = fire[np.lexsort((self.slot_key[fire], self.slot_start[fire]))]
+            out = GroupRows(new=self._materialize(fire, self.slot_start, self.slot_end),
+                            new_valid=self.rows.counts[fire] > 0)
+        if purge.any():
+            self._release(live[purge], relink=True)
+        return out
+
     def _release(self, slots: np.ndarray, relink: bool) -> None:
         self.live[slots] = False
+        self.fired[slots] = False
         self.rows.reset(slots)
         for a in self.accs:
             a.reset(slots)
@@ -254,9 +308,12 @@ class SessionAggregate:
     def capture(self) -> tuple[dict, dict]:
         """The snapshot tables of every open session, and the operator's scalars."""
         live = np.flatnonzero(self.live[: int(self.counters[0])])
-        bounds = {"__ws": self.slot_start[live], "__we": self.slot_end[live]}
-        return _agg_state.capture(self.keys, self.slot_key[live], bounds, self.rows, self.accs, live), {
-            "seq": self._seq}
+        bounds: dict[str, np.ndarray] = {"__ws": self.slot_start[live], "__we": self.slot_end[live]}
+        meta = {"seq": self._seq}
+        if self.lateness:
+            bounds["__fired"] = self.fired[live]
+            meta["fired_wm"] = int(self._fired_wm)
+        return _agg_state.capture(self.keys, self.slot_key[live], bounds, self.rows, self.accs, live), meta
 
     def load(self, snap: Snapshot, meta: dict) -> None:
         """Open the snapshot's sessions in new slots and link them into their keys' lists."""
@@ -274,6 +331,9 @@ class SessionAggregate:
         self.slot_end[slots] = ends
         self.live[slots] = True
         self.redirect[slots] = -1
+        if "__fired" in g.column_names:
+            self.fired[slots] = g.column("__fired").to_numpy(zero_copy_only=False)
+        self._fired_wm = max(self._fired_wm, int(meta.get("fired_wm", NO_WATERMARK)))
         _relink(self.key_head, self.slot_next, self.slot_key, self.live, int(self.counters[0]))
         _agg_state.load_accumulators(snap, slots, self.rows, self.accs)
         self._seq = max(self._seq, int(meta["seq"]))

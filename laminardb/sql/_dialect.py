@@ -1,5 +1,11 @@
 """The sqlglot dialect laminardb parses with: ANSI-ish, identifiers in "x" or `x`,
-and SESSION usable as a function name (legacy Flink ``GROUP BY SESSION(ts, gap)``)."""
+and SESSION usable as a function name (legacy Flink ``GROUP BY SESSION(ts, gap)``).
+
+Entry point: ``parse_select``. sqlglot is lenient where laminardb is strict: before parsing,
+the tokens are checked for stray commas (``SELECT x,, FROM a``, which sqlglot would read as
+``SELECT x FROM a``) and for JOINs (``ASOF JOIN … MATCH_CONDITION`` is no syntax error but an
+unsupported construct, and is reported as one).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from sqlglot import tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
-from laminardb.sql.exceptions import SqlParseError
+from laminardb.sql.exceptions import SqlParseError, UnsupportedJoinError
 
 
 class LaminarDialect(Dialect):
@@ -26,8 +32,61 @@ def tokenize(text: str, *, base_line: int = 0) -> list[tokens.Token]:
         raise SqlParseError(str(e).split("\n")[0]) from None
 
 
+def _names(*names: str) -> frozenset:
+    return frozenset(t for t in (getattr(tokens.TokenType, n, None) for n in names) if t is not None)
+
+
+# a comma may not follow these tokens (nothing before it) …
+_BEFORE_ITEM = _names("SELECT", "L_PAREN", "COMMA", "DISTINCT", "GROUP_BY", "ORDER_BY", "PARTITION_BY")
+# … nor precede these (nothing after it)
+_AFTER_ITEM = _names("COMMA", "R_PAREN", "FROM", "WHERE", "GROUP_BY", "HAVING", "ORDER_BY", "LIMIT",
+                     "UNION", "EXCEPT", "INTERSECT", "WINDOW", "QUALIFY", "SEMICOLON")
+_JOIN_WORDS = {"ASOF", "LEFT", "RIGHT", "FULL", "INNER", "OUTER", "CROSS", "SEMI", "ANTI", "NATURAL",
+               "TEMPORAL", "PROBE", "LOOKUP", "GLOBAL", "ANY", "ALL", "LATERAL"}
+
+
+def _where(tok: tokens.Token, base_line: int, base_col: int) -> tuple[int, int]:
+    col = tok.col - len(tok.text) + 1
+    return tok.line + base_line, col + base_col if tok.line == 1 else col
+
+
+def check_tokens(toks: list[tokens.Token], *, base_line: int = 0, base_col: int = 0) -> None:
+    """Refuse stray commas (LDB-1001) and JOINs of every kind (LDB-1002) in a query's tokens."""
+    for i, tok in enumerate(toks):
+        if tok.token_type == tokens.TokenType.COMMA:
+            prev = toks[i - 1] if i else None
+            nxt = toks[i + 1] if i + 1 < len(toks) else None
+            if prev is None or prev.token_type in _BEFORE_ITEM:
+                after = f"after {prev.text!r}" if prev is not None else "at the start"
+                line, col = _where(tok, base_line, base_col)
+                raise SqlParseError(f"stray comma {after}: nothing comes before it; remove it", line=line, col=col)
+            if nxt is None or nxt.token_type in _AFTER_ITEM:
+                before = f"before {nxt.text!r}" if nxt is not None else "at the end"
+                if nxt is not None and nxt.token_type == tokens.TokenType.COMMA:
+                    before = "(two commas in a row)"
+                line, col = _where(tok, base_line, base_col)
+                raise SqlParseError(f"stray comma {before}: nothing comes after it; remove it", line=line, col=col)
+        elif tok.token_type == tokens.TokenType.JOIN:
+            j = i
+            while j > 0 and toks[j - 1].text.upper() in _JOIN_WORDS:
+                j -= 1
+            kind = " ".join(t.text.upper() for t in toks[j : i + 1])
+            if any(t.text.upper() == "MATCH_CONDITION" for t in toks[i:]):
+                kind += " … MATCH_CONDITION"
+            raise UnsupportedJoinError(
+                f"{kind} is not supported: laminardb queries read one source, stream or view, and joins of "
+                "every kind (inner, outer, interval, ASOF, temporal, lookup) are not supported yet. "
+                "Supported: single-input SELECT … FROM <one input> with WHERE, GROUP BY (windows) and "
+                "HAVING; join the data before insert(), or aggregate each input in its own stream")
+
+
 def parse_select(text: str, *, base_line: int = 0, base_col: int = 0):
     """Parse one SELECT (or other query) with sqlglot; errors carry line/column."""
+    try:
+        toks = DIALECT.tokenize(text)
+    except TokenError as e:
+        raise SqlParseError(str(e).split("\n")[0]) from None
+    check_tokens(toks, base_line=base_line, base_col=base_col)
     try:
         stmts = DIALECT.parse(text)
     except ParseError as e:

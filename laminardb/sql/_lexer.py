@@ -2,7 +2,7 @@
 streaming clauses sqlglot does not know (EMIT …, LATE DATA TO, Flink window TVFs).
 
 Entry points: ``substitute``, ``split_statements``, ``strip_streaming_clauses``,
-``rewrite_window_tvf``.
+``rewrite_window_tvf``; ``close_paren`` / ``split_top_level`` for parenthesized lists.
 """
 
 from __future__ import annotations
@@ -71,6 +71,8 @@ def _stmt(sql: str, first: Token, end: int) -> StatementText:
 class StreamingClauses:
     emit: str | None  # "changes" | "close" | None (the query's default)
     late_data_to: str | None
+    options: str | None = None  # the text inside a trailing WITH (…) (LaminarDB's stream options)
+    lateness: str | None = None  # the interval of ALLOW[ED] LATENESS <interval>
 
 
 _EMIT_FORMS = {
@@ -78,22 +80,25 @@ _EMIT_FORMS = {
     ("EMIT", "FINAL"): "close",
     ("EMIT", "ON", "WINDOW", "CLOSE"): "close",
     ("EMIT", "ON", "UPDATE"): "changes",
+    ("EMIT", "AFTER", "WATERMARK"): "close",
+    ("EMIT", "ON", "WATERMARK"): "close",
 }
+_EMIT_UNSUPPORTED = {("EMIT", "EVERY"), ("EMIT", "PERIODICALLY")}
+_EXPECTED = ("expected EMIT CHANGES, EMIT ON WINDOW CLOSE, EMIT FINAL, LATE DATA TO <stream>, "
+             "ALLOW LATENESS <interval> or WITH (allowed_lateness = …)")
 
 
 def strip_streaming_clauses(text: str) -> tuple[str, StreamingClauses]:
-    """Remove trailing ``EMIT …`` and ``LATE DATA TO name`` (either order) from a query."""
+    """Remove the trailing streaming clauses of a query, in any order: ``EMIT …``,
+    ``LATE DATA TO name``, ``ALLOW[ED] LATENESS <interval>`` and ``WITH (key = value, …)``."""
     toks = tokenize(text)
-    emit = late = None
-    cut = len(text)
-    i = _first_top_level(toks, "EMIT", "LATE")
+    i = _first_clause(toks)
     if i is None:
         return text, StreamingClauses(None, None)
-    cut = toks[i].start
-    words = [t.text.upper() if t.token_type != TokenType.IDENTIFIER else t.text for t in toks[i:]]
-    raw = [t.text for t in toks[i:]]
-    j = 0
-    while j < len(words):
+    emit = late = options = lateness = None
+    words = [t.text.upper() if t.token_type != TokenType.IDENTIFIER else t.text for t in toks]
+    j = i
+    while j < len(toks):
         matched = False
         for form, mode in _EMIT_FORMS.items():
             if tuple(words[j : j + len(form)]) == form:
@@ -103,27 +108,58 @@ def strip_streaming_clauses(text: str) -> tuple[str, StreamingClauses]:
                 break
         if matched:
             continue
-        if words[j : j + 3] == ["LATE", "DATA", "TO"] and j + 3 < len(words):
-            late, j = raw[j + 3], j + 4
+        tok = toks[j]
+        if tuple(words[j : j + 2]) in _EMIT_UNSUPPORTED:
+            from laminardb.sql.exceptions import UnsupportedSqlError
+
+            raise UnsupportedSqlError(
+                f"{words[j]} {words[j + 1]} … (periodic emission) is not supported; use EMIT CHANGES "
+                "(every update, as a changelog) or EMIT ON WINDOW CLOSE (once per window)")
+        if words[j : j + 3] == ["LATE", "DATA", "TO"] and j + 3 < len(toks):
+            late, j = toks[j + 3].text, j + 4
             continue
-        tok = toks[i + j]
-        raise SqlParseError(
-            f"unexpected {tok.text!r}; expected EMIT CHANGES, EMIT ON WINDOW CLOSE, EMIT FINAL "
-            "or LATE DATA TO <stream>",
-            line=tok.line,
-            col=tok.col,
-        )
-    return text[:cut].rstrip(), StreamingClauses(emit, late)
+        if words[j] in ("ALLOW", "ALLOWED") and j + 1 < len(toks) and words[j + 1] == "LATENESS":
+            k = j + 2
+            while k < len(toks) and not _starts_clause(toks, k):
+                k += 1
+            if k == j + 2:
+                raise SqlParseError("ALLOW LATENESS needs an interval, e.g. ALLOW LATENESS INTERVAL '10' SECOND",
+                                    line=tok.line, col=tok.col)
+            if lateness is not None:
+                raise SqlParseError("ALLOW LATENESS is given twice")
+            lateness = text[toks[j + 2].start : toks[k - 1].end + 1]
+            j = k
+            continue
+        if tok.token_type == TokenType.WITH and j + 1 < len(toks) and toks[j + 1].token_type == TokenType.L_PAREN:
+            close = _matching_paren(toks, j + 1)
+            if options is not None:
+                raise SqlParseError("WITH (…) is given twice after the query")
+            options = text[toks[j + 1].end + 1 : toks[close].start]
+            j = close + 1
+            continue
+        raise SqlParseError(f"unexpected {tok.text!r}; {_EXPECTED}", line=tok.line, col=tok.col)
+    return text[: toks[i].start].rstrip(), StreamingClauses(emit, late, options, lateness)
 
 
-def _first_top_level(toks: list[Token], *words: str) -> int | None:
+def _starts_clause(toks: list[Token], i: int) -> bool:
+    t = toks[i]
+    word = t.text.upper()
+    if t.token_type == TokenType.VAR and word in ("EMIT", "LATE"):
+        return True
+    if t.token_type == TokenType.VAR and word in ("ALLOW", "ALLOWED"):
+        return i + 1 < len(toks) and toks[i + 1].text.upper() == "LATENESS"
+    return t.token_type == TokenType.WITH and i > 0 and i + 1 < len(toks) and toks[i + 1].token_type == TokenType.L_PAREN
+
+
+def _first_clause(toks: list[Token]) -> int | None:
+    """The first top-level token that starts a streaming clause (a leading WITH is a CTE)."""
     depth = 0
     for i, t in enumerate(toks):
         if t.token_type == TokenType.L_PAREN:
             depth += 1
         elif t.token_type == TokenType.R_PAREN:
             depth -= 1
-        elif depth == 0 and t.token_type == TokenType.VAR and t.text.upper() in words:
+        elif depth == 0 and _starts_clause(toks, i):
             return i
     return None
 
@@ -196,3 +232,50 @@ def _split_args(text: str, toks: list[Token], open_idx: int, close_idx: int) -> 
             start = t.end + 1
     args.append(text[start : toks[close_idx].start])
     return [a for a in args if a.strip()]
+
+
+# --------------------------------------------------------------------------- parenthesized lists
+
+
+def _top_level(text: str, start: int = 0):
+    """Yield (index, char, depth) for characters outside quotes; depth after '(' / before ')'."""
+    depth, quote = 0, None
+    for i in range(start, len(text)):
+        ch = text[i]
+        if quote:
+            if ch == quote:
+                quote = None
+            continue
+        if ch in "'\"`":
+            quote = ch
+            continue
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        yield i, ch, depth
+
+
+def close_paren(text: str, open_at: int, what: str = "column list") -> int:
+    """Index of the ``)`` matching the ``(`` at ``open_at`` (quotes respected)."""
+    for i, ch, depth in _top_level(text, open_at):
+        if ch == ")" and depth == 0:
+            return i
+    raise SqlParseError(f"unbalanced parentheses in {what}")
+
+
+def split_top_level(text: str, what: str = "list") -> list[str]:
+    """Split at top-level commas; an empty item (``a,, b`` or a trailing comma) is an error."""
+    out, start = [], 0
+    for i, ch, depth in _top_level(text):
+        if ch == "," and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    if len(out) == 1 and not out[0].strip():
+        return []
+    for i, item in enumerate(out):
+        if not item.strip():
+            where = "a trailing comma" if i == len(out) - 1 else ("a leading comma" if i == 0 else "two commas in a row")
+            raise SqlParseError(f"stray comma in the {what}: {where} ({text.strip()[:60]!r}); remove it")
+    return out

@@ -8,14 +8,15 @@ CREATE SOURCE (column list, WATERMARK clause, WITH options) and the rest are par
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 from sqlglot import exp
 
-from laminardb.sql import _lexer
+from laminardb.sql import _lexer, options
 from laminardb.sql._dialect import parse_select
-from laminardb.sql.exceptions import SqlParseError, UnsupportedSqlError
+from laminardb.sql._lexer import close_paren, split_top_level
+from laminardb.sql.exceptions import SqlParseError, UnknownOptionError, UnsupportedSqlError
 from laminardb.sql.intervals import interval_ms
 from laminardb.sql.types import parse_type
 
@@ -48,6 +49,8 @@ class Query:
     emit: str | None = None
     late_data_to: str | None = None
     tvf: _lexer.WindowTvf | None = None
+    options: dict[str, str] = field(default_factory=dict)  # a trailing WITH (…), as written
+    allowed_lateness_ms: int | None = None  # WITH (allowed_lateness = …) / ALLOW LATENESS …
 
 
 @dataclass(frozen=True)
@@ -115,19 +118,17 @@ def parse_script_with_text(sql: str, variables: dict[str, object] | None = None)
 
 
 def parse_statement(text: str, *, line: int = 0, col: int = 0) -> Statement:
-    head = re.sub(r"\s+", " ", text[:60]).upper()
+    head = re.sub(r"\s+", " ", text[:60]).strip().upper()
     if head.startswith("EXPLAIN "):
         return Explain(parse_statement(text[len("EXPLAIN") :].strip(), line=line, col=col))
     if head.startswith("CREATE SOURCE") or head.startswith("CREATE TABLE"):
         return _create_source(text, line, col)
     m = re.match(
-        rf"(?is)\s*CREATE\s+(OR\s+REPLACE\s+)?(STREAM|MATERIALIZED\s+VIEW|VIEW)\s+(IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s+AS\s+(.*)$",
+        rf"(?is)\s*CREATE\s+(OR\s+REPLACE\s+)?(STREAM|MATERIALIZED\s+VIEW|VIEW)\s+(IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s*",
         text,
     )
     if m:
-        materialized = m.group(2).upper() != "STREAM"
-        query = _query(m.group(5), *_position(text, m.start(5), line, col))
-        return CreateStream(unquote(m.group(4)), query, materialized, bool(m.group(3)), bool(m.group(1)))
+        return _create_stream(text, m, line, col)
     if head.startswith("CREATE SINK"):
         return _create_sink(text, line, col)
     m = re.match(
@@ -147,7 +148,11 @@ def parse_statement(text: str, *, line: int = 0, col: int = 0) -> Statement:
     if m:
         return Describe(unquote(m.group(1)))
     if head.startswith("SELECT") or head.startswith("WITH") or head.startswith("("):
-        return _query(text, line, col)
+        query = _query(text, line, col)
+        if query.options or query.allowed_lateness_ms is not None:
+            raise UnsupportedSqlError("WITH (…) / ALLOW LATENESS after a query belong to CREATE STREAM or "
+                                      "CREATE MATERIALIZED VIEW; an ad-hoc SELECT reads a snapshot")
+        return query
     first = text.split(None, 1)[0] if text.strip() else ""
     raise SqlParseError(
         f"unknown statement {first!r}; expected CREATE SOURCE/STREAM/MATERIALIZED VIEW/SINK, "
@@ -175,10 +180,52 @@ def _query(text: str, line: int, col: int) -> Query:
             "UNION and other set operations are not supported yet"
         )
     late = unquote(clauses.late_data_to) if clauses.late_data_to else None
-    return Query(select, text, clauses.emit, late, tvf)
+    opts = options.read_options(clauses.options, what="the WITH (…) after the query") if clauses.options else {}
+    lateness = None
+    if clauses.lateness is not None:
+        lateness = options.lateness_ms(clauses.lateness, "ALLOW LATENESS")
+    return Query(select, text, clauses.emit, late, tvf, opts, lateness)
+
+
+def _with_stream_options(query: Query, name: str, before: dict[str, str]) -> Query:
+    """Fold a stream's WITH (…) options (before AS and/or after the query) into its query."""
+    given = dict(before)
+    for key, value in query.options.items():
+        if key in given:
+            raise SqlParseError(f"option {key!r} of {name!r} is given twice (before AS and after the query)")
+        given[key] = value
+    lateness = options.stream_options(name, given)
+    if lateness is not None and query.allowed_lateness_ms is not None:
+        raise SqlParseError(f"{name!r}: give allowed_lateness once (WITH (…) or ALLOW LATENESS)")
+    if lateness is None:
+        lateness = query.allowed_lateness_ms
+    return replace(query, options=given, allowed_lateness_ms=lateness)
+
+
+def _create_stream(text: str, m: re.Match, line: int, col: int) -> CreateStream:
+    """``CREATE [OR REPLACE] STREAM|MATERIALIZED VIEW [IF NOT EXISTS] name [WITH (…)] AS query [WITH (…)]``."""
+    name = unquote(m.group(4))
+    pos = m.end()
+    before: dict[str, str] = {}
+    w = re.match(r"(?is)WITH\s*\(", text[pos:])
+    if w:
+        close = close_paren(text, pos + w.end() - 1, "WITH (…)")
+        before = options.read_options(text[pos + w.end() : close], what=f"WITH (…) of {name!r}")
+        pos = close + 1
+    a = re.match(r"(?is)\s*AS\s+", text[pos:])
+    if not a:
+        kind = re.sub(r"\s+", " ", m.group(2).upper())
+        raise SqlParseError(f"expected CREATE {kind} {name} AS SELECT …", line=line + 1, col=col + 1)
+    start = pos + a.end()
+    query = _query(text[start:], *_position(text, start, line, col))
+    query = _with_stream_options(query, name, before)
+    materialized = m.group(2).upper() != "STREAM"
+    return CreateStream(name, query, materialized, bool(m.group(3)), bool(m.group(1)))
 
 
 # --------------------------------------------------------------------------- CREATE SOURCE
+
+_CONSTRAINT = re.compile(r"(?is)\s*(PRIMARY\s+KEY|CONSTRAINT|UNIQUE|FOREIGN\s+KEY|CHECK)\b")
 
 
 def _create_source(text: str, line: int, col: int) -> CreateSource:
@@ -191,8 +238,8 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
         )
     name = unquote(m.group(2))
     body_start = m.end()
-    body_end = _close_paren(text, body_start - 1)
-    items = _split_top_level(text[body_start:body_end])
+    body_end = close_paren(text, body_start - 1)
+    items = split_top_level(text[body_start:body_end], f"column list of source {name!r}")
     columns: list[Column] = []
     wm_col = None
     wm_delay = 0
@@ -202,6 +249,15 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
             wm_col = unquote(wm.group(1))
             wm_delay = _watermark_delay(wm_col, wm.group(2))
             continue
+        if _CONSTRAINT.match(item):
+            raise UnsupportedSqlError(
+                f"source {name!r}: {item.strip()[:40]!r} — constraints are not supported on sources "
+                "(a source is an append-only stream of rows); remove it")
+        computed = re.match(rf"(?is)\s*({_IDENT})\s+AS\s+", item)
+        if computed:
+            raise UnsupportedSqlError(
+                f"source {name!r}: computed column {item.strip()[:40]!r} is not supported; compute it in "
+                "a stream: CREATE STREAM … AS SELECT …, <expression> AS col FROM " + name)
         cm = re.match(rf"(?is)\s*({_IDENT})\s+(.+?)(\s+NOT\s+NULL)?(\s+NULL)?\s*$", item)
         if not cm:
             raise SqlParseError(f"cannot read column definition {item.strip()!r}", line=line + 1)
@@ -215,24 +271,39 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
     if wm_col is not None and wm_col not in names:
         raise SqlParseError(f"WATERMARK FOR {wm_col}: source {name!r} has no column {wm_col!r}")
     rest = text[body_end + 1 :].strip()
-    options: dict[str, str] = {}
+    opts: dict[str, str] = {}
     connector, conn_opts = None, {}
     while rest:
         om = re.match(r"(?is)WITH\s*\(", rest)
         fm = re.match(r"(?is)FROM\s+([A-Za-z_]+)\s*\(", rest)
         if om:
-            close = _close_paren(rest, om.end() - 1)
-            options = _options(rest[om.end() : close])
+            close = close_paren(rest, om.end() - 1, "WITH (…)")
+            if opts:
+                raise SqlParseError(f"source {name!r}: WITH (…) is given twice")
+            opts = options.read_options(rest[om.end() : close], what=f"WITH (…) of source {name!r}")
         elif fm:
-            close = _close_paren(rest, fm.end() - 1)
-            connector, conn_opts = fm.group(1).lower(), _options(rest[fm.end() : close])
+            close = close_paren(rest, fm.end() - 1, f"FROM {fm.group(1)} (…)")
+            connector = fm.group(1).lower()
+            conn_opts = options.read_options(rest[fm.end() : close], what=f"FROM {fm.group(1).upper()} (…)")
         else:
             raise UnsupportedSqlError(
                 f"unexpected text after the column list of source {name!r}: {rest[:40]!r} "
                 "(expected WITH (key = 'value', …) and/or FROM KAFKA (…))"
             )
         rest = rest[close + 1 :].strip()
-    return CreateSource(name, columns, wm_col, wm_delay, options, bool(m.group(1)), connector, conn_opts)
+    given = options.source_options(name, opts, names)
+    if given.watermark_col is not None:
+        if wm_col is not None:
+            raise UnknownOptionError(
+                f"source {name!r}: the watermark is given twice (WATERMARK FOR {wm_col} and WITH (watermark = "
+                f"'{given.watermark_col}')); keep one")
+        wm_col, wm_delay = given.watermark_col, given.delay_ms or 0
+    if given.connector is not None:
+        if connector is not None:
+            raise UnknownOptionError(f"source {name!r}: give the connector once, as FROM {connector.upper()} (…) "
+                                     f"or as WITH ('connector' = '{given.connector}', …)")
+        connector, conn_opts = given.connector, dict(given.connector_options or {})
+    return CreateSource(name, columns, wm_col, wm_delay, opts, bool(m.group(1)), connector, conn_opts)
 
 
 def _watermark_delay(col: str, expr_text: str) -> int:
@@ -247,53 +318,6 @@ def _watermark_delay(col: str, expr_text: str) -> int:
     )
 
 
-def _top_level(text: str, start: int = 0):
-    """Yield (index, char, depth) for characters outside quotes; depth after '(' / before ')'."""
-    depth, quote = 0, None
-    for i in range(start, len(text)):
-        ch = text[i]
-        if quote:
-            if ch == quote:
-                quote = None
-            continue
-        if ch in "'\"`":
-            quote = ch
-            continue
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        yield i, ch, depth
-
-
-def _close_paren(text: str, open_at: int) -> int:
-    for i, ch, depth in _top_level(text, open_at):
-        if ch == ")" and depth == 0:
-            return i
-    raise SqlParseError("unbalanced parentheses in column list")
-
-
-def _split_top_level(text: str) -> list[str]:
-    out, start = [], 0
-    for i, ch, depth in _top_level(text):
-        if ch == "," and depth == 0:
-            out.append(text[start:i])
-            start = i + 1
-    out.append(text[start:])
-    return [s for s in out if s.strip()]
-
-
-def _options(text: str) -> dict[str, str]:
-    opts = {}
-    for item in _split_top_level(text):
-        m = re.match(r"""(?is)\s*(['"`]?)([A-Za-z_][\w.\-]*)\1\s*=\s*(?:'((?:[^']|'')*)'|([^\s,]+))\s*$""", item)
-        if not m:
-            raise SqlParseError(f"cannot read option {item.strip()!r}; write key = 'value'")
-        value = m.group(3).replace("''", "'") if m.group(3) is not None else m.group(4)
-        opts[m.group(2).lower()] = value
-    return opts
-
-
 # --------------------------------------------------------------------------- CREATE SINK
 
 
@@ -305,16 +329,29 @@ def _create_sink(text: str, line: int, col: int) -> CreateSink:
         rf"(?is)\s*CREATE\s+SINK\s+({_IDENT})\s+FROM\s+({_IDENT})\s+INTO\s+([A-Za-z_]+)\s*\((.*)\)\s*$", text
     )
     if m:
-        return CreateSink(unquote(m.group(1)), m.group(3).lower(), _options(m.group(4)), from_name=unquote(m.group(2)),
+        opts = options.read_options(m.group(4), what=f"INTO {m.group(3).upper()} (…)")
+        return CreateSink(unquote(m.group(1)), m.group(3).lower(), opts, from_name=unquote(m.group(2)),
                           if_not_exists=bool(ine))
     m = re.match(rf"(?is)\s*CREATE\s+SINK\s+({_IDENT})\s+INTO\s+([A-Za-z_]+)\s*\(", text)
     if m:
-        close = _close_paren(text, m.end() - 1)
-        opts = _options(text[m.end() : close])
+        close = close_paren(text, m.end() - 1, f"INTO {m.group(2).upper()} (…)")
+        opts = options.read_options(text[m.end() : close], what=f"INTO {m.group(2).upper()} (…)")
         rest = re.match(r"(?is)\s*AS\s+(.*)$", text[close + 1 :])
         if rest:
+            name = unquote(m.group(1))
             query = _query(rest.group(1), line, col)
-            return CreateSink(unquote(m.group(1)), m.group(2).lower(), opts, query=query, if_not_exists=bool(ine))
+            query = _with_stream_options(query, name, {})
+            return CreateSink(name, m.group(2).lower(), opts, query=query, if_not_exists=bool(ine))
+    m = re.match(rf"(?is)\s*CREATE\s+SINK\s+({_IDENT})\s+AS\s+(.*)$", text)
+    if m:  # LaminarDB's form: CREATE SINK name AS SELECT … WITH ('connector' = '…', …)
+        name = unquote(m.group(1))
+        query = _query(m.group(2), *_position(text, m.start(2), line, col))
+        if not query.options:
+            raise SqlParseError(f"sink {name!r}: say where it writes: CREATE SINK {name} INTO FILE (path = '…') "
+                                "AS SELECT …, or … AS SELECT … WITH ('connector' = 'kafka', …)",
+                                line=line + 1, col=col + 1)
+        connector, opts = options.sink_with_options(name, query.options)
+        return CreateSink(name, connector, opts, query=replace(query, options={}), if_not_exists=bool(ine))
     raise SqlParseError(
         "expected CREATE SINK name FROM stream INTO FILE (path = '…', format = 'jsonl') "
         "or CREATE SINK name INTO FILE (…) AS SELECT …",

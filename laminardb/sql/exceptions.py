@@ -14,6 +14,9 @@ __all__ = [
     "GroupingError",
     "UnknownColumnError",
     "DependentObjectsError",
+    "UnsupportedAggregateError",
+    "UnsupportedJoinError",
+    "UnknownOptionError",
 ]
 
 
@@ -32,6 +35,21 @@ class UnsupportedSqlError(SqlError):
     """Valid SQL that laminardb does not run (yet)."""
 
     code = "LDB-1002"
+
+
+class UnsupportedAggregateError(UnsupportedSqlError):
+    """An aggregate function laminardb does not compute (STDDEV, PERCENTILE_CONT, …)."""
+
+
+class UnsupportedJoinError(UnsupportedSqlError):
+    """A JOIN of any kind (inner, outer, ASOF, temporal, lookup): queries read one input."""
+
+
+class UnknownOptionError(UnsupportedSqlError, KeyError):
+    """A ``WITH (…)`` key (or value) that the object does not take; the message names the known keys."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return Exception.__str__(self)
 
 
 class UnknownObjectError(SqlError, LookupError):

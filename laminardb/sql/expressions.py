@@ -253,7 +253,16 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
         return _mod(_compile(node.expressions[0], scope), _compile(node.expressions[1], scope))
     if isinstance(node, exp.AggFunc):
         raise UnsupportedSqlError(f"aggregate {node.sql()} is not allowed here (WHERE, GROUP BY or a non-aggregating query)")
+    if isinstance(node, exp.Func):
+        name = node.name.upper() if isinstance(node, exp.Anonymous) else node.sql_name()
+        raise UnsupportedSqlError(f"function {name} is not supported; supported functions: {', '.join(FUNCTIONS)}")
     raise UnsupportedSqlError(f"unsupported expression: {node.sql()}")
+
+
+#: the scalar functions ``compile_expr`` evaluates (operators, CASE, CAST, IN, LIKE … aside)
+FUNCTIONS = ("ABS", "CEIL", "COALESCE", "CONCAT", "COS", "EXP", "FLOOR", "GREATEST", "IF", "LEAST",
+             "LENGTH", "LN", "LOG", "LOG10", "LOG2", "LOWER", "MOD", "NULLIF", "POWER", "REPLACE",
+             "ROUND", "SIGN", "SIN", "SQRT", "SUBSTRING", "TAN", "TRIM", "TRUNC", "TRY_CAST", "UPPER")
 
 
 # --------------------------------------------------------------------------- helpers

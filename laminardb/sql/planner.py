@@ -5,18 +5,26 @@ WHERE over the input, an optional keyed/windowed aggregation (keys and aggregate
 arguments as compiled expressions over the input, aggregate specs, window spec), then
 HAVING and the SELECT list over the aggregate's group columns (``__ws``, ``__we``,
 ``__k*``, ``__a*``). Non-aggregating queries project the input directly.
+
+Event time: a relation has event-time columns, each with the ``WatermarkMap`` that turns its
+root source's watermark into that column's (``sql/watermarks.py``). A window reads one of them;
+on a source that declares no watermark the window's column becomes the source's event time
+(``QueryPlan.implicit_watermark``, zero delay). A windowed stream that emits on window close
+passes event time on in ``window_start``/``window_end``, so windows cascade.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 import pyarrow as pa
 from sqlglot import exp
 
 from laminardb.operators.aggregates import INVERTIBLE, AggSpec, result_type
 from laminardb.operators.group_aggregate import WindowSpec, group_schema
+from laminardb.sql._checks import check_supported
 from laminardb.sql._dialect import parse_select
 from laminardb.sql.ddl import Query
 from laminardb.sql.exceptions import (
@@ -28,18 +36,33 @@ from laminardb.sql.exceptions import (
 from laminardb.sql.expressions import Expr, Scope, compile_expr
 from laminardb.sql.intervals import interval_ms
 from laminardb.sql.types import ticks_per_ms, type_name
+from laminardb.sql.watermarks import IDENTITY, WatermarkMap, WindowEdge
 
 WEIGHT = "__weight"
 
 
 @dataclass(frozen=True)
 class RelationInfo:
-    """What a query needs to know about its input: schema, event time, changelog or not."""
+    """What a query needs to know about its input: schema, event time, changelog or not.
+
+    ``time_cols``: every event-time column → how its watermark follows from the root source's
+    (None: just ``time_col``, with the source's own watermark). ``kind`` "source" with no
+    ``time_col`` lets a window place the implicit watermark; ``connector`` names a source's
+    connector (then it cannot).
+    """
 
     name: str
     schema: pa.Schema
     time_col: str | None = None
     changelog: bool = False
+    time_cols: dict[str, WatermarkMap] | None = None
+    kind: str = "relation"
+    connector: str | None = None
+
+    def event_time(self) -> dict[str, WatermarkMap]:
+        if self.time_cols is not None:
+            return dict(self.time_cols)
+        return {} if self.time_col is None else {self.time_col: IDENTITY}
 
 
 @dataclass
@@ -51,6 +74,7 @@ class AggregatePlan:
     time_index: int | None
     time_type: pa.DataType
     group_schema: pa.Schema
+    lateness: int = 0  # allowed lateness in ticks of the window's time column
 
 
 @dataclass
@@ -69,11 +93,23 @@ class QueryPlan:
     late_data_to: str | None
     order_by: list[tuple[int, bool]] = field(default_factory=list)  # (output column, descending)
     limit: int | None = None
+    # the output's event-time columns → their watermark from the root source's (time_col among them)
+    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
+    # the root source's watermark → the watermark of the column the window reads; the reactor
+    # applies it before the operator sees a watermark
+    input_watermark: WatermarkMap = IDENTITY
+    # a window over a source with no declared watermark: the source column that becomes its event time
+    implicit_watermark: str | None = None
+
+    @property
+    def late_updates(self) -> bool:
+        """EMIT ON WINDOW CLOSE with allowed lateness: late rows re-fire closed windows."""
+        return self.emit == "close" and self.aggregate is not None and self.aggregate.lateness > 0
 
     @property
     def changelog(self) -> bool:
         """Whether the output carries ``__weight`` (a Z-set changelog)."""
-        return self.emit == "changes" or self.input_changelog
+        return self.emit == "changes" or self.input_changelog or self.late_updates
 
     def explain(self) -> list[str]:
         lines = []
@@ -85,11 +121,16 @@ class QueryPlan:
         if self.aggregate is not None:
             a = self.aggregate
             w = "none" if a.window is None else f"{a.window}"
+            late = f" allowed_lateness={a.lateness}" if a.lateness else ""
             lines.append(f"  Aggregate[emit={self.emit}]: keys=[{', '.join(k.sql for k in a.keys)}] "
-                         f"aggs=[{', '.join(s.kind for s in a.specs)}] window={w}")
+                         f"aggs=[{', '.join(s.kind for s in a.specs)}] window={w}{late}")
         if self.where is not None:
             lines.append(f"    Filter: {self.where.sql}")
         lines.append(f"      Scan: {self.input}{' (changelog)' if self.input_changelog else ''}")
+        if self.implicit_watermark:
+            lines.append(f"  implicit watermark on {self.input}.{self.implicit_watermark} (zero delay)")
+        for name, wm in self.time_cols.items():
+            lines.append(f"  event time {name}: {wm.describe()}")
         if self.late_data_to:
             lines.append(f"  late rows → {self.late_data_to}")
         return lines
@@ -105,7 +146,7 @@ _AGG_KINDS: dict[type, str] = {
     exp.First: "first_value",
     exp.Last: "last_value",
 }
-_WINDOW_FUNCS = {"TUMBLE", "HOP", "SLIDE", "SESSION"}
+_WINDOW_FUNCS = {"TUMBLE", "HOP", "SLIDE", "HOPPING", "SESSION"}
 _WINDOW_REFS = {
     "WINDOW_START": "__ws", "WINDOW_END": "__we", "WINDOW_TIME": "__wt",
     "TUMBLE_START": "__ws", "TUMBLE_END": "__we", "HOP_START": "__ws", "HOP_END": "__we",
@@ -117,16 +158,10 @@ _WINDOW_REFS = {
 def plan_query(query: Query, lookup: Callable[[str], RelationInfo], *, batch: bool = False) -> QueryPlan:
     """Plan one SELECT. ``batch`` plans an ad-hoc query() (ORDER BY/LIMIT allowed, no watermark needed)."""
     sel = query.select
-    for unsupported in ("joins", "laterals", "windows", "qualify"):
-        if sel.args.get(unsupported):
-            raise UnsupportedSqlError(f"{unsupported.upper().rstrip('S')} is not supported in this release")
-    if sel.args.get("with_") or sel.args.get("with"):
-        raise UnsupportedSqlError("WITH (common table expressions) is not supported; create a stream per step")
+    check_supported(sel)
     frm = sel.args.get("from_") or sel.args.get("from")
     if frm is None:
         raise UnsupportedSqlError("a query needs FROM <source, stream or view>")
-    if not isinstance(frm.this, exp.Table):
-        raise UnsupportedSqlError("FROM must name a source, stream or view (subqueries are not supported)")
     ident = frm.this.this
     name = ident.name if ident.args.get("quoted") else ident.name.lower()
     rel = lookup(name)
@@ -138,26 +173,48 @@ def plan_query(query: Query, lookup: Callable[[str], RelationInfo], *, batch: bo
     if not batch and (sel.args.get("order") or sel.args.get("limit")):
         raise UnsupportedSqlError("ORDER BY and LIMIT are only supported in query(); a stream has no end to sort")
 
-    window, time_index, time_type, group_items = _find_window(sel, query, rel, scope, batch)
+    win = _find_window(sel, query, rel, scope, batch)
     has_aggs = any(_is_agg(n) for e in sel.expressions for n in e.walk())
     distinct = bool(sel.args.get("distinct"))
-    if group_items or window is not None or has_aggs or sel.args.get("having") is not None or distinct:
-        plan = _plan_aggregate(sel, query, rel, scope, where, window, time_index, time_type, group_items, distinct)
+    if win.group_items or win.spec is not None or has_aggs or sel.args.get("having") is not None or distinct:
+        plan = _plan_aggregate(sel, query, rel, scope, where, win, distinct)
     else:
         plan = _plan_project(sel, query, rel, scope, where)
+    if query.allowed_lateness_ms is not None:
+        if batch:
+            raise UnsupportedSqlError("allowed_lateness belongs to CREATE STREAM; an ad-hoc query reads a snapshot")
+        if win.spec is None:
+            raise UnsupportedSqlError(
+                "allowed_lateness applies to windowed aggregations (GROUP BY tumble/hop/session); this query has "
+                "no window, so no row of it is ever late")
     if batch:
         _plan_order_limit(sel, plan)
     return plan
 
 
-def _find_window(sel, query: Query, rel: RelationInfo, scope: Scope, batch: bool):
+@dataclass
+class _Window:
+    """The window a query groups by (``spec`` None: none) and how its event time is read."""
+
+    spec: WindowSpec | None
+    time_index: int | None
+    time_type: pa.DataType
+    group_items: list[exp.Expression]
+    kind: str = ""
+    call_sql: str | None = None  # the GROUP BY window call, which SELECT may repeat (LaminarDB)
+    input_watermark: WatermarkMap = IDENTITY
+    implicit: str | None = None
+    lateness: int = 0
+
+
+def _find_window(sel, query: Query, rel: RelationInfo, scope: Scope, batch: bool) -> _Window:
     group = sel.args.get("group")
     items = list(group.expressions) if group else []
-    found: list[tuple[str, list[exp.Expression]]] = []
+    found: list[tuple[str, list[exp.Expression], str | None]] = []
     rest = []
     for it in items:
         if isinstance(it, exp.Anonymous) and it.name.upper() in _WINDOW_FUNCS:
-            found.append((it.name.upper(), list(it.expressions)))
+            found.append((it.name.upper(), list(it.expressions), it.sql()))
         elif isinstance(it, exp.Column) and it.name.upper() in ("WINDOW_START", "WINDOW_END", "WINDOW_TIME") and query.tvf:
             continue
         else:
@@ -167,46 +224,70 @@ def _find_window(sel, query: Query, rel: RelationInfo, scope: Scope, batch: bool
         args = [exp.column(tvf.time_col)] + [parse_select(f"SELECT {a}").expressions[0] for a in tvf.args]
         if tvf.kind == "CUMULATE":
             raise UnsupportedSqlError("CUMULATE windows are not supported yet; use HOP")
-        if tvf.kind == "HOP":  # Flink's TVF takes the slide before the size
-            if len(args) < 3:
-                raise SqlTypeError("HOP(TABLE t, DESCRIPTOR(ts), slide, size) needs slide and size")
-            args = [args[0], args[2], args[1]] + args[3:]
-        found.append((tvf.kind, args))
+        found.append((tvf.kind, args, None))
     if not found:
-        return None, None, pa.int64(), rest
+        return _Window(None, None, pa.int64(), rest)
     if len(found) > 1:
         raise UnsupportedSqlError("a query may group by one window only")
-    kind, args = found[0]
+    kind, args, call_sql = found[0]
+    kind = {"SLIDE": "HOP", "HOPPING": "HOP"}.get(kind, kind)
     if not args or not isinstance(args[0], exp.Column):
         raise SqlTypeError(f"{kind.lower()}() takes the event-time column first, e.g. tumble(ts, INTERVAL '1' SECOND)")
     idx = scope.resolve(args[0].name, args[0].this.args.get("quoted", False))
     col = rel.schema.field(idx)
     if rel.changelog:
         raise UnsupportedSqlError(f"windows over {rel.name!r} are not supported: it is a changelog (EMIT CHANGES); window its input instead")
-    if not batch and rel.time_col != col.name:
-        has = f"its event-time column is {rel.time_col!r}" if rel.time_col else "it declares no WATERMARK"
-        raise SqlTypeError(
-            f"{kind.lower()}({col.name}, …) needs an event-time column with a watermark, but {rel.name!r}: {has}"
-        )
+    in_map, implicit = IDENTITY, None
+    if not batch:
+        in_map, implicit = _event_time(kind, col, rel)
     tpm = ticks_per_ms(col.type)
     sizes = [interval_ms(a) * tpm for a in args[1:]]
-    if any(s <= 0 for s in sizes):
+    if any(s <= 0 for s in sizes[: 2 if kind == "HOP" else 1]):
         raise SqlTypeError(f"{kind.lower()}() sizes must be positive")
     if kind == "TUMBLE":
         if len(sizes) not in (1, 2):
             raise SqlTypeError("tumble(ts, size [, offset])")
         w = WindowSpec("tumble", size=sizes[0], offset=sizes[1] if len(sizes) > 1 else 0)
-    elif kind in ("HOP", "SLIDE"):
+    elif kind == "HOP":
         if len(sizes) not in (2, 3):
             raise SqlTypeError("hop(ts, size, slide [, offset])")
-        if sizes[0] % sizes[1] != 0 and sizes[0] < sizes[1]:
-            raise SqlTypeError("hop(): the slide must not exceed the size")
-        w = WindowSpec("hop", size=sizes[0], slide=sizes[1], offset=sizes[2] if len(sizes) > 2 else 0)
+        # the larger interval is the size: hop(ts, size, slide) as written by laminardb and LaminarDB's
+        # README, HOP(ts, slide, size) as in Flink's legacy group window and LaminarDB's SQL reference
+        w = WindowSpec("hop", size=max(sizes[:2]), slide=min(sizes[:2]), offset=sizes[2] if len(sizes) > 2 else 0)
     else:
         if len(sizes) != 1:
             raise SqlTypeError("session(ts, gap)")
         w = WindowSpec("session", gap=sizes[0])
-    return w, idx, col.type, rest
+    lateness = (query.allowed_lateness_ms or 0) * tpm
+    return _Window(w, idx, col.type, rest, kind, call_sql, in_map, implicit, lateness)
+
+
+def _event_time(kind: str, col: pa.Field, rel: RelationInfo) -> tuple[WatermarkMap, str | None]:
+    """The watermark map of the window's time column, or the implicit watermark to place."""
+    times = rel.event_time()
+    if col.name in times:
+        return times[col.name], None
+    call = f"{kind.lower()}({col.name}, …)"
+    clause = f"WATERMARK FOR {col.name} AS {col.name} - INTERVAL '1' SECOND"
+    if rel.kind == "source" and not times:
+        if rel.connector is not None:
+            raise SqlTypeError(
+                f"{call}: source {rel.name!r} reads {rel.connector.upper()} and declares no watermark; declare its "
+                f"event time where it is created (its connector keeps per-partition watermarks from the start): "
+                f"add `{clause}` to the column list of CREATE SOURCE {rel.name}")
+        if not (pa.types.is_timestamp(col.type) or col.type == pa.int64()):
+            raise SqlTypeError(
+                f"{call}: {col.name!r} is {type_name(col.type)}; a window's event-time column is TIMESTAMP(3), "
+                "TIMESTAMP(6) or BIGINT epoch milliseconds")
+        return IDENTITY, col.name
+    if rel.kind == "source":
+        raise SqlTypeError(
+            f"{call}: the event time of source {rel.name!r} is {rel.time_col!r} (its watermark); window over "
+            f"{rel.time_col}, or declare the watermark on {col.name} instead: `{clause}` in CREATE SOURCE {rel.name} (…)")
+    has = (f"its event-time columns are {', '.join(times)}" if times else
+           "it has no event-time column (it does not pass one on: a projection of a column with a watermark, "
+           "or window_start/window_end of a windowed stream that emits on window close)")
+    raise SqlTypeError(f"{call} needs an event-time column, but in {rel.name!r} {col.name!r} is none: {has}")
 
 
 def _is_agg(node: exp.Expression) -> bool:
@@ -220,27 +301,42 @@ def _output_name(e: exp.Expression, i: int) -> str:
         return e.name
     if isinstance(e, exp.Anonymous) and e.name.upper() in _WINDOW_REFS:
         return _WINDOW_REFS[e.name.upper()].replace("__ws", "window_start").replace("__we", "window_end").replace("__wt", "window_time")
+    if isinstance(e, exp.Anonymous) and e.name.upper() in _WINDOW_FUNCS:
+        return "window_start"  # LaminarDB: tumble(ts, …) in SELECT is the window's start
     return e.sql().lower() if len(e.sql()) < 64 else f"expr{i}"
+
+
+def _primary(time_cols: dict[str, WatermarkMap], prefer: str | None) -> str | None:
+    """The output's main event-time column: ``prefer`` if it is one, else the first."""
+    if prefer is not None and prefer in time_cols:
+        return prefer
+    return next(iter(time_cols), None)
 
 
 def _plan_project(sel, query: Query, rel: RelationInfo, scope: Scope, where) -> QueryPlan:
     projections, names = [], []
-    time_col = None
+    times = rel.event_time()
+    time_cols: dict[str, WatermarkMap] = {}
+    carried = None  # the output name of the input's main event-time column
     for i, e in enumerate(sel.expressions):
         if isinstance(e, exp.Star):
             for f in rel.schema:
                 projections.append(compile_expr(exp.column(f.name, quoted=True), scope))
                 names.append(f.name)
-                if f.name == rel.time_col:
-                    time_col = f.name
+                if f.name in times:
+                    time_cols.setdefault(f.name, times[f.name])
+                    carried = carried or (f.name if f.name == rel.time_col else None)
             continue
         inner = e.this if isinstance(e, exp.Alias) else e
         if isinstance(inner, exp.Column) and inner.name.upper() in _WINDOW_REFS and inner.name.lower() not in [f.name.lower() for f in rel.schema]:
             raise UnsupportedSqlError(f"{inner.name} needs a window in GROUP BY")
         ex = compile_expr(inner, scope)
         name = _output_name(e, i)
-        if isinstance(inner, exp.Column) and rel.schema.field(scope.resolve(inner.name, inner.this.args.get("quoted", False))).name == rel.time_col:
-            time_col = name
+        if isinstance(inner, exp.Column):
+            src = rel.schema.field(scope.resolve(inner.name, inner.this.args.get("quoted", False))).name
+            if src in times:
+                time_cols.setdefault(name, times[src])
+                carried = carried or (name if src == rel.time_col else None)
         projections.append(ex)
         names.append(name)
     _check_unique(names)
@@ -248,7 +344,7 @@ def _plan_project(sel, query: Query, rel: RelationInfo, scope: Scope, where) -> 
     if query.late_data_to:
         raise UnsupportedSqlError("LATE DATA TO applies to windowed queries only")
     return QueryPlan(rel.name, rel.schema, where, None, projections, names, None, schema,
-                     "append", rel.changelog, time_col, None)
+                     "append", rel.changelog, _primary(time_cols, carried), None, time_cols=time_cols)
 
 
 def _check_unique(names: list[str]) -> None:
@@ -259,7 +355,8 @@ def _check_unique(names: list[str]) -> None:
         seen.add(n)
 
 
-def _plan_aggregate(sel, query, rel, scope, where, window, time_index, time_type, group_items, distinct) -> QueryPlan:
+def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> QueryPlan:
+    window, time_index, time_type, group_items = win.spec, win.time_index, win.time_type, win.group_items
     if any(isinstance(e, exp.Star) for e in sel.expressions):
         raise GroupingError("SELECT * cannot be used with GROUP BY or aggregates; list the columns")
     aliases = {e.alias.lower(): e.this for e in sel.expressions if isinstance(e, exp.Alias)}
@@ -317,7 +414,9 @@ def _plan_aggregate(sel, query, rel, scope, where, window, time_index, time_type
         if kind in ("sum", "avg") and at is not None and not (pa.types.is_integer(at) or pa.types.is_floating(at)):
             raise SqlTypeError(f"{kind.upper()} needs a numeric argument, got {type_name(at)} in {text}")
         if kind in ("first_value", "last_value") and time_index is None and rel.time_col is None:
-            raise UnsupportedSqlError(f"{kind.upper()} orders by event time; {rel.name!r} declares no WATERMARK")
+            raise UnsupportedSqlError(
+                f"{kind.upper()} orders rows by event time, and {rel.name!r} has no event-time column: group by a "
+                "window, or declare one with WATERMARK FOR ts AS ts - INTERVAL '1' SECOND in its CREATE SOURCE")
         if rel.changelog and kind not in INVERTIBLE:
             raise UnsupportedSqlError(
                 f"{kind.upper()} over the changelog {rel.name!r} is not supported (rows may be retracted); "
@@ -334,12 +433,21 @@ def _plan_aggregate(sel, query, rel, scope, where, window, time_index, time_type
         if _is_agg(node):
             return exp.column(f"__a{register(node)}", quoted=True)
         if isinstance(node, exp.Anonymous | exp.Column) and node.name.upper() in _WINDOW_REFS:
-            if isinstance(node, exp.Column) and node.name.lower() in [f.name.lower() for f in rel.schema]:
+            # with a window, window_start/window_end are its bounds, also over an input that has
+            # such columns (a cascade: tumble(window_start, …) over bars); without, a plain column
+            if window is None and isinstance(node, exp.Column) and node.name.lower() in [f.name.lower() for f in rel.schema]:
                 pass
             else:
                 if window is None:
                     raise UnsupportedSqlError(f"{node.name} needs a window in GROUP BY")
                 return exp.column(_WINDOW_REFS[node.name.upper()], quoted=True)
+        if isinstance(node, exp.Anonymous) and node.name.upper() in _WINDOW_FUNCS:
+            # LaminarDB writes the GROUP BY window call in SELECT for the window's start
+            if window is None or (win.call_sql is not None and node.sql() != win.call_sql):
+                group = f"the GROUP BY window {win.call_sql}" if win.call_sql else "a window in GROUP BY"
+                raise UnsupportedSqlError(f"{node.sql()} in SELECT stands for the window's start and must repeat "
+                                          f"{group}; or select window_start / window_end")
+            return exp.column("__ws", quoted=True)
         if node.sql() in key_texts:
             return exp.column(f"__k{key_texts[node.sql()]}", quoted=True)
         if isinstance(node, exp.Column) and not node.name.startswith("__"):
@@ -368,19 +476,25 @@ def _plan_aggregate(sel, query, rel, scope, where, window, time_index, time_type
         raise UnsupportedSqlError(f"EMIT ON WINDOW CLOSE over the changelog {rel.name!r} is not supported")
     if window is not None and window.kind != "session" and emit not in ("close", "changes"):
         emit = "close"
-    time_col = None
-    if window is not None and emit == "close":
+    time_cols: dict[str, WatermarkMap] = {}
+    if window is not None and emit == "close" and not win.lateness:
+        # a closed window's bounds are event time: windows cascade (1-minute bars → hourly bars)
+        edges: dict[str, Literal["start", "end", "time"]] = (
+            {"__we": "end", "__wt": "time"} if window.kind == "session" else
+            {"__ws": "start", "__we": "end", "__wt": "time"})
         for n, node in zip(names, rewritten, strict=True):
-            if isinstance(node, exp.Column) and node.name in ("__we", "__wt"):
-                time_col = n
-                break
+            if isinstance(node, exp.Column) and node.name in edges and n not in time_cols:
+                step = WindowEdge(edges[node.name], size=window.size, slide=window.slide or window.size,
+                                  offset=window.offset, session=window.kind == "session")
+                time_cols[n] = win.input_watermark.then(step)
     if query.late_data_to and window is None:
         raise UnsupportedSqlError("LATE DATA TO applies to windowed queries only")
     agg = AggregatePlan(keys, specs, args, window, time_index if time_index is not None else _time_index(rel),
-                        ts_type, gschema)
+                        ts_type, gschema, win.lateness)
     schema = pa.schema([pa.field(n, p.type) for n, p in zip(names, projections, strict=True)])
     return QueryPlan(rel.name, rel.schema, where, agg, projections, names, having, schema, emit,
-                     rel.changelog, time_col, query.late_data_to)
+                     rel.changelog, _primary(time_cols, None), query.late_data_to, time_cols=time_cols,
+                     input_watermark=win.input_watermark, implicit_watermark=win.implicit)
 
 
 def _time_index(rel: RelationInfo) -> int | None:

@@ -112,6 +112,8 @@ def test_csv_bad_rows_are_reported_and_valid_rows_kept(tmp_path):
     assert "expected 5 fields" in report.first_error or "price" in report.first_error
     dead = [json.loads(line) for line in (tmp_path / "in.csv.rejected").read_text().splitlines()]
     assert len(dead) == 6
+    assert sorted(d["index"] for d in dead) == [1, 2, 3, 4, 5, 6]  # records after the header, from 0
+    assert next(d for d in dead if d["index"] == 2)["raw"] == "2024-01-02T09:30:02,C,1.0"
     by_error = " | ".join(d["error"] for d in dead)
     for needle in ("'price': abc is not a valid DOUBLE", "expected 5 fields",
                    "'ts' is NOT NULL", "'ts': 2024-13-02T09:30:04", "'qty'", "'ok': maybe"):
@@ -133,8 +135,10 @@ def test_jsonl_bad_lines_are_reported_and_valid_rows_kept(tmp_path):
     kept = got.column("symbol").to_pylist()
     assert kept == [f"S{i}" for i in range(50) if i not in (10, 20, 30)]
     dead = [json.loads(line) for line in (tmp_path / "in.jsonl.rejected").read_text().splitlines()]
-    assert {d.get("line") for d in dead if "line" in d} == {11, 21}
+    assert all(set(d) == {"index", "raw", "error"} and isinstance(d["raw"], str) for d in dead)
+    assert {d["index"] for d in dead} == {10, 20, 30}  # record positions (blank lines not counted)
     assert any("'price'" in d["error"] for d in dead)
+    assert json.loads(next(d["raw"] for d in dead if d["index"] == 30))["symbol"] == "S30"
 
 
 def test_batches_respect_batch_rows_and_progress(tmp_path, table):

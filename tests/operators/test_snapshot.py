@@ -64,6 +64,13 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "stateless": ("ms", ["SELECT ts, sym, price * 2 AS p2 FROM trades WHERE qty > 3"]),
     "changelog_input": ("ms", ["SELECT sym, count(*) AS n, sum(qty) AS sq FROM trades GROUP BY sym",
                                "SELECT n, count(*) AS c, sum(sq) AS t, avg(sq) AS a FROM prev GROUP BY n"]),
+    # allowed lateness: windows that fired stay open (fired_wm, session __fired flags in the snapshot)
+    "tumble_close_lateness": ("ms", [f"SELECT sym, {WIN}{AGGS} FROM trades GROUP BY sym, {TUMBLE} "
+                                     "EMIT ON WINDOW CLOSE WITH (allowed_lateness = INTERVAL '700' MILLISECOND)"]),
+    "hop_changes_lateness": ("ms", [f"SELECT sym, {WIN}count(*) AS n, sum(qty) AS sq FROM trades "
+                                    f"GROUP BY sym, {HOP} EMIT CHANGES WITH (allowed_lateness = INTERVAL '1' SECOND)"]),
+    "session_close_lateness": ("ms", [f"SELECT sym, {WIN}{AGGS} FROM trades GROUP BY sym, {SESSION} "
+                                      "EMIT ON WINDOW CLOSE WITH (allowed_lateness = INTERVAL '1500' MILLISECOND)"]),
 }
 
 
@@ -208,7 +215,8 @@ def test_restore_continues_like_the_unbroken_operator(case, scenario):
 
 
 @pytest.mark.parametrize("case", ["tumble_close", "hop_changes", "session_changes", "two_keys_timestamp",
-                                  "unwindowed_changes", "changelog_input", "unkeyed", "stateless"])
+                                  "unwindowed_changes", "changelog_input", "unkeyed", "stateless",
+                                  "tumble_close_lateness", "session_close_lateness"])
 @pytest.mark.parametrize("mode", ["halves", "halves_on_restore"])
 @settings(SETTINGS, max_examples=20)
 @given(scenario=scenarios())
@@ -275,6 +283,26 @@ def test_image_is_not_changed_by_later_ingest():
     img2 = op.snapshot()
     assert decode(img.encode()).tables["groups"].to_pylist() == before
     assert decode(img2.encode()).tables["groups"].num_rows == 0
+
+
+def test_lateness_state_is_in_the_snapshot():
+    """A window that fired and is kept for lateness re-fires after a restore as before it."""
+    (plan,) = build_plans("tumble_close_lateness")
+    op = QueryOperator(plan)
+    rows = [{"ts": 100, "sym": "A", "tag": "t", "price": 1.0, "qty": 1}]
+    op.process(pa.RecordBatch.from_pylist(rows, schema=SCHEMAS["ms"]), NO_WATERMARK)
+    assert [b.to_pylist()[0]["n"] for b in op.on_watermark(1200)] == [1]   # [0, 1000) fired, kept until 1700
+    snap = decode(op.snapshot().encode())
+    assert snap.meta["agg"]["fired_wm"] == 1200 and snap.meta["plan"]["lateness"] == 700
+    fresh = QueryOperator(plan)
+    fresh.restore(op.snapshot().encode())
+    late = pa.RecordBatch.from_pylist([{"ts": 500, "sym": "A", "tag": "u", "price": 2.0, "qty": 2}], schema=SCHEMAS["ms"])
+    outs, dropped = fresh.process(late, 1200)
+    assert dropped is None
+    assert [(r["n"], r["__weight"]) for b in outs for r in b.to_pylist()] == [(1, -1), (2, 1)]
+    assert fresh.on_watermark(1700) == []                                   # purged, no second firing
+    outs, dropped = fresh.process(late, 1700)
+    assert outs == [] and dropped.num_rows == 1                              # later than the lateness
 
 
 def test_changelog_view_round_trip():
