@@ -149,6 +149,16 @@ class EpochStage:
     def drop(self, epoch: int) -> None:
         self.path(epoch).unlink(missing_ok=True)
 
+    def settle(self, epoch: int) -> None:
+        """After a restart from checkpoint ``epoch``: drop the unsealed rows (replay makes them
+        again) and every staged epoch after ``epoch`` (its checkpoint never completed)."""
+        self.close()
+        self._open.unlink(missing_ok=True)
+        self.open_rows = 0
+        for e in self.epochs():
+            if e > epoch:
+                self.drop(e)
+
     def close(self) -> None:
         if self._writer is not None:
             try:

@@ -185,12 +185,8 @@ class DeltaLakeSink(TwoPhaseSink):
     def recover(self, epoch: int, info: dict[str, Any] | None) -> None:
         """Settle after a restart from checkpoint ``epoch``: append staged epochs <= ``epoch``
         the table lacks, drop later ones and any unsealed rows; the open epoch is ``epoch + 1``."""
-        self._stage.close()
-        self._stage = EpochStage(self._stage.dir, self.schema)  # discards the unsealed rows
+        self._stage.settle(epoch)
         self._failed = None
-        for e in self._stage.epochs():
-            if e > epoch:
-                self.abort(e)
         self.commit(epoch)
         done = self._version()
         if done > epoch:

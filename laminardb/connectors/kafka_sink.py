@@ -431,12 +431,8 @@ class ExactlyOnceKafkaSink(TwoPhaseSink):
         (aborting the transaction it left open), produce staged epochs in (marker, epoch],
         drop the rest. If Kafka cannot be reached, the staged epochs wait for the next
         commit, which settles them the same way (the database still opens)."""
-        self._stage.close()
-        self._stage = EpochStage(self._stage.dir, self.schema)  # discards the unsealed rows
+        self._stage.settle(epoch)
         self._failed = None
-        for e in self._stage.epochs():
-            if e > epoch:
-                self.abort(e)
         self._reset()
         try:
             marker = self._settled_marker()
