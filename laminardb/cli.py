@@ -7,8 +7,13 @@ Commands:
 * ``laminardb run FILE.sql --input SOURCE=PATH … --output STREAM=PATH … [--var NAME=VALUE …]``
   — :func:`run_pipeline`: execute the SQL, feed every input file into its source, write every
   output stream to a file (format from the extension), finish, close.
+* ``laminardb dashboard (--sql FILE.sql | --demo) [--port N]`` —
+  :func:`laminardb.dashboard.run_dashboard`: serve the web dashboard until Ctrl-C.
 * ``laminardb sql [DIR]`` — :func:`laminardb.shell.run_shell`: an interactive SQL shell over an
   embedded database (in memory, or durable in ``DIR``).
+* ``laminardb top --url http://127.0.0.1:PORT/metrics [--once]`` —
+  :func:`laminardb.metrics.top.run_top`: a live view of a database's Prometheus endpoint
+  (``config["metrics_port"]``).
 * ``laminardb raft-node`` / ``laminardb cluster …`` when the control plane is installed
   (:mod:`laminardb.raft.cli`).
 
@@ -305,6 +310,27 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     return run_shell(args.directory, variables=parse_assignments(args.var, "--var"))
 
 
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from laminardb.dashboard import run_dashboard
+
+    sql = None
+    if args.sql is not None:
+        try:
+            with open(args.sql, encoding="utf-8") as f:
+                sql = f.read()
+        except OSError as exc:
+            raise ConfigError(f"--sql {args.sql!r}: {exc.strerror}; give a readable SQL file",
+                              code="LDB-9002") from None
+    return run_dashboard(sql=sql, directory=args.directory, demo=args.demo, port=args.port,
+                         host=args.host, seconds=args.seconds)
+
+
+def _cmd_top(args: argparse.Namespace) -> int:
+    from laminardb.metrics.top import run_top
+
+    return run_top(args.url, interval_s=args.interval, once=args.once)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from laminardb.demo import run_demo
 
@@ -338,6 +364,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable run")
     demo.set_defaults(func=_cmd_demo)
 
+    dash = sub.add_parser("dashboard", help="serve the web dashboard of a pipeline (or of the demo)")
+    dash.add_argument("--sql", metavar="FILE.sql", help="the pipeline to run (its Kafka sources poll)")
+    dash.add_argument("--demo", action="store_true", help="run the market-data demo pipeline, fed live")
+    dash.add_argument("--port", type=int, default=8470, help="port (default 8470; 0: any free port)")
+    dash.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1; others need "
+                                                          "allow_remote and a token: docs/operations.md)")
+    dash.add_argument("--directory", metavar="DIR", default=None,
+                      help="durable database directory (default: in memory)")
+    dash.add_argument("--seconds", type=_positive(float), default=None,
+                      help="stop after this many seconds (default: until Ctrl-C)")
+    dash.set_defaults(func=_cmd_dashboard)
+
     run = sub.add_parser("run", help="run a SQL file over input files, write streams to files")
     run.add_argument("sql_file", metavar="FILE.sql")
     run.add_argument("--input", action="append", metavar="SOURCE=PATH",
@@ -365,6 +403,14 @@ def build_parser() -> argparse.ArgumentParser:
     shell.add_argument("--var", action="append", metavar="NAME=VALUE",
                        help="value of ${NAME} in the SQL (repeatable)")
     shell.set_defaults(func=_cmd_sql)
+
+    top = sub.add_parser("top", help="live view of a database's metrics (its Prometheus endpoint)")
+    top.add_argument("--url", required=True, metavar="URL",
+                     help="the endpoint, e.g. http://127.0.0.1:9464/metrics (Connection.metrics_url)")
+    top.add_argument("--interval", type=_positive(float), default=1.0, metavar="S",
+                     help="seconds between refreshes (default 1)")
+    top.add_argument("--once", action="store_true", help="print one frame and exit")
+    top.set_defaults(func=_cmd_top)
 
     try:
         from laminardb.raft.cli import register

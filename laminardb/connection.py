@@ -30,10 +30,36 @@ log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from laminardb.checkpoint.local import LocalCoordinator
+    from laminardb.dashboard.server import DashboardServer, DashboardSettings
     from laminardb.writer import Writer
 
 # How long close() waits for each callback subscription's thread to hand over what is queued.
 _CALLBACK_JOIN_S = 5.0
+# flush() raises once a polled source has failed (broker unreachable, polls raising) this long:
+# long enough for a broker restart or a leader election, short enough to notice a dead broker.
+_SOURCE_ERROR_TIMEOUT_S = 30.0
+
+
+def _metrics_settings(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The Prometheus endpoint's settings when ``config["metrics_port"]`` is set; a
+    non-loopback ``metrics_host`` without ``allow_remote`` is refused here, before anything starts."""
+    if config.get("metrics_port") is None:
+        return None
+    from laminardb.metrics.prometheus import check_host
+
+    host = str(config.get("metrics_host", "127.0.0.1"))
+    allow = bool(config.get("allow_remote", False))
+    check_host(host, allow_remote=allow)
+    return {"port": config["metrics_port"], "host": host, "allow_remote": allow}
+
+
+def _dashboard_settings(config: dict[str, Any]) -> DashboardSettings | None:
+    """The web dashboard's settings when ``config["dashboard_port"]`` is set (``laminardb.dashboard``)."""
+    if config.get("dashboard_port") is None:
+        return None
+    from laminardb.dashboard.server import DashboardSettings
+
+    return DashboardSettings.from_config(config)
 
 
 @dataclass
@@ -97,6 +123,10 @@ class Connection:
         self._runners: dict[str, SourceRunner] = {}
         self._callbacks: list[CallbackSubscription] = []
         self._durable: LocalCoordinator | None = None
+        self._dashboard: DashboardServer | None = None
+        dashboard = _dashboard_settings(self.config)  # checked before anything starts
+        self._metrics_server = None
+        metrics_settings = _metrics_settings(self.config)
         if self.path != ":memory:":
             from laminardb.checkpoint.local import LocalCoordinator
             from laminardb.checkpoint.recovery import recover
@@ -110,6 +140,22 @@ class Connection:
             if self._reactor.finished and report["wal_records_replayed"]:
                 self._durable.checkpoint()  # finish() ran but its checkpoint did not: commit the end
             self._durable.start_timer()
+        if dashboard is not None:  # last: a failure above leaves no server behind
+            from laminardb.dashboard.server import DashboardServer
+
+            try:
+                self._dashboard = DashboardServer(self, dashboard).start()
+            except BaseException:
+                self.close()  # the port is taken, say: release the directory and the timer
+                raise
+        if metrics_settings is not None:  # the Prometheus endpoint (laminardb.metrics.prometheus)
+            from laminardb.metrics.prometheus import start_server
+
+            try:
+                self._metrics_server = start_server(self.metrics, **metrics_settings)
+            except BaseException:
+                self.close()
+                raise
 
     def _lock_directory(self) -> None:
         """One open Connection per directory: a second writer would corrupt the WAL."""
@@ -383,12 +429,21 @@ class Connection:
         waited for (bounded by ``timeout_s``, after which an EngineError says which lag).
         """
         self._check_open()
+        bound = float(self.config.get("source_error_timeout", _SOURCE_ERROR_TIMEOUT_S))
         for name, runner in list(self._runners.items()):
-            if not runner.wait_caught_up(timeout_s):
-                raise EngineError(
-                    f"flush(): source {name!r} did not catch up within {timeout_s}s "
-                    f"(lag {runner.node.connector.lag()}, last error: {runner.last_error})"
-                )
+            if runner.wait_caught_up(timeout_s, error_timeout_s=bound):
+                continue
+            if runner.status == "error":
+                from laminardb.connectors.exceptions import SourceFailingError
+
+                raise SourceFailingError(
+                    f"flush(): source {name!r} has been failing for {runner.failing_for():.1f} s "
+                    f"({runner.errors} failed polls), last error: {runner.last_error}; check that "
+                    "its brokers are up and reachable (metrics()['sources'] shows its status)")
+            raise EngineError(
+                f"flush(): source {name!r} did not catch up within {timeout_s}s "
+                f"(lag {_lag_or_error(runner.node.connector)}, last error: {runner.last_error})"
+            )
         with self._reactor.lock:
             for node in self._reactor.nodes.values():
                 for s in node.sinks:
@@ -429,6 +484,12 @@ class Connection:
         """Stop sources; a durable database takes a last checkpoint so sinks hold everything."""
         if self._closed:
             return
+        if self._dashboard is not None:
+            self._dashboard.stop()
+            self._dashboard = None
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+            self._metrics_server = None
         self._stop_runners()
         if self._durable is not None:
             try:
@@ -453,21 +514,23 @@ class Connection:
             cb._join(_CALLBACK_JOIN_S)
 
     def metrics(self) -> dict[str, Any]:
-        """Counters: events in/out, late rows dropped/routed, each source's watermark, per
-        stream ``rows_emitted``/``kind``/``late_dropped``, and checkpoints (durable)."""
-        r = self._reactor
-        with r.lock:
-            return {
-                "events_ingested": r.events_ingested,
-                "events_emitted": r.events_emitted,
-                "late_events_dropped": r.late_dropped(),
-                "late_events_routed": r.late_routed,
-                "watermarks": r.watermarks(),
-                "streams": {n.name: {"rows_emitted": n.rows_out, "kind": n.kind,
-                                     "late_dropped": 0 if n.op is None else n.op.late_dropped}
-                            for n in r.nodes.values() if n.kind != "source"},
-                "checkpoints": None if self._durable is None else self._durable.metrics(),
-            }
+        """Counters and state of every part, pulled from the live objects now: totals,
+        each source's watermark, per stream ``rows_emitted``/``kind``/``late_dropped``,
+        checkpoints (durable), and ``sources``/``queries``/``sinks``/``process`` — the shape
+        is documented in :mod:`laminardb.metrics.registry` and ``docs/operations.md``."""
+        from laminardb.metrics.registry import collect
+
+        return collect(self._reactor, runners=dict(self._runners), durable=self._durable)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """Where the Prometheus endpoint is served (``config["metrics_port"]``), or None."""
+        return None if self._metrics_server is None else self._metrics_server.url
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """Where the web dashboard is served (``config["dashboard_port"]``), or None."""
+        return None if self._dashboard is None else self._dashboard.url
 
     def list_streams(self) -> list[str]:
         """Names of the streams, materialized views and late-data streams."""
@@ -487,12 +550,23 @@ class Connection:
         return f"Connection({self.path!r})"
 
 
+def _lag_or_error(connector: Any) -> object:
+    try:
+        return connector.lag()
+    except Exception as exc:  # noqa: BLE001 - only for the message
+        return f"unknown ({type(exc).__name__})"
+
+
 def open(path: str | os.PathLike[str] = ":memory:", *, config: dict[str, Any] | None = None) -> Connection:  # noqa: A001
     """Open an embedded database: in memory by default, durable in a directory.
 
     Durable config keys: ``checkpoint_interval`` (default ``"10s"``; ``"off"``),
     ``checkpoint_retain`` (3), ``wal_sync`` (``"none"``: survives a process crash;
     ``"always"``: an fsync per insert, with group commit, survives a power loss).
+    Metrics: ``metrics_port`` (serve Prometheus metrics; 0 = a free port, see
+    ``Connection.metrics_url``), ``metrics_host`` (``"127.0.0.1"``; another host needs
+    ``allow_remote = True``), ``source_error_timeout`` (seconds, default 30: ``flush()`` raises
+    once a Kafka source has failed this long).
     """
     from laminardb.operators.warmup import warm_kernels
 

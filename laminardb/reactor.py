@@ -10,7 +10,9 @@ Emitted batches flow to subscribers, materialized-view stores, sinks and downstr
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -34,6 +36,8 @@ from laminardb.sql.planner import WEIGHT, QueryPlan, RelationInfo, lookup_from, 
 from laminardb.sql.types import ticks_per_ms
 from laminardb.subscription import Subscription
 from laminardb.views import ViewStore, consolidate
+
+_sink_log = logging.getLogger("laminardb.sink")
 
 
 def make_source_connector(kind: str, node: Node, options: dict[str, str],
@@ -73,6 +77,13 @@ class Node:
     view: ViewStore | None = None
     late_target: str | None = None
     rows_out: int = 0
+    # per-batch counters read by laminardb.metrics (never per row): rows (and, for sources,
+    # Arrow bytes) that came in, seconds spent in the operator's process()/on_watermark(),
+    # rows an insert() refused (sources)
+    rows_in: int = 0
+    bytes_in: int = 0
+    busy_s: float = 0.0
+    rejected: int = 0
     # sources only
     not_null: frozenset[str] = frozenset()
     delay_ticks: int = 0
@@ -112,6 +123,7 @@ class Reactor:
         self.journal = None  # a durable database's LocalCoordinator: insert() logs to its WAL
         self.last_lsn = -1  # the WAL record of the last insert (fsynced outside the lock)
         self.connector_restore: dict[str, dict] = {}  # recovery: checkpointed connector state
+        self.sink_errors: dict[int, tuple[int, str]] = {}  # id(sink) -> (failed writes, last error)
 
     # ------------------------------------------------------------------ catalog
     def relation(self, name: str) -> RelationInfo:
@@ -304,6 +316,8 @@ class Reactor:
         p = prepare(data, node.schema, node.not_null, source=node.name, rules=node.rules, max_ts=node.max_ts,
                     strict_text=strict_text)
         bad, codes = combine_rejected(p, index=index, earlier=rejected)
+        if bad is not None:
+            node.rejected += bad.num_rows
         if bad is not None and on_error == "raise":
             total = p.rows + (0 if rejected is None else rejected.num_rows)
             raise_rejected(bad, codes, source=node.name, rows=total)
@@ -368,6 +382,8 @@ class Reactor:
                     raise errors[0]
             return 0
         self.events_ingested += n
+        node.rows_in += n
+        node.bytes_in += getattr(batch, "nbytes", 0)  # rows left on actors (Delta) carry none
         errors: list[Exception] = []
         wm = None
         remote = hasattr(batch, "materialize")  # rows left on the actors that read them (Delta)
@@ -410,10 +426,13 @@ class Reactor:
             return
         assert node.plan is not None  # every node with an operator has its plan
         to_input = node.plan.input_watermark  # the root source's watermark → the window column's
+        node.rows_in += batch.num_rows
+        t0 = time.perf_counter()
         if wm_next is not None and getattr(node.op, "accepts_next_watermark", False):
             outs, late = node.op.process(batch, to_input(wm_before), wm_next=to_input(wm_next))
         else:
             outs, late = node.op.process(batch, to_input(wm_before))
+        node.busy_s += time.perf_counter() - t0
         self.deliver(name, outs, late)
 
     def deliver(self, name: str, outs: list[pa.RecordBatch], late: pa.RecordBatch | None = None) -> None:
@@ -445,13 +464,26 @@ class Reactor:
             if node.view is not None:
                 node.view.append(b)
             for s in node.sinks:
-                s.write(b)
+                try:
+                    s.write(b)
+                except Exception as exc:  # counted for metrics(), then raised to the caller
+                    self._sink_failed(s, exc)
+                    raise
             for d in node.downstream:
                 self._push(d, b, node.wm)
 
+    def _sink_failed(self, sink, exc: Exception) -> None:
+        count, _ = self.sink_errors.get(id(sink), (0, None))
+        name = next((n.name for n in self.nodes.values() if n.kind == "sink" and sink in n.sinks), "?")
+        self.sink_errors[id(sink)] = (count + 1, f"{type(exc).__name__}: {exc}")
+        _sink_log.warning("sink %s: write failed (%d so far): %s", name, count + 1, exc)
+
     def _advance(self, node: Node, wm: int, errors: list[Exception]) -> None:
         if node.op is not None and node.plan is not None:
-            self._emit(node, node.op.on_watermark(node.plan.input_watermark(wm)))
+            t0 = time.perf_counter()
+            outs = node.op.on_watermark(node.plan.input_watermark(wm))
+            node.busy_s += time.perf_counter() - t0
+            self._emit(node, outs)
         node.wm = max(node.wm, wm)
         for d in list(node.downstream):
             self._guard(errors, self._advance, self.nodes[d], wm, errors)

@@ -282,6 +282,7 @@ class ClusterConnection(Connection):
             m["cluster"]["rows_per_actor"] = [a["rows_in"] for a in per_actor]
             m["cluster"]["busy_s_per_actor"] = [round(a["busy_s"], 4) for a in per_actor]
             m["cluster"]["cpu_s_per_actor"] = [round(a["cpu_s"], 4) for a in per_actor]
+            m["cluster"]["rss_bytes_per_actor"] = [(a.get("process") or {}).get("rss_bytes") for a in per_actor]
         return m
 
     def close(self) -> None:

@@ -146,6 +146,8 @@ class RawFetcher:
         self._inflight: dict[int, tuple[Any, dict[int, int], float]] = {}
         self._retry_at = dict.fromkeys(positions, 0.0)
         self._failing_since: dict[int, float] = {}
+        self.last_failure: str | None = None  # why the last fetch failed (metrics, logs)
+        self.high_watermarks: dict[int, int] = {}  # end offset per partition, from Fetch responses
         self._wake = threading.Event()
         self._want = 1  # rows per poll (the caller's max_records)
         self._committed = ({p: _CommittedFilter() for p in positions} if read_committed
@@ -160,6 +162,12 @@ class RawFetcher:
     def positions(self) -> dict[int, int]:
         """Next offset :meth:`poll` returns, per partition."""
         return dict(self._pos)
+
+    def failing(self) -> tuple[float, str] | None:
+        """``(monotonic time the failures began, last reason)`` while a partition's fetches
+        keep failing (retried quietly until ``_GIVE_UP_S``), else None."""
+        since = self._failing_since
+        return (min(since.values()), self.last_failure or "fetch failed") if since else None
 
     # -- polling -----------------------------------------------------------------------------
 
@@ -328,6 +336,7 @@ class RawFetcher:
             except CorruptBatchError as exc:
                 raise CorruptBatchError(f"topic {self.topic!r} partition {p}: {exc}") from exc
             self._failing_since.pop(p, None)
+            self.high_watermarks[p] = int(pd.high_watermark)
             if recs.next_offset == fetched_at and recs.partial:  # a batch beyond the fetch size
                 if self._part_bytes[p] >= _MAX_PARTITION_BYTES:
                     msg = (f"topic {self.topic!r} partition {p}: a record batch at offset "
@@ -367,6 +376,7 @@ class RawFetcher:
     def _failed(self, p: int, now: float, why: str) -> None:
         """Back off, refresh metadata, and give up after ``_GIVE_UP_S`` of failures."""
         since = self._failing_since.setdefault(p, now)
+        self.last_failure = f"partition {p}: {why}"
         self._retry_at[p] = now + self._backoff_s
         self._manager.cluster.request_update()
         _log.debug("topic %s partition %d: %s; retrying", self.topic, p, why)

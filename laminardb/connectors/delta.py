@@ -116,6 +116,8 @@ class DeltaLakeSink(TwoPhaseSink):
         self.table_schema = delta_schema(schema)
         self.app_id = f"laminardb-{name}-{writer}"
         self.rows_written = 0
+        self.rows_committed = 0  # rows appended to the table by this object's commits
+        self.epochs_committed = 0
         self._failed: str | None = None
         self._check_table()
         try:
@@ -171,11 +173,14 @@ class DeltaLakeSink(TwoPhaseSink):
             if e > done:
                 props = dl.CommitProperties(app_transactions=[dl.Transaction(self.app_id, e)])
                 try:
-                    dl.write_deltalake(self.path, _to_delta(self._stage.read(e), self.table_schema),
+                    table = self._stage.read(e)
+                    dl.write_deltalake(self.path, _to_delta(table, self.table_schema),
                                        mode=self.write_mode, commit_properties=props)
                 except (OSError, dl.exceptions.DeltaError, pa.ArrowException) as exc:
                     raise self._error(f"commit epoch {e} to", self.path, exc) from exc
                 done = e
+                self.epochs_committed += 1
+                self.rows_committed += table.num_rows
             self._stage.drop(e)
 
     def abort(self, epoch: int) -> None:

@@ -17,6 +17,7 @@ __all__ = [
     "SinkClosedError",
     "KafkaConfigError",
     "KafkaUnavailableError",
+    "SourceFailingError",
     "DeltaConfigError",
 ]
 
@@ -67,6 +68,13 @@ class KafkaUnavailableError(ConnectorError, ConnectionError):
     """The Kafka brokers cannot be reached, or a topic's metadata does not arrive in time."""
 
     code = "LDB-4011"
+
+
+class SourceFailingError(ConnectorError, ConnectionError):
+    """A polled source (Kafka) has failed for longer than ``source_error_timeout``: its broker
+    is unreachable or its polls raise; the message names the source and its last error."""
+
+    code = "LDB-4012"
 
 
 class DeltaConfigError(ConnectorError, ValueError):

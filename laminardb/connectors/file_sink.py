@@ -79,6 +79,11 @@ class TransactionalFileSink(TwoPhaseSink):
         self.writer = writer
         self.staging = self.path / _STAGING
         self.rows_written = 0
+        # metrics: rows in committed files, epochs committed; rows per sealed epoch until then
+        self.rows_committed = 0
+        self.epochs_committed = 0
+        self._open_rows = 0
+        self._sealed_rows: dict[int, int] = {}
         self._current: FileSink | None = None  # the in-progress file being written
         self._rolled: list[Path] = []  # closed in-progress files of the open epoch
         self._failed: str | None = None  # why the open epoch's rows were lost, until recover()
@@ -112,6 +117,7 @@ class TransactionalFileSink(TwoPhaseSink):
         except (OSError, pa.ArrowException) as exc:
             raise self._fail("write rows to", self._inprogress(len(self._rolled)), exc) from exc
         self.rows_written += batch.num_rows
+        self._open_rows += batch.num_rows
         if self._current.rows_written >= _ROLL_ROWS:
             self._roll()
 
@@ -144,6 +150,9 @@ class TransactionalFileSink(TwoPhaseSink):
             raise self._fail("stage", self.staging, exc) from exc
         # later writes belong to epoch + 1: start its file numbering afresh
         self._rolled = []
+        if names:
+            self._sealed_rows[epoch] = self._open_rows
+        self._open_rows = 0
         return {"files": names}
 
     def commit(self, epoch: int) -> None:
@@ -174,6 +183,9 @@ class TransactionalFileSink(TwoPhaseSink):
                    f"{exc.strerror or exc}; {_hint(exc)}: the staged files are kept and committed "
                    "at the next checkpoint or when the database is reopened")
             raise SinkWriteError(msg) from exc
+        for e in sorted({e for e, _, _ in staged}):
+            self.epochs_committed += 1
+            self.rows_committed += self._sealed_rows.pop(e, 0)  # 0: staged before a restart
 
     def abort(self, epoch: int) -> None:
         """Delete the staged files of ``epoch``."""

@@ -379,6 +379,31 @@ class KafkaSource:
             marks = self._watermarks
             return {p: (wm, marks.idle(p)) for p, wm in marks.per_partition().items()}
 
+    def partition_lag(self) -> dict[int, int | None]:
+        """Messages behind the end of each partition, from the end offsets the last fetch
+        responses carried (no request to the brokers, so it answers while they are down;
+        None until a partition's end is known)."""
+        with self._lock:
+            if self._closed:
+                return {}
+            pos = self.positions()
+            if self._raw is not None:
+                ends: dict[int, int | None] = dict(self._raw.high_watermarks)
+            else:
+                ends = {p: self._consumer.highwater(tp) for p, tp in self._tps.items()}
+            return {p: None if ends.get(p) is None else max(0, int(ends[p]) - pos[p])  # type: ignore[arg-type]
+                    for p in self._tps}
+
+    def fetch_failure(self) -> tuple[float, str] | None:
+        """``(seconds failing, last reason)`` while fetches from the brokers keep failing
+        (the raw fetcher retries them quietly; see :mod:`laminardb.connectors._kafka_fetch`),
+        else None. The consumer fetcher reports nothing here."""
+        raw = self._raw
+        failing = None if raw is None else raw.failing()
+        if failing is None:
+            return None
+        return time.monotonic() - failing[0], failing[1]
+
     def lag(self) -> int:
         """Messages not yet returned by :meth:`poll`: end offsets − positions, summed over the
         assigned partitions (at least 1 for a partition whose last poll returned messages;
