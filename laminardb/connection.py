@@ -123,6 +123,10 @@ class Connection:
         self._runners: dict[str, SourceRunner] = {}
         self._callbacks: list[CallbackSubscription] = []
         self._durable: LocalCoordinator | None = None
+        if self.config.get("log_format"):
+            from laminardb.logs import configure
+
+            configure(str(self.config["log_format"]))
         self._dashboard: DashboardServer | None = None
         dashboard = _dashboard_settings(self.config)  # checked before anything starts
         self._metrics_server = None

@@ -13,20 +13,17 @@ operator reads. Text lines end with the fields as ``key=value``, so a grep for
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import sys
 import threading
 import time
-from datetime import UTC, datetime
-from typing import IO, Any, Literal
+from typing import IO, Any
+
+from laminardb.logs import LOG_FORMAT_ENV, JsonFormatter, LogFormat, TextFormatter, resolve_format
 
 __all__ = ["LOGGER", "LOG_FORMAT_ENV", "LogFormat", "RateLimiter", "configure", "event"]
 
 LOGGER = logging.getLogger("laminardb.raft")
-LOG_FORMAT_ENV = "LAMINARDB_LOG_FORMAT"
-LogFormat = Literal["text", "json"]
 
 # One line per kind of refused frame every 10 s is enough to see an attack or a misconfigured
 # peer; the counters (``cluster status``) keep the exact totals.
@@ -64,52 +61,6 @@ class RateLimiter:
             return self._suppressed.pop(key, 0)
 
 
-class _TextFormatter(logging.Formatter):
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        name = getattr(record, "event", None)
-        fields = getattr(record, "fields", None) or {}
-        if name:
-            tail = " ".join(f"{k}={_text_value(v)}" for k, v in fields.items())
-            line += f" [{name}{' ' + tail if tail else ''}]"
-        return line
-
-
-def _text_value(v: Any) -> str:
-    text = v if isinstance(v, str) else json.dumps(v, default=str, separators=(",", ":"))
-    return text if text and " " not in text else json.dumps(text)
-
-
-class _JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        body: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname,
-            "logger": record.name,
-            "event": getattr(record, "event", None) or "log",
-            "msg": record.getMessage(),
-        }
-        for k, v in (getattr(record, "fields", None) or {}).items():
-            body.setdefault(k, v)
-        if record.exc_info:
-            body["exc"] = self.formatException(record.exc_info)
-        return json.dumps(body, default=str, separators=(",", ":"))
-
-
-def resolve_format(fmt: str | None) -> LogFormat:
-    """``fmt`` if given, else ``$LAMINARDB_LOG_FORMAT``, else text; anything else is an error."""
-    value = (fmt or os.environ.get(LOG_FORMAT_ENV) or "text").strip().lower()
-    if value not in ("text", "json"):
-        from laminardb.errors import ConfigError
-
-        msg = f"log format {value!r}: use 'text' or 'json' (--log-format or ${LOG_FORMAT_ENV})"
-        raise ConfigError(msg, code="LDB-9031")
-    return value  # type: ignore[return-value]
-
-
 def configure(fmt: str | None = None, *, level: int = logging.INFO,
               stream: IO[str] | None = None) -> LogFormat:
     """Send every log record of this process to ``stream`` (stderr) in one format.
@@ -119,7 +70,7 @@ def configure(fmt: str | None = None, *, level: int = logging.INFO,
     """
     chosen = resolve_format(fmt)
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(_JsonFormatter() if chosen == "json" else _TextFormatter())
+    handler.setFormatter(JsonFormatter() if chosen == "json" else TextFormatter())
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)

@@ -272,3 +272,41 @@ def test_cluster_section_shows_actors_and_vnodes(browser, parse_dom, ray_one_cpu
         assert {e["data-node"] for e in dom.with_attr("data-node")} == {"trades", "bars"}
     finally:
         conn.close()
+
+
+@pytest.mark.integration
+def test_killed_broker_shows_on_the_page(browser, parse_dom):
+    """A Kafka source whose broker dies turns to 'error' in the sources table within seconds."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tests._services.kafka import start_kafka_broker
+
+    broker = start_kafka_broker()
+    conn = laminardb.open(config={"dashboard_port": 0})
+    try:
+        conn.execute(f"""CREATE SOURCE k (ts BIGINT NOT NULL, sym VARCHAR,
+                            WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+                         FROM KAFKA (brokers = '{broker.bootstrap}', topic = 'dash-k', format = 'json',
+                                     offset_reset = 'earliest')""")
+        conn.start()
+        deadline = time.monotonic() + 15
+        while conn.metrics()["sources"]["k"]["status"] != "connected" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        before = parse_dom(browser.dump_dom(conn.dashboard_url))
+        assert before.by_id["src-status-k"].get("data-value") == "connected"
+        broker.stop()
+        killed = time.monotonic()
+        while conn.metrics()["sources"]["k"]["status"] != "error" and time.monotonic() - killed < 15:
+            time.sleep(0.1)
+        noticed = time.monotonic() - killed
+        after = parse_dom(browser.dump_dom(conn.dashboard_url))
+        print(f"error in metrics after {noticed:.1f} s, page dumped after {time.monotonic() - killed:.1f} s")
+        assert after.by_id["src-status-k"].get("data-value") == "error"
+        assert "errors" in after.by_id["src-status-k"]["_text"]
+        assert noticed < 10
+        assert time.monotonic() - killed < 20  # the page itself never waits on the dead broker
+    finally:
+        conn.close()
+        broker.stop()

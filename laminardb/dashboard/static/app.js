@@ -188,12 +188,12 @@
     });
   }
 
-  function updateSources(sm) {
+  function updateSources(sm, health) {
     var tbody = document.querySelector('#sources-table tbody');
     while (tbody.firstChild) { tbody.removeChild(tbody.firstChild); }
     var names = Object.keys(sm.sources);
     if (!names.length) {
-      var tr0 = h('tr'); var td0 = h('td', { colspan: 8, 'class': 'na' }, 'no sources yet');
+      var tr0 = h('tr'); var td0 = h('td', { colspan: 9, 'class': 'na' }, 'no sources yet');
       tr0.appendChild(td0); tbody.appendChild(tr0); return;
     }
     names.forEach(function (name) {
@@ -208,6 +208,11 @@
       tr.appendChild(h('td', { 'class': 'num', id: 'src-lag-' + id, 'data-value': src.lag_ms === null ? '' : src.lag_ms }, fmtMs(src.lag_ms)));
       var c2 = h('td'); c2.appendChild(sparkline(src.lag_history || [], 'lag')); tr.appendChild(c2);
       tr.appendChild(h('td', { 'class': 'num' }, src.kafka_lag === null ? '—' : fmtNum(src.kafka_lag)));
+      // connector health from metrics(): a dead broker shows here within a poll or two
+      var hs = health[name] || {};
+      var state = hs.status || 'ok';
+      var text = hs.errors ? state + ' (' + hs.errors + ' errors' + (hs.last_error ? ': ' + hs.last_error : '') + ')' : state;
+      tr.appendChild(h('td', { id: 'src-status-' + id, 'data-value': state, 'class': 'status-' + state }, text));
       tbody.appendChild(tr);
     });
   }
@@ -317,7 +322,7 @@
     var next = (!graph || polls % GRAPH_EVERY === 0 || names !== known) ? refreshGraph() : Promise.resolve();
     return next.then(function () {
       updateGraph(sm);
-      updateSources(sm);
+      updateSources(sm, m.sources || {});
       updateTotals(m);
       updateCheckpoints(m);
       updateCluster(m);
