@@ -3,7 +3,9 @@
 Entry point: ``SourceRunner(reactor, node)``, started by ``Connection.start()``. One thread
 per source polls its connector and hands each batch, with the connector's watermark, to
 the reactor under the reactor's lock — so the reactor stays single-threaded. A failing
-poll is counted and retried with backoff; it never kills the thread or the pipeline.
+poll is counted and retried with backoff; it never kills the thread or the pipeline — except
+a *permanent* error (one whose exception has ``permanent = True``, such as the
+``ActorLostError`` of a dead actor): that is counted, logged once and stops the runner.
 
 Health: a poll *fails* when it raises, or when the connector reports that its fetches keep
 failing (``KafkaSource.fetch_failure()``: the broker is unreachable, no leader, …; the raw
@@ -36,6 +38,7 @@ class SourceRunner:
         self.status = "starting"  # → "connected" after a good poll, "error" while polls fail
         self._last_ok: float | None = None  # time.monotonic() of the last good poll
         self._failing_since: float | None = None
+        self.fatal: Exception | None = None  # the permanent error the runner stopped on
         self._stop = threading.Event()
         self._idle = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"laminardb-source-{node.name}", daemon=True)
@@ -71,6 +74,9 @@ class SourceRunner:
                 else:
                     self._failed(failing[1], since=time.monotonic() - failing[0])
             except Exception as e:  # noqa: BLE001 - a source must survive broker hiccups and query errors
+                if getattr(e, "permanent", False):  # e.g. ActorLostError: retrying cannot help
+                    self._fatal(e)
+                    return
                 self._failed(f"{type(e).__name__}: {e}")
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF_S)
@@ -97,6 +103,18 @@ class SourceRunner:
                         "broker unreachable" if since is not None else "poll failed", self.last_error)
         self.status = "error"
 
+    def _fatal(self, error: Exception) -> None:
+        """A permanent error (the exception says ``permanent = True``): counted, logged once,
+        and the runner stops; the connection raises it on the user's next call."""
+        self.errors += 1
+        self.last_error = f"{type(error).__name__}: {error}"
+        if self.status != "error":
+            self._failing_since = time.monotonic()
+        self.status = "error"
+        self.fatal = error
+        self._idle.set()  # wake a waiting flush(): it returns False at once
+        log.error("source %s: stopped polling on a permanent error: %s", self.node.name, self.last_error)
+
     def failing_for(self) -> float:
         """Seconds the source has been failing without a good poll (0.0 while healthy)."""
         since = self._failing_since
@@ -118,6 +136,8 @@ class SourceRunner:
         """
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if self.fatal is not None:
+                return False
             if error_timeout_s is not None and self.failing_for() > error_timeout_s:
                 return False
             self._idle.clear()

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from laminardb.actors.distributed import COALESCE_MAX, DEFAULT_MAX_IN_FLIGHT, DistributedOperator
-from laminardb.actors.exceptions import ActorLostError, ClusterStartError
+from laminardb.actors.exceptions import ActorLostError, ActorTimeoutError, ClusterStartError
 from laminardb.actors.ownership import RaftConfig, acquire_routing
 from laminardb.actors.routing import DEFAULT_VNODES
 from laminardb.actors.shm_ring import ShmRing
@@ -27,19 +27,31 @@ from laminardb.sql import ddl
 
 _START_ATTEMPTS = 3  # actor starts cancelled by a raylet still cleaning up are retried
 _FREE_CPU_WAIT_S = 10.0  # connect(): CPUs of actors killed by a close() just before come back
-_CALL_TIMEOUT_S = 300.0  # one batch on one actor; generous, but a hung actor must not hang the client
+_START_TIMEOUT_S = 300.0  # starting actors (numba kernels load, Raft commits): generous, but bounded
+# config "actor_call_timeout": how long a data call (a batch, a watermark, a read) waits for a
+# live actor before ActorTimeoutError — long enough for a GC pause or a slow Kafka poll on a
+# loaded machine, short enough that a paused actor does not hang the client for minutes
+_CALL_TIMEOUT_S = 30.0
+# how long metrics() waits for each actor's own counters: metrics must answer even while an
+# actor is paused (it is then reported "slow", its counters None)
+_METRICS_TIMEOUT_S = 1.0
 
 
 class Cluster:
     """The actors of one connection and how to call them."""
 
-    def __init__(self, n_actors: int, vnodes: int, raft: RaftConfig | None = None) -> None:
+    def __init__(self, n_actors: int, vnodes: int, raft: RaftConfig | None = None, *,
+                 call_timeout: float = _CALL_TIMEOUT_S) -> None:
         import ray
 
         from laminardb.actors.reactor_actor import actor_class
 
         self.n_actors = n_actors
+        self.call_timeout = call_timeout
+        # actor index → why: only what Ray reported (RayActorError on a result, or the GCS
+        # says DEAD) — never inferred from a slow answer
         self.dead: dict[int, str] = {}
+        self.slow: set[int] = set()  # live actors whose last call outran its timeout
         self.actors, self.info = self._start_actors(actor_class(), n_actors)
         tag = uuid.uuid4().hex[:8]  # several connections may share one control plane
         self.members = [f"reactor-{tag}-{i}" for i in range(n_actors)]
@@ -51,7 +63,7 @@ class Cluster:
             raise
         self.routing = self.ownership.routing
         ray.get([a.set_ownership.remote(self.routing.owner.tobytes(), self.ownership.epochs.tobytes())
-                 for a in self.actors], timeout=_CALL_TIMEOUT_S)
+                 for a in self.actors], timeout=_START_TIMEOUT_S)
 
     @staticmethod
     def _start_actors(cls, n_actors: int):
@@ -63,7 +75,7 @@ class Cluster:
         for attempt in range(_START_ATTEMPTS):
             actors = [cls.remote(i, n_actors) for i in range(n_actors)]
             try:
-                return actors, ray.get([a.ready.remote() for a in actors], timeout=_CALL_TIMEOUT_S)
+                return actors, ray.get([a.ready.remote() for a in actors], timeout=_START_TIMEOUT_S)
             except ActorDiedError:
                 for a in actors:
                     ray.kill(a)
@@ -85,25 +97,98 @@ class Cluster:
         submission order, so later calls see the effects of earlier ones."""
         return [getattr(self.actors[i], method).remote(*args) for i in targets]
 
-    def gather(self, targets: list[int], futures: list[Any], method: str) -> list[Any]:
-        """The results of ``submit``; a dead or hung actor becomes ``ActorLostError``."""
+    def gather(self, targets: list[int], futures: list[Any], method: str, *,
+               timeout: float | None = None) -> list[Any]:
+        """The results of ``submit``. An actor Ray reports dead becomes ``ActorLostError``;
+        a live actor that does not answer within ``timeout`` (default ``call_timeout``)
+        becomes ``ActorTimeoutError`` and is marked slow — a slow call never marks it dead."""
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError
 
         try:
-            return ray.get(futures, timeout=_CALL_TIMEOUT_S)
-        except (RayActorError, GetTimeoutError) as e:
-            for i, f in zip(targets, futures, strict=True):
+            results = ray.get(futures, timeout=self.call_timeout if timeout is None else timeout)
+        except GetTimeoutError as e:
+            waiting = self._classify(targets, futures)
+            self._raise_if_dead(targets, method, e)
+            self.slow.update(waiting)
+            names = ", ".join(f"actor {i} (pid {self.info[i]['pid']})" for i in waiting) or "an actor"
+            msg = (f"{names} did not answer {method}() within {self.call_timeout:g} s but is alive "
+                   "(paused or overloaded?); the call may be retried — raise config "
+                   "'actor_call_timeout' if the actors are just busy")
+            raise ActorTimeoutError(msg) from e
+        except Exception as e:
+            if not _is_actor_death(e):
+                raise
+            self._classify(targets, futures)
+            self._mark_dead_by_id(e)
+            self._raise_if_dead(targets, method, e)
+            raise ActorLostError(f"an actor died during {method}(); reconnect to start fresh actors") from e
+        self.slow.difference_update(targets)
+        return results
+
+    def _classify(self, targets: list[int], futures: list[Any]) -> list[int]:
+        """Mark the actors whose finished call failed with an actor death (or that the GCS
+        reports dead) as dead; return the live ones still running their call."""
+        import ray
+
+        waiting = []
+        for i, f in zip(targets, futures, strict=True):
+            done, _ = ray.wait([f], timeout=0)
+            if done:
                 try:
-                    ray.get(f, timeout=0.01)
+                    ray.get(f, timeout=0)
                 except Exception as inner:  # noqa: BLE001 - classify which actor failed
-                    if isinstance(inner, RayActorError | GetTimeoutError):
+                    if _is_actor_death(inner):
                         self.dead[i] = type(inner).__name__
-            lost = ", ".join(f"actor {i} (pid {self.info[i]['pid']})" for i in sorted(self.dead)) or "an actor"
-            raise ActorLostError(
-                f"{lost} died or stopped answering during {method}(); its partitions' state is lost "
-                "until checkpoint recovery is available — reconnect to start fresh actors"
-            ) from e
+                continue
+            if _gcs_says_dead(self.actors[i]):
+                self.dead[i] = "ActorDiedError"
+            elif i not in self.dead:
+                waiting.append(i)
+        return waiting
+
+    def _mark_dead_by_id(self, error: BaseException) -> None:
+        actor_id = getattr(error, "actor_id", None)
+        for i, a in enumerate(self.actors):
+            if actor_id and a._actor_id.hex() == actor_id:
+                self.dead.setdefault(i, type(error).__name__)
+
+    def _raise_if_dead(self, targets: list[int], method: str, cause: BaseException | None = None) -> None:
+        if not self.dead:
+            return
+        lost = ", ".join(f"actor {i} (pid {self.info[i]['pid']})" for i in sorted(self.dead))
+        msg = (f"{lost} died (during or before {method}()); its partitions' state is lost "
+               "until checkpoint recovery is available — reconnect to start fresh actors")
+        raise ActorLostError(msg) from cause
+
+    def check_alive(self, method: str) -> None:
+        """Raise ``ActorLostError`` if any actor of this connection has died."""
+        self._raise_if_dead([], method)
+
+    def probe(self, method: str = "metrics", *, timeout: float = _METRICS_TIMEOUT_S) -> list[Any]:
+        """``method`` on every live actor, waiting at most ``timeout``: a result per actor,
+        None for a dead one or one that did not answer in time (then marked slow)."""
+        import ray
+
+        alive = [i for i in range(self.n_actors) if i not in self.dead]
+        futures = self.submit(alive, method)
+        done, _ = ray.wait(futures, num_returns=len(futures), timeout=timeout)
+        done_ids = {f.hex() for f in done}
+        out: list[Any] = [None] * self.n_actors
+        for i, f in zip(alive, futures, strict=True):
+            if f.hex() not in done_ids:
+                self.slow.add(i)
+                if _gcs_says_dead(self.actors[i]):
+                    self.dead[i] = "ActorDiedError"
+                continue
+            try:
+                out[i] = ray.get(f, timeout=0)
+                self.slow.discard(i)
+            except Exception as e:  # noqa: BLE001 - classify
+                if not _is_actor_death(e):
+                    raise
+                self.dead[i] = type(e).__name__
+        return out
 
     @staticmethod
     def ready(futures: list[Any]) -> bool:
@@ -119,12 +204,16 @@ class Cluster:
         return {
             "actors": self.n_actors,
             "dead": dict(self.dead),
+            "slow": sorted(self.slow - set(self.dead)),
             "raft": self.ownership.raft is not None,
-            "members": [dict(i, member=self.members[i["index"]],
+            "members": [dict(i, member=self.members[i["index"]], state=self._state(i["index"]),
                              vnodes=int((self.routing.owner == i["index"]).sum()),
                              max_epoch=int(self.ownership.epochs[self.routing.owner == i["index"]].max(initial=0)))
                         for i in self.info],
         }
+
+    def _state(self, i: int) -> str:
+        return "dead" if i in self.dead else "slow" if i in self.slow else "ok"
 
     def shutdown(self) -> None:
         import ray
@@ -156,6 +245,7 @@ class ClusterConnection(Connection):
                  local_global: bool = True) -> None:
         super().__init__(":memory:", config=config)
         self.cluster = cluster
+        cluster.call_timeout = float(self.config.get("actor_call_timeout", cluster.call_timeout))
         self._shutdown_on_close = shutdown_on_close
         self._max_in_flight = max_in_flight
         self._local_global = local_global
@@ -182,15 +272,31 @@ class ClusterConnection(Connection):
     def _operators(self) -> list[DistributedOperator]:
         return [n.op for n in self._reactor.nodes.values() if isinstance(n.op, DistributedOperator)]
 
-    def _drain(self) -> None:
+    def _drain(self, timeout: float | None = None) -> None:
         """Deliver every batch still on the actors (under the reactor's lock); an error the
-        drainer thread met (an actor died) is raised here, on the caller's thread."""
+        drainer thread met (an actor died) is raised here, on the caller's thread, and so is
+        an actor's death seen anywhere else (a Kafka poll): every call raises it from then on.
+
+        ``timeout``: deliver only the rounds that finish within it (``metrics()``: never
+        wait for a paused actor), else each round waits up to ``actor_call_timeout``.
+        """
         if self._drainer is not None and self._drainer.error is not None:
             error, self._drainer.error = self._drainer.error, None
             raise error
+        self.cluster.check_alive("an earlier call")
+        if timeout is not None:
+            import ray
+
+            with self._reactor.lock:
+                waiting = [f for op in self._operators() for rnd in op.pending for f in rnd.futures]
+            if waiting:
+                ray.wait(waiting, num_returns=len(waiting), timeout=timeout)
         with self._reactor.lock:
             for op in self._operators():
-                op.drain()
+                if timeout is None:
+                    op.drain()
+                else:
+                    op.collect_ready()
 
     def _source_connector(self, kind: str, node, options: dict[str, str]):
         if kind != "kafka":
@@ -236,6 +342,7 @@ class ClusterConnection(Connection):
         self._check_open()
         if self._drainer is not None and self._drainer.error is not None:
             self._drain()  # raises it
+        self.cluster.check_alive("insert")
         return super().insert(source, data, **options)
 
     def finish(self) -> None:
@@ -259,7 +366,11 @@ class ClusterConnection(Connection):
     def flush(self, timeout_s: float = 30.0) -> None:
         self._check_open()
         self._drain()
-        super().flush(timeout_s)
+        try:
+            super().flush(timeout_s)
+        except Exception:
+            self.cluster.check_alive("flush")  # a Kafka source stopped on a dead actor: say that
+            raise
         self._drain()  # what connector sources ingested while flush waited
 
     def query(self, sql: str):
@@ -270,19 +381,27 @@ class ClusterConnection(Connection):
     sql = query
 
     def metrics(self) -> dict[str, Any]:
+        """As the embedded ``metrics()``, plus ``cluster``: every member with its ``pid`` and
+        ``state`` (``ok`` | ``slow``: did not answer within ~1 s | ``dead``: Ray reports it
+        gone), ``dead``, ``slow`` and per-actor counters (None for an actor not answering).
+        Bounded: it never waits long for a paused actor."""
         if not self._closed:
             try:
-                self._drain()
-            except ActorLostError:
+                self._drain(timeout=_METRICS_TIMEOUT_S)
+            except (ActorLostError, ActorTimeoutError):
                 pass  # metrics() is where a lost actor is reported, below: never raise here
         m = super().metrics()
+        per_actor = self.cluster.probe("metrics") if not self._closed else [None] * self.cluster.n_actors
         m["cluster"] = self.cluster.status()
-        if not self.cluster.dead:
-            per_actor = self.cluster.broadcast("metrics")
-            m["cluster"]["rows_per_actor"] = [a["rows_in"] for a in per_actor]
-            m["cluster"]["busy_s_per_actor"] = [round(a["busy_s"], 4) for a in per_actor]
-            m["cluster"]["cpu_s_per_actor"] = [round(a["cpu_s"], 4) for a in per_actor]
-            m["cluster"]["rss_bytes_per_actor"] = [(a.get("process") or {}).get("rss_bytes") for a in per_actor]
+
+        def each(key: str, f=lambda v: v) -> list[Any]:
+            return [None if a is None else f(a[key]) for a in per_actor]
+
+        m["cluster"]["rows_per_actor"] = each("rows_in")
+        m["cluster"]["busy_s_per_actor"] = each("busy_s", lambda v: round(v, 4))
+        m["cluster"]["cpu_s_per_actor"] = each("cpu_s", lambda v: round(v, 4))
+        m["cluster"]["rss_bytes_per_actor"] = [None if a is None else (a.get("process") or {}).get("rss_bytes")
+                                               for a in per_actor]
         return m
 
     def close(self) -> None:
@@ -292,7 +411,7 @@ class ClusterConnection(Connection):
             self._drainer.stop()
         try:
             self._drain()
-        except ActorLostError:
+        except (ActorLostError, ActorTimeoutError):
             pass  # closing a connection whose actor died must still release everything
         super().close()
         if self._ring is not None:
@@ -385,5 +504,29 @@ def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: i
         raft = RaftConfig.from_data_dir(raft)
     elif raft is None:
         raft = RaftConfig.from_env()
-    return ClusterConnection(Cluster(n, vnodes, raft), config=config, max_in_flight=max_in_flight,
+    timeout = float((config or {}).get("actor_call_timeout", _CALL_TIMEOUT_S))
+    return ClusterConnection(Cluster(n, vnodes, raft, call_timeout=timeout), config=config,
+                             max_in_flight=max_in_flight,
                              local_global=local_global)
+
+
+def _is_actor_death(error: BaseException) -> bool:
+    """Ray's word that an actor is gone (``ActorUnavailableError`` is a restart or a network
+    blip, not a death)."""
+    from ray.exceptions import ActorUnavailableError, RayActorError
+
+    return isinstance(error, RayActorError) and not isinstance(error, ActorUnavailableError)
+
+
+def _gcs_says_dead(actor: Any) -> bool:
+    """Whether Ray's control store records ``actor`` as DEAD (no call to the actor itself,
+    so a paused actor is reported alive). The GCS actor table is read through Ray's private
+    state module: the public ``ray.util.state`` needs the dashboard, which clusters may run
+    without. Unknown answers count as alive."""
+    try:
+        from ray._private import state
+
+        info = state.actors(actor_id=actor._actor_id.hex())
+    except Exception:  # noqa: BLE001 - an older/newer Ray: no probe, trust the call results
+        return False
+    return isinstance(info, dict) and info.get("State") == "DEAD"

@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from laminardb.actors._wire import from_ipc, to_ipc_array
+from laminardb.actors.exceptions import ActorTimeoutError
 from laminardb.actors.remote_rows import RemoteRows
 from laminardb.actors.routing import partition_mode, route_rows
 from laminardb.actors.shm_ring import ShmRing
@@ -272,6 +273,9 @@ class DistributedOperator:
         rnd = self.pending.popleft()
         try:
             per_batch = self._collect(rnd)
+        except ActorTimeoutError:
+            self.pending.appendleft(rnd)  # a live actor is slow: its outputs come on a later call
+            raise
         except Exception:
             self.pending.clear()  # the actors' state is gone (ActorLostError): nothing to wait for
             self.open.clear()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from laminardb.errors import ClusterError
 
-__all__ = ["ClusterUnavailableError", "ActorLostError", "ClusterStartError"]
+__all__ = ["ClusterUnavailableError", "ActorLostError", "ClusterStartError", "ActorTimeoutError"]
 
 
 class ClusterUnavailableError(ClusterError):
@@ -14,12 +14,22 @@ class ClusterUnavailableError(ClusterError):
 
 
 class ActorLostError(ClusterError, ConnectionError):
-    """A reactor actor died or stopped answering; its partitions' output is missing."""
+    """A reactor actor died (Ray says so); its partitions' state and output are missing."""
 
     code = "LDB-8002"
+    #: retrying cannot help (the source runner stops polling and logs it once): reconnect
+    permanent = True
 
 
 class ClusterStartError(ClusterError):
     """Ray could not be reached or has too few CPUs for the requested actors."""
 
     code = "LDB-8003"
+
+
+class ActorTimeoutError(ClusterError, TimeoutError):
+    """A live reactor actor did not answer within ``actor_call_timeout`` (paused, swapping,
+    or stuck in a long call). It is not declared lost: the call may be retried, and the
+    outputs of the batches it was running are delivered once it answers."""
+
+    code = "LDB-8004"

@@ -11,6 +11,12 @@ without copying. A slot is reused only after every actor of its round has answer
 actor serializes all it returns before answering, so no reader ever sees a slot rewritten.
 Batches larger than a slot, actors that cannot open the file (another machine, Ray Client),
 or a system without ``/dev/shm`` take ``ray.put`` instead.
+
+Leaks: a ring's file is named ``laminardb-<pid>-<start>-<random>`` after its owner (``start``:
+the process's start time in clock ticks since boot, from ``/proc/<pid>/stat``, so a reused
+pid is told apart). A client killed with SIGKILL cannot remove its file; the next
+``ShmRing.open`` on the machine removes every ring whose owner process is gone
+(:func:`reap_orphans`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 _SHM_DIR = "/dev/shm"
+_PREFIX = "laminardb-"
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,8 @@ class ShmRing:
 
     def __init__(self, *, slots: int, slot_bytes: int = 4 << 20) -> None:
         self.slot_bytes = slot_bytes
-        self.path = os.path.join(_SHM_DIR, f"laminardb-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        pid = os.getpid()
+        self.path = os.path.join(_SHM_DIR, f"{_PREFIX}{pid}-{_start_time(pid) or 0}-{uuid.uuid4().hex[:8]}")
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.posix_fallocate(fd, 0, slots * slot_bytes)
@@ -62,6 +70,7 @@ class ShmRing:
         """A ring, or None where shared memory is unavailable or full (then ``ray.put``)."""
         if not os.path.isdir(_SHM_DIR) or not hasattr(os, "posix_fallocate"):
             return None
+        reap_orphans()
         try:
             return cls(slots=slots)
         except OSError:
@@ -95,6 +104,49 @@ class ShmRing:
         self._view.release()
         self._map.close()
         self._unlink()
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), or None if it does not exist
+    (or there is no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # field 22; the command name (field 2) may hold spaces and parentheses: split after it
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
+
+
+def reap_orphans(directory: str = _SHM_DIR) -> list[str]:
+    """Remove the ring files whose owner process is gone (killed before it could unlink
+    them); returns their paths. A file whose name carries no start time (an older build)
+    goes only when its pid is gone. Without ``/proc`` nothing is removed."""
+    if not os.path.isdir("/proc/self"):
+        return []
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    for name in names:
+        if not name.startswith(_PREFIX):
+            continue
+        parts = name[len(_PREFIX):].split("-")
+        if not parts[0].isdigit():
+            continue
+        pid = int(parts[0])
+        start = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+        alive = _start_time(pid)
+        if alive is not None and (start is None or start in (0, alive)):
+            continue  # the owner (or, for an old name, some process with its pid) is alive
+        path = os.path.join(directory, name)
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:  # another client reaped it first, or not ours to remove
+            pass
+    return removed
 
 
 def _unlink(path: str) -> None:

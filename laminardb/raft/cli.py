@@ -1,4 +1,4 @@
-"""Command-line entry points of the control plane: ``raft-node`` and ``cluster status|plan|up|down``.
+"""Command-line entry points of the control plane: ``raft-node`` and ``cluster status|plan|evict|up|down``.
 
 ``laminardb/cli.py`` calls :func:`register` to add these to the main parser; until then (and
 in tests) run ``python -m laminardb.raft.cli ...`` (:func:`main`). Every command is a thin
@@ -182,6 +182,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 # -- cluster up / down -----------------------------------------------------------------------
 
 
+def _cmd_evict(args: argparse.Namespace) -> int:
+    """Deregister one member through the Raft log (``RaftClient.deregister_node``)."""
+    with _client(args) as client:
+        released = client.deregister_node(args.member)
+    print(json.dumps({"evicted": args.member, "vnodes_released": released}) if args.json
+          else f"evicted {args.member}: {released} vnodes released (their epochs rose)")
+    return 0
+
+
 def _cmd_up(args: argparse.Namespace) -> int:
     from laminardb.raft.launch import start_voters
 
@@ -252,6 +261,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for name, fn, help_text in (
         ("status", _cmd_status, "members, Raft leader and term, vnode ownership and epochs"),
         ("plan", _cmd_plan, "what a rebalance would move (--commit to apply it)"),
+        ("evict", _cmd_evict, "deregister a member (a crashed client's actor): its vnodes move on, "
+                              "their epochs rise so it is fenced"),
     ):
         p = csub.add_parser(name, help=help_text)
         p.add_argument("--voters", default=None,
@@ -269,6 +280,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help="seconds before giving up, retries across voters included")
         _add_secret(p)
         p.set_defaults(func=fn)
+        if name == "evict":
+            p.add_argument("member", help="the member id, as `cluster status` lists it")
         if name == "plan":
             p.add_argument("--source", default="default", help="source whose vnodes to plan")
             p.add_argument("--members", default="", help="live members (default: all registered)")

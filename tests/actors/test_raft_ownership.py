@@ -45,3 +45,28 @@ def test_routing_comes_from_committed_raft_state(ray_local, raft_cluster):  # no
     # closing deregistered the actors: their vnodes moved on, the old tokens are stale
     with pytest.raises(StaleEpochError):
         voters.client().check_fence(any_token)
+
+
+@pytest.mark.integration
+def test_cluster_evict_removes_a_crashed_clients_member(raft_cluster, monkeypatch, capsys):  # noqa: F811
+    """A client killed without close() leaves its members registered; ``laminardb cluster
+    evict MEMBER`` deregisters one through Raft: its vnodes move to the live member and its
+    old fencing tokens are refused."""
+    from laminardb.raft.cli import SECRET_ENV, main
+    from laminardb.raft.exceptions import StaleEpochError
+
+    voters = raft_cluster(3)
+    client = voters.client()
+    for m in ("reactor-crashed-0", "reactor-live-0"):
+        client.register_node(m, address="test", cores=1)
+    client.commit_plan("laminardb", members=["reactor-crashed-0", "reactor-live-0"], vnode_count=16)
+    stale = client.tokens("laminardb", "reactor-crashed-0")[0]
+    monkeypatch.setenv(SECRET_ENV, voters.secret)
+    assert main(["cluster", "evict", "reactor-crashed-0", "--voters", ",".join(voters.rpc_addresses)]) == 0
+    assert "evicted reactor-crashed-0: 8 vnodes released" in capsys.readouterr().out
+    snap = client.ownership(barrier=True)
+    assert "reactor-crashed-0" not in snap["nodes"]
+    assert "reactor-crashed-0" not in snap["sources"]["laminardb"]["owner"]
+    with pytest.raises(StaleEpochError):
+        client.check_fence(stale)
+    client.close()

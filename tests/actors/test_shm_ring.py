@@ -62,3 +62,39 @@ def test_a_batch_larger_than_a_slot_is_refused(ring):
     big = pa.record_batch({"x": pa.array(np.zeros(ring.slot_bytes // 8 + 1, np.int64))})
     assert ring.write(big) is None
     assert ring.free_slots == 3, "the slot tried is free again"
+
+
+def test_the_ring_of_a_killed_client_is_reclaimed_by_the_next_open():
+    """A client killed with SIGKILL cannot unlink its ring; the next open on the machine
+    removes it (its owner pid is gone), and leaves the rings of live owners alone."""
+    import signal
+    import subprocess
+    import sys
+
+    mine = ShmRing.open(slots=1)
+    if mine is None:
+        pytest.skip("no /dev/shm here")
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\n"
+         "from laminardb.actors.shm_ring import ShmRing\n"
+         "r = ShmRing.open(slots=1)\nprint(r.path, flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        path = child.stdout.readline().strip()
+        assert path.startswith("/dev/shm/laminardb-") and os.path.exists(path)
+        assert f"-{child.pid}-" in path, "the ring is named after its owner"
+        other = ShmRing.open(slots=1)
+        assert other is not None and os.path.exists(path), "a live owner's ring is kept"
+        other.close()
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+        assert os.path.exists(path), "SIGKILL left the file behind"
+        again = ShmRing.open(slots=1)
+        assert again is not None
+        assert not os.path.exists(path), "the next open removed the dead owner's ring"
+        assert os.path.exists(mine.path) and os.path.exists(again.path)
+        again.close()
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+        mine.close()
