@@ -25,6 +25,8 @@ from laminardb.connection import Connection, ExecuteResult
 from laminardb.operators.warmup import warm_kernels
 from laminardb.sql import ddl
 
+_RAFT_STATUS_TIMEOUT_S = 1.0  # one voter round trip on loopback is ~1 ms; past this, "not available"
+
 _START_ATTEMPTS = 3  # actor starts cancelled by a raylet still cleaning up are retried
 _FREE_CPU_WAIT_S = 10.0  # connect(): CPUs of actors killed by a close() just before come back
 _START_TIMEOUT_S = 300.0  # starting actors (numba kernels load, Raft commits): generous, but bounded
@@ -206,11 +208,31 @@ class Cluster:
             "dead": dict(self.dead),
             "slow": sorted(self.slow - set(self.dead)),
             "raft": self.ownership.raft is not None,
+            **self._raft_view(),
             "members": [dict(i, member=self.members[i["index"]], state=self._state(i["index"]),
                              vnodes=int((self.routing.owner == i["index"]).sum()),
                              max_epoch=int(self.ownership.epochs[self.routing.owner == i["index"]].max(initial=0)))
                         for i in self.info],
         }
+
+    def _raft_view(self) -> dict:
+        """The Raft leader and term as a voter reports them; None when no voter answers within
+        _RAFT_STATUS_TIMEOUT_S (metrics must never wait on a sick control plane)."""
+        client = self.ownership.raft
+        if client is None:
+            return {}
+        got: dict = {}
+
+        def ask() -> None:
+            try:
+                got.update(client.status()["raft"])
+            except Exception:  # noqa: BLE001 - shown as "not available"
+                pass
+
+        t = threading.Thread(target=ask, name="laminardb-raft-status", daemon=True)
+        t.start()
+        t.join(_RAFT_STATUS_TIMEOUT_S)
+        return {"raft_leader": got.get("leader"), "raft_term": got.get("term")}
 
     def _state(self, i: int) -> str:
         return "dead" if i in self.dead else "slow" if i in self.slow else "ok"

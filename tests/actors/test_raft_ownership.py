@@ -25,6 +25,7 @@ def test_routing_comes_from_committed_raft_state(ray_local, raft_cluster):  # no
     try:
         status = db.metrics()["cluster"]
         assert status["raft"] is True
+        assert status["raft_leader"] in [v.raft for v in voters.voters] and status["raft_term"] >= 1
         snap = voters.client().ownership(OWNERSHIP_SOURCE, barrier=True)["sources"][OWNERSHIP_SOURCE]
         members = db.cluster.members
         # the client's routing is exactly the committed owner of every vnode
