@@ -14,6 +14,9 @@ Commands:
 * ``laminardb top --url http://127.0.0.1:PORT/metrics [--once]`` —
   :func:`laminardb.metrics.top.run_top`: a live view of a database's Prometheus endpoint
   (``config["metrics_port"]``).
+* ``laminardb nexmark --query qN [--events 10M] [--seed N]`` —
+  :func:`laminardb.nexmark.run_query`: one Nexmark query over generated events; events/s, rows
+  out, peak state and RSS (a query that does not run yet names what it needs).
 * ``laminardb raft-node`` / ``laminardb cluster …`` when the control plane is installed
   (:mod:`laminardb.raft.cli`).
 
@@ -337,6 +340,44 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(seconds=args.seconds, symbols=args.symbols, rate=args.rate, seed=args.seed)
 
 
+def _count_arg(text: str) -> int:
+    """``1000``, ``500k``, ``10M``, ``1.5m``, ``1G`` → an event count."""
+    scale = {"k": 10**3, "m": 10**6, "g": 10**9}.get(text[-1:].lower(), 1)
+    try:
+        value = int(float(text[:-1] if scale > 1 else text) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r} (write 1000, 500k or 10M)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _cmd_nexmark(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from laminardb.nexmark import FLINK_V2_EPS_PER_CORE, query, run_query
+
+    out = out or sys.stdout
+    try:
+        q = query(args.query)
+    except KeyError as exc:
+        raise ConfigError(str(exc.args[0]), code="LDB-9001") from None
+    if not q.runnable:
+        print(f"{q.name} ({q.description}) does not run in laminardb yet: it needs {q.needs}.",
+              file=out)
+        return 2
+    if q.status != "runs":
+        print(f"note: {q.name} runs as a {q.status}: {q.needs}", file=out)
+    r = run_query(q.name, events=args.events, seed=args.seed, batch_events=args.batch_events)
+    flink = FLINK_V2_EPS_PER_CORE.get(q.name)
+    versus = ""
+    if flink:  # Flink's figure is for the published query: a partial run or a variant is not it
+        versus = (f" ({r.events_per_second / flink:.1f}x Flink's {flink / 1e3:.0f}K/core)" if q.status == "runs"
+                  else f" (a {q.status}: not comparable with Flink's {flink / 1e3:.0f}K/core)")
+    print(f"{q.name}: {r.events:,} events in {r.seconds:.2f} s = {r.events_per_second:,.0f} events/s"
+          f"{versus}; {r.rows_out:,} rows out; peak state {r.peak_state_rows:,} rows "
+          f"({r.peak_state_bytes / 2**20:.1f} MiB); peak RSS {r.peak_rss_bytes / 2**20:.0f} MiB", file=out)
+    return 0
+
+
 # -- parser ------------------------------------------------------------------------------------
 
 
@@ -411,6 +452,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds between refreshes (default 1)")
     top.add_argument("--once", action="store_true", help="print one frame and exit")
     top.set_defaults(func=_cmd_top)
+
+    nex = sub.add_parser("nexmark", help="run a Nexmark query over generated events, print events/s")
+    nex.add_argument("--query", required=True, metavar="qN", help="the query, q0 … q23")
+    nex.add_argument("--events", type=_count_arg, default=1_000_000, metavar="N",
+                     help="events to generate (persons, auctions and bids; 1M, 10M …; default 1M)")
+    nex.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    nex.add_argument("--batch-events", type=_positive(int), default=65_536, metavar="N",
+                     help="events per insert (default 65,536)")
+    nex.set_defaults(func=_cmd_nexmark)
 
     try:
         from laminardb.raft.cli import register

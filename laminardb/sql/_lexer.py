@@ -202,7 +202,12 @@ def rewrite_window_tvf(text: str) -> tuple[str, WindowTvf | None]:
                 )
             table = m.group(1).strip()
             new = text[: a.start] + table + text[toks[close].end + 1 :]
-            tvf = WindowTvf(c.text.upper(), table, d.group(1).strip(), [x.strip() for x in args[2:]])
+            time_col = d.group(1).strip()
+            # Flink writes the descriptor quoted (DESCRIPTOR(`dateTime`), Nexmark's queries): the
+            # column is the name inside the quotes, as anywhere else in the query.
+            if len(time_col) >= 2 and time_col[0] == time_col[-1] and time_col[0] in "`\"":
+                time_col = time_col[1:-1]
+            tvf = WindowTvf(c.text.upper(), table, time_col, [x.strip() for x in args[2:]])
             return new, tvf
     return text, None
 

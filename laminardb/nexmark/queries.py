@@ -1,0 +1,353 @@
+"""The Nexmark queries q0–q23: Flink's published SQL, and what laminardb runs of each today.
+
+Entry points: :data:`QUERIES` (name → :class:`NexmarkQuery`), :data:`SOURCES_DDL` (the three
+sources with Nexmark's schemas and its 4-second watermark) and :func:`query`.
+
+The published texts are the ``INSERT INTO nexmark_qN SELECT …`` statements of the reference
+implementation, ``nexmark/nexmark: nexmark-flink/src/main/resources/queries/qN.sql`` (commit
+6b3646c); the sources are its ``ddl_gen.sql`` + ``ddl_views.sql``. Each query says how
+laminardb stands with it:
+
+* ``"runs"``: the published SELECT runs as written (``CREATE STREAM qN AS <published SELECT>``);
+* ``"partial"``: a stated part of it runs (q5's windowed count per auction);
+* ``"variant"``: a stated rewrite with the same result runs (a 1-day tumble for
+  ``GROUP BY DATE_FORMAT(dateTime, 'yyyy-MM-dd')``, ``SUM(CASE …)`` for ``FILTER (WHERE …)``);
+  the published form is refused until the named features exist;
+* ``"not yet"``: nothing runs; ``needs`` names the missing features.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["NexmarkQuery", "QUERIES", "SOURCES_DDL", "FLINK_V2_EPS_PER_CORE", "query"]
+
+Status = Literal["runs", "partial", "variant", "not yet"]
+
+# ddl_gen.sql: WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND, on every stream.
+SOURCES_DDL = """
+CREATE SOURCE person (id BIGINT, name VARCHAR, emailAddress VARCHAR, creditCard VARCHAR,
+    city VARCHAR, state VARCHAR, `dateTime` TIMESTAMP(3) NOT NULL, extra VARCHAR,
+    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND);
+CREATE SOURCE auction (id BIGINT, itemName VARCHAR, description VARCHAR, initialBid BIGINT,
+    reserve BIGINT, `dateTime` TIMESTAMP(3) NOT NULL, expires TIMESTAMP(3), seller BIGINT,
+    category BIGINT, extra VARCHAR,
+    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND);
+CREATE SOURCE bid (auction BIGINT, bidder BIGINT, price BIGINT, channel VARCHAR, url VARCHAR,
+    `dateTime` TIMESTAMP(3) NOT NULL, extra VARCHAR,
+    WATERMARK FOR `dateTime` AS `dateTime` - INTERVAL '4' SECOND);
+"""
+
+# Flink's Nexmark V2 throughput per core (events/s), from nexmark/nexmark's GUIDE_V2 table
+# (Flink 1.x, 10M events/s sources, 100M events); queries without a figure there are absent.
+FLINK_V2_EPS_PER_CORE: dict[str, float] = {
+    "q0": 379e3, "q3": 219e3, "q4": 28e3, "q5": 75e3, "q7": 23e3, "q8": 162e3, "q9": 14e3,
+    "q11": 46e3, "q15": 168e3, "q17": 160e3, "q18": 65e3, "q19": 43e3, "q20": 18e3, "q21": 147e3,
+    "q22": 212e3,
+}
+
+
+@dataclass(frozen=True)
+class NexmarkQuery:
+    """One Nexmark query: the published SELECT, laminardb's statement for it and its status."""
+
+    name: str
+    description: str
+    flink: str  # the published SELECT (of INSERT INTO nexmark_qN …)
+    status: Status
+    needs: str = ""  # the missing features, for everything short of "runs"
+    laminardb: str | None = None  # CREATE STREAM <name> AS …, when something runs
+    sources: tuple[str, ...] = ("bid",)
+
+    @property
+    def runnable(self) -> bool:
+        return self.laminardb is not None
+
+    def statement(self) -> str:
+        """What laminardb executes: its own statement, or the published SELECT as a stream
+        (which the engine refuses with a typed error naming what it lacks)."""
+        return self.laminardb or f"CREATE STREAM {self.name} AS {self.flink}"
+
+
+def _stream(name: str, select: str) -> str:
+    return f"CREATE STREAM {name} AS {select}"
+
+
+_Q5_INNER = """SELECT auction, count(*) AS num, window_start AS starttime, window_end AS endtime
+FROM TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+GROUP BY auction, window_start, window_end"""
+
+_RANKS = (("price < 10000", "rank1"), ("price >= 10000 and price < 1000000", "rank2"),
+          ("price >= 1000000", "rank3"))
+
+
+def _rank_counts(distinct: tuple[str, ...]) -> str:
+    """FILTER (WHERE c) written without FILTER: ``SUM(CASE WHEN c THEN 1 ELSE 0 END)`` and
+    ``COUNT(DISTINCT CASE WHEN c THEN x END)`` (NULLs are not counted)."""
+    cols = ["count(*) AS total_bids"]
+    cols += [f"sum(CASE WHEN {c} THEN 1 ELSE 0 END) AS {r}_bids" for c, r in _RANKS]
+    for x in distinct:
+        cols.append(f"count(distinct {x}) AS total_{x}s")
+        cols += [f"count(distinct CASE WHEN {c} THEN {x} END) AS {r}_{x}s" for c, r in _RANKS]
+    return ",\n    ".join(cols)
+
+
+_DAY_TUMBLE = "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '1' DAY))"
+_DAY_NOTE = ("DATE_FORMAT (GROUP BY the day as text) and FILTER (WHERE …) on aggregates; the "
+             "variant groups by a 1-day tumble (window_start is the day, UTC) and writes FILTER as "
+             "SUM(CASE …) / COUNT(DISTINCT CASE …), with the same totals per day")
+
+_PUBLISHED: dict[str, tuple[str, str]] = {
+    "q0": ("pass-through", "SELECT auction, bidder, price, `dateTime`, extra FROM bid"),
+    "q1": ("currency conversion",
+           "SELECT auction, bidder, 0.908 * price as price, `dateTime`, extra FROM bid"),
+    "q2": ("selection", "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0"),
+    "q3": ("local item suggestion", """SELECT P.name, P.city, P.state, A.id
+FROM auction AS A INNER JOIN person AS P on A.seller = P.id
+WHERE A.category = 10 and (P.state = 'OR' OR P.state = 'ID' OR P.state = 'CA')"""),
+    "q4": ("average price for a category", """SELECT Q.category, AVG(Q.final)
+FROM (
+    SELECT MAX(B.price) AS final, A.category
+    FROM auction A, bid B
+    WHERE A.id = B.auction AND B.`dateTime` BETWEEN A.`dateTime` AND A.expires
+    GROUP BY A.id, A.category
+) Q
+GROUP BY Q.category"""),
+    "q5": ("hot items", f"""SELECT AuctionBids.auction, AuctionBids.num
+FROM ({_Q5_INNER}) AS AuctionBids
+JOIN (
+  SELECT max(CountBids.num) AS maxn, CountBids.starttime, CountBids.endtime
+  FROM (
+    SELECT count(*) AS num, window_start AS starttime, window_end AS endtime
+    FROM TABLE(HOP(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '2' SECOND, INTERVAL '10' SECOND))
+    GROUP BY auction, window_start, window_end
+  ) AS CountBids
+  GROUP BY CountBids.starttime, CountBids.endtime
+) AS MaxBids
+ON AuctionBids.starttime = MaxBids.starttime AND AuctionBids.endtime = MaxBids.endtime
+   AND AuctionBids.num >= MaxBids.maxn"""),
+    "q6": ("average selling price by seller", """SELECT Q.seller,
+    AVG(Q.price) OVER (PARTITION BY Q.seller ORDER BY Q.`dateTime` ROWS BETWEEN 10 PRECEDING AND CURRENT ROW)
+FROM (
+    SELECT *, ROW_NUMBER() OVER (PARTITION BY A.id, A.seller ORDER BY B.price DESC) AS rownum
+    FROM (SELECT A.id, A.seller, B.price, B.`dateTime`
+          FROM auction AS A, bid AS B
+          WHERE A.id = B.auction and B.`dateTime` between A.`dateTime` and A.expires)
+    WHERE rownum <= 1
+) AS Q"""),
+    "q7": ("highest bid", """SELECT B.auction, B.price, B.bidder, B.`dateTime`, B.extra
+from bid B
+JOIN (
+  SELECT MAX(price) AS maxprice, window_end as `dateTime`
+  FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+  GROUP BY window_start, window_end
+) B1
+ON B.price = B1.maxprice
+WHERE B.`dateTime` BETWEEN B1.`dateTime` - INTERVAL '10' SECOND AND B1.`dateTime`"""),
+    "q8": ("monitor new users", """SELECT P.id, P.name, P.starttime
+FROM (
+  SELECT id, name, window_start AS starttime, window_end AS endtime
+  FROM TABLE(TUMBLE(TABLE person, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+  GROUP BY id, name, window_start, window_end
+) P
+JOIN (
+  SELECT seller, window_start AS starttime, window_end AS endtime
+  FROM TABLE(TUMBLE(TABLE auction, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+  GROUP BY seller, window_start, window_end
+) A
+ON P.id = A.seller AND P.starttime = A.starttime AND P.endtime = A.endtime"""),
+    "q9": ("winning bids", """SELECT id, itemName, description, initialBid, reserve, `dateTime`, expires,
+    seller, category, extra, auction, bidder, price, bid_dateTime, bid_extra
+FROM (
+   SELECT A.*, B.auction, B.bidder, B.price, B.`dateTime` AS bid_dateTime, B.extra AS bid_extra,
+     ROW_NUMBER() OVER (PARTITION BY A.id ORDER BY B.price DESC, B.`dateTime` ASC) AS rownum
+   FROM auction A, bid B
+   WHERE A.id = B.auction AND B.`dateTime` BETWEEN A.`dateTime` AND A.expires
+)
+WHERE rownum <= 1"""),
+    "q10": ("log to file system", """SELECT auction, bidder, price, `dateTime`, extra,
+    DATE_FORMAT(`dateTime`, 'yyyy-MM-dd'), DATE_FORMAT(`dateTime`, 'HH:mm')
+FROM bid"""),
+    "q11": ("user sessions", """SELECT
+    B.bidder,
+    count(*) as bid_count,
+    SESSION_START(B.`dateTime`, INTERVAL '10' SECOND) as starttime,
+    SESSION_END(B.`dateTime`, INTERVAL '10' SECOND) as endtime
+FROM bid B
+GROUP BY B.bidder, SESSION(B.`dateTime`, INTERVAL '10' SECOND)"""),
+    "q12": ("processing-time windows", """SELECT bidder, count(*) as bid_count,
+    window_start AS starttime, window_end AS endtime
+FROM TABLE(TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND))
+GROUP BY bidder, window_start, window_end"""),
+    "q13": ("bounded side input join", """SELECT B.auction, B.bidder, B.price, B.`dateTime`, S.`value`
+FROM (SELECT *, PROCTIME() as p_time FROM bid) B
+JOIN side_input FOR SYSTEM_TIME AS OF B.p_time AS S
+ON mod(B.auction, 10000) = S.key"""),
+    "q14": ("calculation", """SELECT auction, bidder, 0.908 * price as price,
+    CASE
+        WHEN HOUR(`dateTime`) >= 8 AND HOUR(`dateTime`) <= 18 THEN 'dayTime'
+        WHEN HOUR(`dateTime`) <= 6 OR HOUR(`dateTime`) >= 20 THEN 'nightTime'
+        ELSE 'otherTime'
+    END AS bidTimeType,
+    `dateTime`, extra, count_char(extra, 'c') AS c_counts
+FROM bid
+WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000"""),
+    "q15": ("bidding statistics report", """SELECT
+     DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') as `day`,
+     count(*) AS total_bids,
+     count(*) filter (where price < 10000) AS rank1_bids,
+     count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+     count(*) filter (where price >= 1000000) AS rank3_bids,
+     count(distinct bidder) AS total_bidders,
+     count(distinct bidder) filter (where price < 10000) AS rank1_bidders,
+     count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,
+     count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,
+     count(distinct auction) AS total_auctions,
+     count(distinct auction) filter (where price < 10000) AS rank1_auctions,
+     count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,
+     count(distinct auction) filter (where price >= 1000000) AS rank3_auctions
+FROM bid
+GROUP BY DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')"""),
+    "q16": ("channel statistics report", """SELECT
+    channel,
+    DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') as `day`,
+    max(DATE_FORMAT(`dateTime`, 'HH:mm')) as `minute`,
+    count(*) AS total_bids,
+    count(*) filter (where price < 10000) AS rank1_bids,
+    count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+    count(*) filter (where price >= 1000000) AS rank3_bids,
+    count(distinct bidder) AS total_bidders,
+    count(distinct bidder) filter (where price < 10000) AS rank1_bidders,
+    count(distinct bidder) filter (where price >= 10000 and price < 1000000) AS rank2_bidders,
+    count(distinct bidder) filter (where price >= 1000000) AS rank3_bidders,
+    count(distinct auction) AS total_auctions,
+    count(distinct auction) filter (where price < 10000) AS rank1_auctions,
+    count(distinct auction) filter (where price >= 10000 and price < 1000000) AS rank2_auctions,
+    count(distinct auction) filter (where price >= 1000000) AS rank3_auctions
+FROM bid
+GROUP BY channel, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')"""),
+    "q17": ("auction statistics report", """SELECT
+     auction,
+     DATE_FORMAT(`dateTime`, 'yyyy-MM-dd') as `day`,
+     count(*) AS total_bids,
+     count(*) filter (where price < 10000) AS rank1_bids,
+     count(*) filter (where price >= 10000 and price < 1000000) AS rank2_bids,
+     count(*) filter (where price >= 1000000) AS rank3_bids,
+     min(price) AS min_price,
+     max(price) AS max_price,
+     avg(price) AS avg_price,
+     sum(price) AS sum_price
+FROM bid
+GROUP BY auction, DATE_FORMAT(`dateTime`, 'yyyy-MM-dd')"""),
+    "q18": ("find last bid", """SELECT auction, bidder, price, channel, url, `dateTime`, extra
+ FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY bidder, auction ORDER BY `dateTime` DESC) AS rank_number
+       FROM bid)
+ WHERE rank_number <= 1"""),
+    "q19": ("auction Top-N", """SELECT * FROM
+(SELECT *, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY price DESC) AS rank_number FROM bid)
+WHERE rank_number <= 10"""),
+    "q20": ("expand bid with auction", """SELECT
+    auction, bidder, price, channel, url, B.`dateTime`, B.extra,
+    itemName, description, initialBid, reserve, A.`dateTime`, expires, seller, category, A.extra
+FROM bid AS B INNER JOIN auction AS A on B.auction = A.id
+WHERE A.category = 10"""),
+    "q21": ("add channel id", """SELECT
+    auction, bidder, price, channel,
+    CASE
+        WHEN lower(channel) = 'apple' THEN '0'
+        WHEN lower(channel) = 'google' THEN '1'
+        WHEN lower(channel) = 'facebook' THEN '2'
+        WHEN lower(channel) = 'baidu' THEN '3'
+        ELSE REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)
+        END
+    AS channel_id FROM bid
+    where REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2) is not null or
+          lower(channel) in ('apple', 'google', 'facebook', 'baidu')"""),
+    "q22": ("get URL directories", """SELECT
+    auction, bidder, price, channel,
+    SPLIT_INDEX(url, '/', 3) as dir1,
+    SPLIT_INDEX(url, '/', 4) as dir2,
+    SPLIT_INDEX(url, '/', 5) as dir3 FROM bid"""),
+    "q23": ("multi-way join", """SELECT bidder, price, channel, url, B.extra AS bid_extra,
+       P.id AS person_id, name, emailAddress, creditCard, city, state, P.extra AS person_extra,
+       itemName, description, initialBid, reserve, A.dateTime AS auction_dateTime, expires,
+       seller, category, A.extra AS auction_extra
+FROM bid B
+JOIN person P ON P.id = B.bidder
+JOIN auction A ON A.seller = B.bidder"""),
+}
+
+# name → (status, needs, laminardb's statement or None, sources read)
+_LAMINARDB: dict[str, tuple[Status, str, str | None, tuple[str, ...]]] = {
+    "q0": ("runs", "", None, ("bid",)),
+    "q1": ("runs", "DECIMAL(23, 3) (0.908 * price is DOUBLE in laminardb)", None, ("bid",)),
+    "q2": ("runs", "", None, ("bid",)),
+    "q3": ("not yet", "joins (an inner equi-join of two streams)", None, ("auction", "person")),
+    "q4": ("not yet", "joins (interval join) and subqueries (an aggregate over an aggregate)", None,
+           ("auction", "bid")),
+    "q5": ("partial", "joins and subqueries (the max count per window, joined back); the inner "
+                      "windowed count per auction (AuctionBids) runs",
+           _stream("q5", _Q5_INNER), ("bid",)),
+    "q6": ("not yet", "joins, OVER (ROW_NUMBER, ROWS BETWEEN) and subqueries (Flink cannot run q6 either)",
+           None, ("auction", "bid")),
+    "q7": ("not yet", "joins (of a stream with its own windowed max) and subqueries", None, ("bid",)),
+    "q8": ("not yet", "joins (a windowed join) and subqueries", None, ("person", "auction")),
+    "q9": ("not yet", "joins (interval join), OVER (ROW_NUMBER Top-1) and subqueries", None,
+           ("auction", "bid")),
+    "q10": ("not yet", "DATE_FORMAT and a partitioned filesystem sink (PARTITIONED BY)", None, ("bid",)),
+    "q11": ("runs", "", None, ("bid",)),
+    "q12": ("variant", "processing-time windows (PROCTIME()) and views; the variant counts per "
+                       "bidder in 10-second event-time tumbles",
+            _stream("q12", """SELECT bidder, count(*) as bid_count,
+    window_start AS starttime, window_end AS endtime
+FROM TABLE(TUMBLE(TABLE bid, DESCRIPTOR(`dateTime`), INTERVAL '10' SECOND))
+GROUP BY bidder, window_start, window_end"""), ("bid",)),
+    "q13": ("not yet", "lookup joins (FOR SYSTEM_TIME AS OF), PROCTIME() and file-backed tables",
+            None, ("bid",)),
+    "q14": ("variant", "UDFs (count_char) and HOUR(); the variant keeps the conversion and the "
+                       "filter, without bidTimeType and c_counts",
+            _stream("q14", """SELECT auction, bidder, 0.908 * price as price, `dateTime`, extra
+FROM bid
+WHERE 0.908 * price > 1000000 AND 0.908 * price < 50000000"""), ("bid",)),
+    "q15": ("variant", _DAY_NOTE,
+            _stream("q15", f"SELECT window_start AS `day`,\n    {_rank_counts(('bidder', 'auction'))}\n"
+                           f"FROM {_DAY_TUMBLE}\nGROUP BY window_start, window_end"), ("bid",)),
+    "q16": ("variant", _DAY_NOTE + "; `minute` (max of DATE_FORMAT(…, 'HH:mm')) is left out",
+            _stream("q16", f"SELECT channel, window_start AS `day`,\n    "
+                           f"{_rank_counts(('bidder', 'auction'))}\n"
+                           f"FROM {_DAY_TUMBLE}\nGROUP BY channel, window_start, window_end"), ("bid",)),
+    "q17": ("variant", _DAY_NOTE,
+            _stream("q17", f"SELECT auction, window_start AS `day`,\n    {_rank_counts(())},\n"
+                           "    min(price) AS min_price, max(price) AS max_price, avg(price) AS avg_price,"
+                           " sum(price) AS sum_price\n"
+                           f"FROM {_DAY_TUMBLE}\nGROUP BY auction, window_start, window_end"), ("bid",)),
+    "q18": ("not yet", "OVER (ROW_NUMBER deduplication) and subqueries", None, ("bid",)),
+    "q19": ("not yet", "OVER (ROW_NUMBER Top-N) and subqueries", None, ("bid",)),
+    "q20": ("not yet", "joins (an inner equi-join of two streams)", None, ("bid", "auction")),
+    "q21": ("not yet", "REGEXP_EXTRACT", None, ("bid",)),
+    "q22": ("not yet", "SPLIT_INDEX", None, ("bid",)),
+    "q23": ("not yet", "joins (a three-way join)", None, ("bid", "person", "auction")),
+}
+
+
+def _build() -> dict[str, NexmarkQuery]:
+    out = {}
+    for name, (desc, flink) in _PUBLISHED.items():
+        status, needs, stmt, sources = _LAMINARDB[name]
+        if status == "runs":
+            stmt = _stream(name, flink)
+        out[name] = NexmarkQuery(name, desc, flink, status, needs, stmt, sources)
+    return out
+
+
+QUERIES: dict[str, NexmarkQuery] = _build()
+
+
+def query(name: str) -> NexmarkQuery:
+    """The query ``name`` (``"q5"``, ``"Q5"`` or ``"5"``); a ``KeyError`` lists the names."""
+    key = name.lower() if name.lower().startswith("q") else f"q{name}"
+    if key not in QUERIES:
+        msg = f"no Nexmark query {name!r}; the queries are {', '.join(QUERIES)}"
+        raise KeyError(msg)
+    return QUERIES[key]
