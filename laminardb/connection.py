@@ -135,6 +135,11 @@ class Connection:
             from laminardb.checkpoint.local import LocalCoordinator
             from laminardb.checkpoint.recovery import recover
 
+            if os.path.exists(self.path) and not os.path.isdir(self.path):
+                from laminardb.errors import ConfigError
+
+                raise ConfigError(f"{self.path!r} is a file: laminardb.open() takes a directory for a durable "
+                                  "database (it is created if missing), or ':memory:'", code="LDB-9004")
             os.makedirs(self.path, exist_ok=True)
             self._lock_directory()
             self._durable = LocalCoordinator(self.path, self._reactor, config=self.config)

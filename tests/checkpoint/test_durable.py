@@ -307,3 +307,11 @@ def test_disk_full_checkpoint_is_a_typed_error_and_keeps_the_previous_one(tiny_d
     ref.insert("ev", rows(0, 40_000))
     assert got == sorted(ref.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
     ref.close()
+
+
+def test_open_on_a_file_is_a_clear_error(tmp_path):
+    f = tmp_path / "data.db"
+    f.write_text("not a directory")
+    with pytest.raises(laminardb.ConfigError) as e:
+        laminardb.open(f)
+    assert e.value.code == "LDB-9004" and "directory" in str(e.value)
