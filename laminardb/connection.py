@@ -142,9 +142,15 @@ class Connection:
                                   "database (it is created if missing), or ':memory:'", code="LDB-9004")
             os.makedirs(self.path, exist_ok=True)
             self._lock_directory()
-            self._durable = LocalCoordinator(self.path, self._reactor, config=self.config)
-            with self._reactor.lock:
-                report = recover(self)
+            try:
+                self._durable = LocalCoordinator(self.path, self._reactor, config=self.config)
+                with self._reactor.lock:
+                    report = recover(self)
+            except BaseException:  # a directory that cannot be recovered stays free for the next try
+                if self._durable is not None:
+                    self._durable.wal.close()
+                os.close(self._lock_fd)
+                raise
             self._reactor.journal = self._durable
             if self._reactor.finished and report["wal_records_replayed"]:
                 self._durable.checkpoint()  # finish() ran but its checkpoint did not: commit the end

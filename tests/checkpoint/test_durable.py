@@ -195,6 +195,8 @@ def test_snapshot_of_an_unknown_version_is_refused(tmp_path):
     with pytest.raises(SnapshotFormatError) as e:
         open_db(tmp_path, "ver")
     assert e.value.code == "LDB-5001" and "99" in str(e.value)
+    with pytest.raises(SnapshotFormatError):  # the failed open released the directory
+        open_db(tmp_path, "ver")
 
 
 def test_retention_and_wal_truncation_bound_disk_use(tmp_path):
