@@ -14,6 +14,7 @@ import pytest
 
 import laminardb
 from laminardb.checkpoint.exceptions import CheckpointUnsupportedError, SnapshotFormatError
+from tests._services.disk import tiny_tmpfs
 
 PIPELINE = """
 CREATE SOURCE IF NOT EXISTS ev (k VARCHAR, ts BIGINT NOT NULL, v BIGINT,
@@ -43,6 +44,20 @@ def committed(path: Path, fmt: str) -> list[dict]:
     return duckdb.sql(f"SELECT * FROM {fn}({files!r}) ORDER BY ALL").fetchall()
 
 
+def totals(db) -> list[dict]:
+    return sorted(db.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
+
+
+def reference_totals(n: int) -> list[dict]:
+    """The view of the first ``n`` rows from an in-memory run (the unbroken answer)."""
+    ref = laminardb.open()
+    ref.execute(PIPELINE.split("CREATE SINK")[0])
+    ref.insert("ev", rows(0, n))
+    out = totals(ref)
+    ref.close()
+    return out
+
+
 def open_db(tmp_path: Path, name: str = "db", **config):
     out = tmp_path / f"{name}-out"
     cfg = {"checkpoint_interval": "off", "vars": {"OUT": str(out)}}
@@ -62,10 +77,10 @@ def run(tmp_path: Path, name: str, chunks: list[tuple[int, int]], *, reopen_afte
         if i in reopen_after:
             db.close()
             db, out = open_db(tmp_path, name)
-    totals = sorted(db.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
+    view = totals(db)
     db.finish()
     db.close()
-    return totals, committed(out / "per_sec", "jsonl"), committed(out / "sess", "parquet")
+    return view, committed(out / "per_sec", "jsonl"), committed(out / "sess", "parquet")
 
 
 CHUNKS = [(0, 300), (300, 700), (700, 1000), (1000, 1600), (1600, 2000)]
@@ -100,13 +115,9 @@ def test_restart_without_close_replays_the_wal(tmp_path):
     db2, _ = open_db(tmp_path, "c")
     assert db2.offset("ev") == 500
     db2.insert("ev", rows(500, 1000))
-    got = sorted(db2.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
+    got = totals(db2)
     db2.close()
-    ref, _ = open_db(tmp_path, "ref")
-    ref.insert("ev", rows(0, 1000))
-    want = sorted(ref.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
-    ref.close()
-    assert got == want
+    assert got == reference_totals(1000)
 
 
 def test_catalog_survives_and_if_not_exists_serves_both(tmp_path):
@@ -174,13 +185,9 @@ def test_corrupt_latest_manifest_falls_back_to_the_previous_checkpoint(tmp_path)
     db, _ = open_db(tmp_path, "cor")
     assert db.metrics()["checkpoints"]["recovery"]["epoch"] == e2
     assert db.offset("ev") == 900  # the WAL after the previous checkpoint was kept
-    got = sorted(db.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
+    got = totals(db)
     db.close()
-    ref = laminardb.open()
-    ref.execute(PIPELINE.split("CREATE SINK")[0])
-    ref.insert("ev", rows(0, 900))
-    assert got == sorted(ref.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
-    ref.close()
+    assert got == reference_totals(900)
 
 
 def test_snapshot_of_an_unknown_version_is_refused(tmp_path):
@@ -262,18 +269,9 @@ def test_in_memory_script_is_atomic_too():
 
 @pytest.fixture
 def tiny_disk(tmp_path):
-    """A 6 MiB tmpfs (as root); skipped with the reason where mounting is not permitted."""
-    import subprocess
-
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode().strip()}")
-    try:
+    """A 6 MiB tmpfs: room for a few checkpoints of 40k groups, then a real ENOSPC."""
+    with tiny_tmpfs(tmp_path, "6m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
 def test_disk_full_checkpoint_is_a_typed_error_and_keeps_the_previous_one(tiny_disk):
@@ -302,13 +300,9 @@ def test_disk_full_checkpoint_is_a_typed_error_and_keeps_the_previous_one(tiny_d
     db = laminardb.open(tiny_disk / "db", config=cfg)
     assert db.metrics()["checkpoints"]["recovery"]["epoch"] >= e1
     assert db.offset("ev") == 40_000
-    got = sorted(db.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
+    got = totals(db)
     db.close()
-    ref = laminardb.open()
-    ref.execute(PIPELINE.split("CREATE SINK")[0])
-    ref.insert("ev", rows(0, 40_000))
-    assert got == sorted(ref.query("SELECT * FROM totals").to_pylist(), key=lambda r: r["k"])
-    ref.close()
+    assert got == reference_totals(40_000)
 
 
 def test_open_on_a_file_is_a_clear_error(tmp_path):

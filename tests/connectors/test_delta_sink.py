@@ -5,7 +5,6 @@ Polars (DuckDB's delta_scan needs an extension download, not available offline).
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,6 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+
+from tests._services.disk import tiny_tmpfs
 
 deltalake = pytest.importorskip("deltalake")  # the 'delta' extra, part of 'dev'
 
@@ -258,16 +259,8 @@ def test_bad_batch_is_a_schema_error(table: Path, stage: Path) -> None:
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs: real ENOSPC from the kernel."""
-    d = tmp_path / "tiny"
-    d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
-                       capture_output=True, text=True, timeout=30)
-    if r.returncode:
-        pytest.skip(f"cannot mount a 1 MiB tmpfs (needs root): {r.stderr.strip()}")
-    try:
+    with tiny_tmpfs(tmp_path, "1m") as d:
         yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True, timeout=30)
 
 
 def test_disk_full_while_staging(table: Path, tiny_disk: Path) -> None:

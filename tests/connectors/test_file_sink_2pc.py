@@ -5,7 +5,6 @@ pyarrow.dataset); a full disk leaves committed output intact and nothing half-vi
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -23,6 +22,7 @@ from laminardb.connectors.files import FileSink
 from laminardb.connectors.sinks import make_sink
 from laminardb.sql import ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
+from tests._services.disk import tiny_tmpfs
 
 FORMATS = ["jsonl", "csv", "parquet"]
 SCHEMA = pa.schema([
@@ -293,16 +293,8 @@ def _assert_disk_full_handled(s: TransactionalFileSink, out: Path, fmt: str,
 @pytest.fixture
 def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs: real ENOSPC from the kernel."""
-    d = tmp_path / "tiny"
-    d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
-                       capture_output=True, text=True, timeout=30)
-    if r.returncode:
-        pytest.skip(f"cannot mount a 1 MiB tmpfs (needs root): {r.stderr.strip()}")
-    try:
+    with tiny_tmpfs(tmp_path, "1m") as d:
         yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], capture_output=True, timeout=30)
 
 
 def test_disk_full_on_tmpfs(tiny_disk: Path, fmt: str) -> None:
