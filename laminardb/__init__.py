@@ -62,7 +62,7 @@ _LAZY = {
     "CallbackSubscription": "laminardb.subscription",
     "Writer": "laminardb.writer",
     "InsertResult": "laminardb.ingest",
-    "connect": "laminardb.actors.client",
+    "connect": "laminardb.actors.remote",
 }
 
 

@@ -20,11 +20,12 @@ from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableErr
 from laminardb.ingest import OnError, check_on_error
 from laminardb.reactor import Reactor
 from laminardb.source_runner import SourceRunner
-from laminardb.sql import ddl
+from laminardb.sql import ddl, flink_ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.planner import plan_query
 from laminardb.sql.types import type_name
 from laminardb.subscription import CallbackSubscription, Subscription
+from laminardb.udf import UdfRegistry
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,11 @@ class Connection:
         self.config = dict(config or {})
         self.variables: dict[str, object] = dict(self.config.get("vars", {}))
         self._reactor = Reactor()
+        self._setup_reactor()
+        # Python UDFs (register_udf) and Flink table declarations: what parsing and planning of this
+        # connection see (laminardb/udf.py); datagen/filesystem tables are polled sources (flink_ddl.py)
+        self._udfs = UdfRegistry.from_config(self.config.get("udfs"))
+        self._reactor.make_source_connector = flink_ddl.source_connectors(self._reactor.make_source_connector)
         self._closed = False
         self._started = False
         self._runners: dict[str, SourceRunner] = {}
@@ -144,7 +150,7 @@ class Connection:
             self._lock_directory()
             try:
                 self._durable = LocalCoordinator(self.path, self._reactor, config=self.config)
-                with self._reactor.lock:
+                with self._reactor.lock, self._udfs.active():
                     report = recover(self)
             except BaseException:  # a directory that cannot be recovered stays free for the next try
                 if self._durable is not None:
@@ -172,6 +178,10 @@ class Connection:
                 self.close()
                 raise
 
+    def _setup_reactor(self) -> None:
+        """Hook for subclasses, before a durable directory is recovered into the reactor
+        (the cluster connection installs its operator and connector factories here)."""
+
     def _lock_directory(self) -> None:
         """One open Connection per directory: a second writer would corrupt the WAL."""
         import fcntl
@@ -193,8 +203,9 @@ class Connection:
         the catalog first, and what it created is dropped again if a statement still fails.
         """
         self._check_open()
-        statements = ddl.parse_script_with_text(sql, self.variables)
-        with self._reactor.lock:
+        with self._udfs.active():
+            statements = ddl.parse_script_with_text(sql, self.variables)
+        with self._reactor.lock, self._udfs.active():
             if len(statements) > 1:
                 catalog.rehearse(self, statements)
             results: list[ExecuteResult] = []
@@ -417,13 +428,26 @@ class Connection:
     def query(self, sql: str) -> QueryResult:
         """A consistent snapshot of materialized views, or an ad-hoc SELECT over them."""
         self._check_open()
-        statements = ddl.parse_script(sql, self.variables)
+        with self._udfs.active():
+            statements = ddl.parse_script(sql, self.variables)
         if len(statements) != 1 or not isinstance(statements[0], ddl.Query):
             raise UnsupportedSqlError("query() takes one SELECT; use execute() for DDL")
-        with self._reactor.lock:
+        with self._reactor.lock, self._udfs.active():
             return QueryResult(self._reactor.run_batch_query(statements[0]))
 
     sql = query
+
+    def register_udf(self, name: str, fn, return_type: str | pa.DataType) -> None:
+        """Register a Python scalar function for SQL: ``fn(*arrays) -> pyarrow.Array``.
+
+        ``fn`` is vectorized: per batch it gets one pyarrow Array per argument and returns one
+        Array of ``return_type`` (a SQL type such as ``'VARCHAR'``, or a pyarrow DataType) with a
+        value per row. Queries planned from now on can call ``name(…)`` in SELECT, WHERE,
+        GROUP BY and aggregates; an error inside it is a ``UdfError`` (LDB-1010), a result of
+        the wrong length or type a ``UdfResultError`` (LDB-1011). See ``laminardb/udf.py``.
+        """
+        self._check_open()
+        self._udfs.register(name, fn, return_type)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:

@@ -31,3 +31,88 @@ def from_ipc(data) -> pa.RecordBatch:
     table = pa.Table.from_batches(batches, schema=reader.schema).combine_chunks()
     out = table.to_batches()
     return out[0] if out else pa.RecordBatch.from_pylist([], schema=reader.schema)
+
+
+def to_ipc_table(table: pa.Table | pa.RecordBatch) -> bytes:
+    """A whole table (any number of batches, possibly none) as one IPC stream."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        if isinstance(table, pa.RecordBatch):
+            writer.write_batch(table)
+        else:
+            writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc_table(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+def schema_to_ipc(schema: pa.Schema) -> bytes:
+    return schema.serialize().to_pybytes()
+
+
+def schema_from_ipc(data: bytes) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(data))
+
+
+# -- rows a client inserts through the database head -------------------------------------
+# Arrow-shaped data (Arrow, pandas, polars) travels as IPC; plain Python rows (dicts, lists of
+# dicts) as msgpack, so the head converts them exactly as an embedded insert() would (with
+# the same per-row errors). Datetimes and other scalars msgpack lacks ride as tagged strings.
+_EXT_DATETIME, _EXT_DATE, _EXT_DECIMAL = 1, 2, 3
+
+
+def _pack_default(obj):
+    import datetime
+    import decimal
+
+    import msgpack
+
+    if isinstance(obj, datetime.datetime):
+        return msgpack.ExtType(_EXT_DATETIME, obj.isoformat().encode())
+    if isinstance(obj, datetime.date):
+        return msgpack.ExtType(_EXT_DATE, obj.isoformat().encode())
+    if isinstance(obj, decimal.Decimal):
+        return msgpack.ExtType(_EXT_DECIMAL, str(obj).encode())
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    raise TypeError(f"cannot send a {type(obj).__name__} to the cluster; use Arrow, pandas or plain values")
+
+
+def _ext_hook(code: int, data: bytes):
+    import datetime
+    import decimal
+
+    import msgpack
+
+    text = data.decode()
+    if code == _EXT_DATETIME:
+        return datetime.datetime.fromisoformat(text)
+    if code == _EXT_DATE:
+        return datetime.date.fromisoformat(text)
+    if code == _EXT_DECIMAL:
+        return decimal.Decimal(text)
+    return msgpack.ExtType(code, data)
+
+
+def encode_rows(data) -> dict:
+    """``insert()`` data → a payload for the head (``decode_rows`` reverses it)."""
+    import msgpack
+
+    if isinstance(data, pa.RecordBatch | pa.Table):
+        return {"ipc": to_ipc_table(data)}
+    module = type(data).__module__.split(".")[0]
+    if module == "pandas":
+        return {"ipc": to_ipc_table(pa.Table.from_pandas(data, preserve_index=False))}
+    if module == "polars":
+        return {"ipc": to_ipc_table(data.to_arrow())}
+    return {"msgpack": msgpack.packb(data, default=_pack_default, use_bin_type=True, datetime=False)}
+
+
+def decode_rows(payload: dict):
+    import msgpack
+
+    if "ipc" in payload:
+        return from_ipc_table(payload["ipc"])
+    return msgpack.unpackb(payload["msgpack"], raw=False, ext_hook=_ext_hook, strict_map_key=False)

@@ -1,6 +1,7 @@
 """The cluster client: ``laminardb.connect("ray://…")`` → a ``Connection`` over Ray actors.
 
-Entry point: ``connect(address, *, actors=None, vnodes=256)``. Addresses:
+Entry point: ``ClusterConnection`` (the database head runs one, see ``head.py``), or
+``connect_in_process(address, *, actors=None, vnodes=256)`` for one in this process. Addresses:
 ``ray://auto`` (inside a Ray cluster, or reuse this process's ``ray.init``),
 ``ray://host:port`` (Ray Client), ``ray://local`` (start Ray on this machine).
 The connection has exactly the embedded API: DDL is planned once here and installed on
@@ -11,6 +12,7 @@ and shows in ``metrics()["cluster"]``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -43,7 +45,7 @@ class Cluster:
     """The actors of one connection and how to call them."""
 
     def __init__(self, n_actors: int, vnodes: int, raft: RaftConfig | None = None, *,
-                 call_timeout: float = _CALL_TIMEOUT_S) -> None:
+                 call_timeout: float = _CALL_TIMEOUT_S, ownership_source: str | None = None) -> None:
         import ray
 
         from laminardb.actors.reactor_actor import actor_class
@@ -59,7 +61,8 @@ class Cluster:
         self.members = [f"reactor-{tag}-{i}" for i in range(n_actors)]
         addresses = [f"{i['node_id'][:12]}/pid{i['pid']}/core{i['core']}" for i in self.info]
         try:
-            self.ownership = acquire_routing(self.members, vnodes, raft, addresses)
+            extra = {} if ownership_source is None else {"source": ownership_source}
+            self.ownership = acquire_routing(self.members, vnodes, raft, addresses, **extra)
         except Exception:
             self.shutdown()
             raise
@@ -264,15 +267,19 @@ class ClusterConnection(Connection):
 
     def __init__(self, cluster: Cluster, *, config: dict[str, Any] | None = None,
                  shutdown_on_close: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 local_global: bool = True) -> None:
-        super().__init__(":memory:", config=config)
+                 local_global: bool = True, path: str = ":memory:", on_restored=None,
+                 coordinated: bool = False) -> None:
         self.cluster = cluster
-        cluster.call_timeout = float(self.config.get("actor_call_timeout", cluster.call_timeout))
+        self.coordinated = coordinated
+        #: recovery calls ``on_restored(self)`` once the checkpoint is restored, before the WAL
+        #: is replayed (the database head re-attaches its subscribers there)
+        self._on_restored = None if on_restored is None else (lambda: on_restored(self))
+        self.last_logged_rows = 0  # rows of the last insert the WAL took (the head's retry rule)
         self._shutdown_on_close = shutdown_on_close
         self._max_in_flight = max_in_flight
         self._local_global = local_global
-        self._reactor.make_operator = self._operator
-        self._reactor.make_source_connector = self._source_connector
+        self._drainer = None
+        cluster.call_timeout = float((config or {}).get("actor_call_timeout", cluster.call_timeout))
         cluster.broadcast("reset")  # actors start from an empty catalog
         slots = (max_in_flight + 1) * COALESCE_MAX + 4  # rounds in flight, batches held back
         self._ring = ShmRing.open(slots=slots)
@@ -281,7 +288,58 @@ class ClusterConnection(Connection):
             if not any(self._ring.readers):
                 self._ring.close()
                 self._ring = None
+        # a durable ``path`` (the database head's directory) recovers here: catalog, actor
+        # state and the WAL of inserts since the checkpoint
+        super().__init__(path, config=config)
+        if self._durable is not None:
+            self._durable.before_barrier = lambda: [op.drain() for op in self._operators()]
+            log_insert = self._durable.log_insert
+
+            def logged(source: str, batch) -> int:
+                self.last_logged_rows = batch.num_rows
+                return log_insert(source, batch)
+
+            self._durable.log_insert = logged
         self._drainer = _Drainer(self) if max_in_flight > 0 else None
+
+    def abandon(self) -> None:
+        """Let go of everything without a last checkpoint: an actor died, so the state on
+        the actors is not whole; the database head recovers from the directory instead."""
+        if self._closed:
+            return
+        if self._drainer is not None:
+            self._drainer.stop()
+        self._stop_runners()
+        self._closed = True
+        if self._durable is not None:
+            self._durable.close_without_checkpoint()
+            os.close(self._lock_fd)
+        with self._reactor.lock:
+            for node in self._reactor.nodes.values():
+                if node.connector is not None:
+                    try:
+                        node.connector.close()
+                    except Exception:  # noqa: BLE001 - its actor may be the dead one
+                        pass
+        if self._ring is not None:
+            self._ring.close()
+        self.cluster.shutdown()
+
+    def _setup_reactor(self) -> None:
+        self._reactor.make_operator = self._operator
+        self._reactor.make_source_connector = self._source_connector
+
+    #: set by the database head when the Delta checkpoint coordinator drives this database:
+    #: exactly-once sinks are then written by the coordinator, and only staged here
+    coordinated = False
+
+    def _make_sink(self, stmt: ddl.CreateSink, schema):
+        if self.coordinated and self._durable is not None and _exactly_once(stmt):
+            from laminardb.checkpoint.staged_sink import StagedSink
+
+            return StagedSink(stmt.name, _sink_sql(stmt), schema,
+                              os.path.join(self.path, "staged", _safe(stmt.name)))
+        return super()._make_sink(stmt, schema)
 
     def _operator(self, name: str, plan) -> DistributedOperator:
         op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight,
@@ -320,14 +378,15 @@ class ClusterConnection(Connection):
                 else:
                     op.collect_ready()
 
-    def _source_connector(self, kind: str, node, options: dict[str, str]):
+    def _source_connector(self, kind: str, node, options: dict[str, str], restore_state: dict | None = None):
         if kind != "kafka":
             from laminardb.reactor import make_source_connector
 
-            return make_source_connector(kind, node, options)
+            return make_source_connector(kind, node, options, restore_state)
         from laminardb.actors.kafka_ingest import ClusterKafkaSource
 
-        return ClusterKafkaSource(self.cluster, node, options, lambda: self._routed_queries(node.name))
+        return ClusterKafkaSource(self.cluster, node, options, lambda: self._routed_queries(node.name),
+                                  restore_state=restore_state)
 
     def _routed_queries(self, source: str) -> list[str]:
         """The keyed queries reading ``source`` that take rows split by owner."""
@@ -340,16 +399,19 @@ class ClusterConnection(Connection):
 
     def execute(self, sql: str) -> ExecuteResult:
         self._check_open()
-        results = []
         with self._reactor.lock:
             self._drain()  # a new query may read a stream whose outputs are still deferred
-            for stmt, text in ddl.parse_script_with_text(sql, self.variables):
-                self._install_on_actors(stmt, text)
-                results.append(self._execute_one(stmt))
-        if not results:
-            return ExecuteResult("empty")
-        results[-1].statements = results
-        return results[-1]
+            return super().execute(sql)
+
+    def _apply_ddl(self, stmt, text: str, *, log: list[str] | None = None) -> ExecuteResult:
+        """Here first (so errors are this engine's), then on the actors — except a source,
+        which the actors need first (a Kafka source starts reading on them)."""
+        if isinstance(stmt, ddl.CreateSource):
+            self._install_on_actors(stmt, text)
+            return super()._apply_ddl(stmt, text, log=log)
+        result = super()._apply_ddl(stmt, text, log=log)
+        self._install_on_actors(stmt, text)
+        return result
 
     def _install_on_actors(self, stmt, text: str) -> None:
         """Actors hold the same catalog; sinks and connector polling stay on the client."""
@@ -482,10 +544,14 @@ class _Drainer:
         self._thread.join(timeout=5)
 
 
-def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: int = DEFAULT_VNODES,
-            raft: RaftConfig | str | None = None, config: dict[str, Any] | None = None,
-            max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True) -> ClusterConnection:
-    """Connect to (or start) a Ray cluster and start one reactor actor per core.
+def connect_in_process(address: str = "ray://auto", *, actors: int | None = None, vnodes: int = DEFAULT_VNODES,
+                       raft: RaftConfig | str | None = None, config: dict[str, Any] | None = None,
+                       max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True) -> ClusterConnection:
+    """Run a database's engine in this process over reactor actors it starts and owns.
+
+    ``laminardb.connect`` (``remote.py``) is the public entry: it runs this engine inside the
+    database head in the cluster. This in-process form serves the head's own tests and
+    benchmarks that look at the engine's internals (pipelining, shared memory).
 
     ``raft``: the control plane that owns the vnodes — a ``RaftConfig``, or the data dir of
     ``laminardb cluster up``; by default ``LAMINARDB_RAFT_DIR`` / ``LAMINARDB_RAFT_VOTERS``,
@@ -530,6 +596,26 @@ def connect(address: str = "ray://auto", *, actors: int | None = None, vnodes: i
     return ClusterConnection(Cluster(n, vnodes, raft, call_timeout=timeout), config=config,
                              max_in_flight=max_in_flight,
                              local_global=local_global)
+
+
+def _exactly_once(stmt: ddl.CreateSink) -> bool:
+    """Sinks a durable database writes with two-phase commit (see ``connectors/sinks.py``)."""
+    kind = stmt.connector.lower()
+    if kind == "kafka":
+        from laminardb.connectors.kafka_sink import delivery_guarantee
+
+        return delivery_guarantee(stmt.options) == "exactly-once"
+    return kind in ("file", "delta_lake", "deltalake", "delta")
+
+
+def _sink_sql(stmt: ddl.CreateSink) -> str:
+    """A CREATE SINK the coordinator can build the same sink from (connector and options)."""
+    opts = ", ".join(f"{k} = '{str(v).replace(chr(39), chr(39) * 2)}'" for k, v in stmt.options.items())
+    return f"CREATE SINK {stmt.name} FROM {stmt.name}__query INTO {stmt.connector} ({opts})"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
 def _is_actor_death(error: BaseException) -> bool:

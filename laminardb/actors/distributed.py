@@ -329,6 +329,81 @@ class DistributedOperator:
             b.num_rows for b in batches) else batches[0]
 
 
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self) -> ClusterImage:
+        """The barrier for this query (under the engine lock): every round sent so far is
+        delivered, then each actor copies its state — Ray runs that call after every batch
+        sent to the actor before it, so the copies are aligned with what was delivered."""
+        self.drain()
+        everyone = list(range(self.cluster.n_actors))
+        if self.plan.aggregate is not None:
+            self.cluster.call_each(everyone, "snapshot_take", [self.name])
+        merger = None
+        if self.merger is not None and hasattr(self.merger, "state"):
+            merger = {int(ws): {int(a): list(t) for a, t in per.items()} for ws, per in self.merger.state.items()}
+        return ClusterImage(self, everyone if self.plan.aggregate is not None else [], merger)
+
+    def restore(self, blob: bytes, *, vnodes=None) -> None:
+        """Give every actor its part of a checkpoint (the actors are in the same places: a
+        replaced actor takes the index, and so the vnodes, of the one it replaces)."""
+        import msgpack
+
+        from laminardb.checkpoint.exceptions import SnapshotFormatError
+
+        doc = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+        if doc.get("format") != CLUSTER_FORMAT or doc.get("version") != 1:
+            raise SnapshotFormatError(f"query {self.name!r}: not a cluster state snapshot (format "
+                                      f"{doc.get('format')!r} v{doc.get('version')!r})")
+        parts = doc["actors"]
+        if parts and len(parts) != self.cluster.n_actors:
+            raise SnapshotFormatError(
+                f"query {self.name!r}: the checkpoint was taken on {len(parts)} actors and the cluster now "
+                f"has {self.cluster.n_actors}; reconnect with actors={len(parts)}")
+        partial = self.merger is not None
+        targets, futures = [], []
+        if self.mode == "keyed":  # by vnode: the owners may have changed (Raft re-planned them)
+            owner = self.cluster.routing.owner
+            for a in range(self.cluster.n_actors):
+                vnodes = [int(v) for v in (owner == a).nonzero()[0]]
+                targets.append(a)
+                futures.append(self.cluster.actors[a].restore_state.remote(self.name, parts, partial, vnodes))
+        elif self.mode == "single":  # one actor holds the whole query: all of it goes there
+            a = self.cluster.single_owner()
+            targets, futures = [a], [self.cluster.actors[a].restore_state.remote(self.name, parts, partial, None)]
+        else:  # partials are per actor, whatever rows it read: each takes its own back
+            targets = list(range(len(parts)))
+            futures = [self.cluster.actors[a].restore_state.remote(self.name, [part], partial, None)
+                       for a, part in enumerate(parts)]
+        self.cluster.gather(targets, futures, "restore_state")
+        if doc.get("merger") is not None and hasattr(self.merger, "state"):
+            self.merger.state = {int(ws): {int(a): tuple(t) for a, t in per.items()}
+                                 for ws, per in doc["merger"].items()}
+        self.late_dropped = int(doc.get("late_dropped", 0))
+
+
+#: the envelope of a distributed query's snapshot: one operator snapshot per actor
+CLUSTER_FORMAT = "laminardb.cluster_state"
+
+
+class ClusterImage:
+    """A distributed query's checkpoint copy: the actors hold their parts (taken in the
+    barrier); ``encode`` collects them as bytes, off the engine lock."""
+
+    def __init__(self, op: DistributedOperator, actors: list[int], merger: dict | None) -> None:
+        self.op = op
+        self.actors = actors
+        self.merger = merger
+        self.late_dropped = op.late_dropped
+
+    def encode(self, vnodes=None) -> bytes:
+        import msgpack
+
+        blobs = self.op.cluster.call_each(self.actors, "snapshot_encode", self.op.name) if self.actors else []
+        doc = {"format": CLUSTER_FORMAT, "version": 1, "mode": self.op.mode, "actors": blobs,
+               "merger": self.merger, "late_dropped": self.late_dropped}
+        return msgpack.packb(doc, use_bin_type=True)
+
+
 def _merge(batches: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:
     """One batch per emission, as the embedded engine delivers."""
     batches = [b for b in batches if b.num_rows]

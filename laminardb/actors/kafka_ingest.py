@@ -59,6 +59,19 @@ def partition_owners(n_partitions: int, n_actors: int) -> list[int]:
     return [int(plan.assignment[p].split("-")[1]) for p in range(n_partitions)]
 
 
+def _merged_position(state: dict) -> dict:
+    """One ``KafkaSource`` position covering every partition of a ``checkpoint_state``
+    (each actor takes its own partitions' offsets from it, whatever the assignment now)."""
+    offsets: dict[str, int] = {}
+    maxes: dict[str, int | None] = {}
+    topic = None
+    for pos in (state.get("actors") or {}).values():
+        topic = pos.get("topic", topic)
+        offsets.update(pos.get("offsets") or {})
+        maxes.update((pos.get("watermarks") or {}).get("max") or {})
+    return {"v": 1, "topic": topic, "offsets": offsets, "watermarks": {"max": maxes, "emitted": None}}
+
+
 def combine(states: dict[int, tuple[int | None, bool]]) -> int | None:
     """Source watermark candidate from per-partition (wm_p, idle) states."""
     active = [wm for wm, idle in states.values() if not idle]
@@ -72,19 +85,37 @@ class ClusterKafkaSource:
     """``routed_queries()`` names the keyed queries on this source that need the rows split
     by owner (asked at every poll, so queries created later are served)."""
 
-    def __init__(self, cluster, node, options: dict[str, str], routed_queries=lambda: []) -> None:
+    def __init__(self, cluster, node, options: dict[str, str], routed_queries=lambda: [],
+                 restore_state: dict | None = None) -> None:
         self.cluster = cluster
         self.name = node.name
         self.schema = node.schema
         self.routed_queries = routed_queries
+        self.options = options
         parts = topic_partitions(options)
         self.assignment: dict[int, list[int]] = {}
         for p, a in zip(parts, partition_owners(len(parts), cluster.n_actors), strict=True):
             self.assignment.setdefault(a, []).append(p)
         self._actors = sorted(self.assignment)
-        cluster.call_each(self._actors, "start_kafka_all", node.name, json.dumps(options),
-                          json.dumps({str(a): ps for a, ps in self.assignment.items()}))
         self._emitted: int | None = None
+        #: actor → its partitions' position after its last poll (``checkpoint_state``)
+        self._positions: dict[int, dict] = {}
+        resume = None
+        if restore_state is not None:
+            resume = json.dumps(_merged_position(restore_state))
+            self._emitted = restore_state.get("emitted")
+        self.start(resume)
+
+    def start(self, resume: str | None = None) -> None:
+        """(Re)start reading on the actors; ``resume``: a merged position (JSON) to go on from."""
+        self.cluster.call_each(self._actors, "start_kafka_all", self.name, json.dumps(self.options),
+                               json.dumps({str(a): ps for a, ps in self.assignment.items()}), resume)
+
+    def checkpoint_state(self) -> dict:
+        """Every partition's next offset and watermark state as of the last poll (the
+        runner stores it with the batch that poll ingested, as for ``KafkaSource``)."""
+        return {"v": 1, "kind": "cluster-kafka", "emitted": self._emitted,
+                "actors": {str(a): p for a, p in self._positions.items()}}
 
     def poll(self, timeout_ms: int = 100) -> tuple[RemoteRows | None, int | None]:
         """The rows read by every actor — left on the actors (``RemoteRows``) — and the
@@ -92,8 +123,9 @@ class ClusterKafkaSource:
         results = self.cluster.call_each(self._actors, "poll_kafka", self.name, timeout_ms,
                                          list(self.routed_queries()))
         states = {}
-        for _, part_states in results:
+        for a, (_, part_states, position) in zip(self._actors, results, strict=True):
             states.update({int(p): (wm, idle) for p, (wm, idle) in part_states.items()})
+            self._positions[a] = position
         wm = combine(states)
         if wm is not None and (self._emitted is None or wm > self._emitted):
             self._emitted = wm

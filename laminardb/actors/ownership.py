@@ -71,7 +71,9 @@ class Ownership:
 
 
 def acquire_routing(members: list[str], vnodes: int, raft: RaftConfig | None,
-                    addresses: list[str]) -> Ownership:
+                    addresses: list[str], source: str = OWNERSHIP_SOURCE) -> Ownership:
+    """The vnode → actor map, committed in Raft under ``source`` (one per database, so two
+    databases on one control plane never take each other's vnodes)."""
     if raft is None:
         routing = Routing.from_members(len(members), vnodes)
         return Ownership(routing, np.zeros(vnodes, np.int64), members)
@@ -80,13 +82,13 @@ def acquire_routing(members: list[str], vnodes: int, raft: RaftConfig | None,
     client = RaftClient(list(raft.voters), secret=raft.secret)
     for m, addr in zip(members, addresses, strict=True):
         client.register_node(m, address=addr, cores=1, metadata={"kind": "reactor"})
-    client.commit_plan(OWNERSHIP_SOURCE, members=members, vnode_count=vnodes)
-    snap = client.ownership(OWNERSHIP_SOURCE, barrier=True)["sources"][OWNERSHIP_SOURCE]
+    client.commit_plan(source, members=members, vnode_count=vnodes)
+    snap = client.ownership(source, barrier=True)["sources"][source]
     index = {m: i for i, m in enumerate(members)}
     owners = snap["owner"]
     unowned = [v for v, o in enumerate(owners) if o not in index]
     if unowned:
         raise RuntimeError(f"Raft left vnodes {unowned[:8]} without a live actor")
     routing = Routing(np.array([index[o] for o in owners], dtype=np.int64))
-    tokens = {i: client.tokens(OWNERSHIP_SOURCE, m, barrier=False) for i, m in enumerate(members)}
+    tokens = {i: client.tokens(source, m, barrier=False) for i, m in enumerate(members)}
     return Ownership(routing, np.array(snap["epoch"], dtype=np.int64), members, client, tokens)

@@ -46,6 +46,7 @@ class ReactorActorImpl:
         self.kafka: dict = {}
         self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
         self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
+        self.images: dict = {}  # node → StateImage taken at the last barrier, until encoded
 
     def reset(self) -> None:
         """Forget every query and all state (a pooled actor serving a new connection)."""
@@ -56,6 +57,7 @@ class ReactorActorImpl:
         self.conn.close()
         self.shm.close()
         self.partial = {}
+        self.images = {}
         self.conn = laminardb.open()
         self.conn._reactor.connectors_enabled = False
         self.rows_in = 0
@@ -170,24 +172,59 @@ class ReactorActorImpl:
     def current_rows(self, node: str) -> bytes:
         return to_ipc(self._op(node).current_rows())
 
+    # -- checkpoints: the head calls these in its barrier (see distributed.py) -------
+    def snapshot_take(self, nodes: list[str]) -> None:
+        """Copy the state of ``nodes`` (the barrier: Ray runs this after every batch the head
+        sent before it); ``snapshot_encode`` turns the copies into bytes off the barrier."""
+        for node in nodes:
+            state = self.partial.get(node)
+            if state is not None:
+                self.images[node] = state.agg.snapshot()
+            elif node in self.conn._reactor.nodes:
+                self.images[node] = self._op(node).snapshot()
+
+    def snapshot_encode(self, node: str) -> bytes | None:
+        image = self.images.pop(node, None)
+        return None if image is None else image.encode()
+
+    def restore_state(self, node: str, blobs: list, partial: bool, vnodes: list[int] | None) -> None:
+        """Load checkpointed parts into the (freshly created) query ``node``: only the groups
+        of ``vnodes`` when given (the vnodes this actor owns now); the parts add up."""
+        if partial:
+            from laminardb.actors.partial import PartialState
+
+            self.partial[node] = PartialState(self._op(node).plan)
+        for blob in blobs:
+            if blob is None:
+                continue
+            if partial:
+                self.partial[node].agg.restore(blob, vnodes=vnodes)
+            else:
+                self._op(node).restore(blob, vnodes=vnodes)
+
     # -- Kafka partitions this actor owns (see kafka_ingest.py) ----------------------
-    def start_kafka_all(self, source: str, options_json: str, assignment_json: str) -> None:
+    def start_kafka_all(self, source: str, options_json: str, assignment_json: str,
+                        restore_json: str | None = None) -> None:
+        """Read this actor's partitions; ``restore_json``: a checkpointed position (offsets and
+        watermark states of every partition of the source) to resume from."""
         import json
 
         from laminardb.connectors.kafka import KafkaSource
 
         partitions = json.loads(assignment_json).get(str(self.index), [])
         node = self.conn._reactor.nodes[source]
+        extra = {} if restore_json is None else {"restore_state": json.loads(restore_json)}
         self.kafka[source] = KafkaSource(
             name=source, schema=node.schema, options=json.loads(options_json),
-            time_col=node.time_col, delay_ticks=node.delay_ticks, partitions=partitions,
+            time_col=node.time_col, delay_ticks=node.delay_ticks, partitions=partitions, **extra,
         )
 
-    def poll_kafka(self, source: str, timeout_ms: int, routed_queries: list[str]) -> tuple[dict, dict]:
+    def poll_kafka(self, source: str, timeout_ms: int, routed_queries: list[str]) -> tuple[dict, dict, dict]:
         """Read this actor's partitions. The rows stay here, in Ray's object store: once
         whole, and for each keyed query in ``routed_queries`` split by owner (WHERE applied),
         so the owners fetch their parts from this actor directly. Returns (that description
-        with the row count and max event time, the per-partition watermark states)."""
+        with the row count and max event time, the per-partition watermark states, the
+        position right after this poll — what a checkpoint taken after these rows keeps)."""
         import ray
 
         from laminardb.operators._buffers import numeric_view
@@ -195,8 +232,9 @@ class ReactorActorImpl:
         src = self.kafka[source]
         batch, _ = src.poll(timeout_ms)
         states = src.partition_watermarks()
+        position = src.checkpoint_state()
         if batch is None or batch.num_rows == 0:
-            return {"rows": 0}, states
+            return {"rows": 0}, states, position
         with self._busy():
             time_col = self.conn._reactor.nodes[source].time_col
             top = int(numeric_view(batch.column(time_col)).max()) if time_col is not None else None
@@ -205,7 +243,7 @@ class ReactorActorImpl:
                 parts = route_rows(self._op(query).plan, batch, self.owner, self.n_actors)
                 routed[query] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
             return {"rows": batch.num_rows, "max_event_time": top, "whole": ray.put(to_ipc_array(batch)),
-                    "routed": routed}, states
+                    "routed": routed}, states, position
 
     def kafka_lag(self, source: str) -> int:
         return self.kafka[source].lag()

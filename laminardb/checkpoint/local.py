@@ -34,6 +34,7 @@ import msgpack
 from laminardb.checkpoint.sink import TwoPhaseSink
 from laminardb.checkpoint.store import CheckpointStore, Manifest
 from laminardb.checkpoint.wal import Wal
+from laminardb.errors import CheckpointError
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +90,19 @@ class LocalCoordinator:
         self.wal = Wal(self.dir / "wal", sync=str(config.get("wal_sync", "none")))
         self.store = CheckpointStore(self.dir)
         self.journaling = True  # off while recovery replays the WAL
+        #: called under the engine lock as a barrier starts (``ClusterConnection``: deliver
+        #: the outputs of batches still on the actors, so counters and state agree)
+        self.before_barrier = None
+        #: set when the Delta coordinator drives this database: ``checkpoint()`` asks it
+        #: (it allocates the epoch in Raft and calls ``prepare``/``publish`` back)
+        self.external = None
         self.epoch = 0  # last committed checkpoint
         self._next_epoch = 1
         self._ckpt_lock = threading.Lock()
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         self._last_marks: tuple[int, int, bool] | None = None
+        self._prepared: dict[int, tuple] = {}  # epoch → (sinks, seconds, bytes) until published
         self.stats: dict[str, Any] = {
             "checkpoints": 0, "failures": 0, "last_epoch": 0, "last_duration_s": None,
             "last_stall_s": None, "max_stall_s": 0.0, "last_bytes": 0, "last_error": None,
@@ -131,6 +139,8 @@ class LocalCoordinator:
     def checkpoint(self) -> int:
         """Run one checkpoint; returns its epoch. Raises a CheckpointError if it failed
         (the previous checkpoint stays the one recovery uses)."""
+        if self.external is not None:
+            return self.external()
         with self._ckpt_lock:
             t0 = time.perf_counter()
             try:
@@ -155,6 +165,8 @@ class LocalCoordinator:
         r = self.reactor
         with r.lock:
             t0 = time.perf_counter()
+            if self.before_barrier is not None:
+                self.before_barrier()  # the cluster delivers outputs still on its actors first
             epoch = self._next_epoch
             self._next_epoch += 1
             lsn = self.wal.rotate()
@@ -187,15 +199,62 @@ class LocalCoordinator:
         self.stats["max_stall_s"] = max(self.stats["max_stall_s"], stall)
         return epoch, images, manifest, sinks
 
-    def _write(self, epoch: int, images: dict[str, Any], manifest: Manifest) -> int:
+    def _write(self, epoch: int, images: dict[str, Any], manifest: Manifest, *, pending: bool = False) -> int:
         self.store.begin(epoch)
         total = 0
         for name, image in images.items():
             data = image if isinstance(image, bytes) else image.encode()
             manifest.files[name] = self.store.write_file(epoch, name, data)
             total += len(data)
-        self.store.commit(manifest)
+        self.store.commit(manifest, pending=pending)
         return total
+
+    # ------------------------------------------------------------------ driven by the Delta coordinator
+    def prepare(self, epoch: int) -> dict[str, Any]:
+        """Phase one of a checkpoint the Delta coordinator drives: the barrier, snapshots and
+        a *pending* manifest for ``epoch`` (allocated in Raft by the coordinator), and every
+        sink's epoch staged. Nothing is visible until ``publish(epoch)``."""
+        with self._ckpt_lock:
+            if epoch <= self.epoch:
+                raise CheckpointError(f"checkpoint {epoch} is not after the last one ({self.epoch}); "
+                                      "allocate a later epoch")
+            t0 = time.perf_counter()
+            self._next_epoch = epoch
+            try:
+                epoch, images, manifest, sinks = self._barrier()
+                nbytes = self._write(epoch, images, manifest, pending=True)
+            except Exception as exc:
+                self.stats["failures"] += 1
+                self.stats["last_error"] = f"{type(exc).__name__}: {exc}"
+                raise
+            self._prepared[epoch] = (sinks, time.perf_counter() - t0, nbytes)
+            return {"epoch": epoch, "manifest_ref": str(self.store.dir_of(epoch)), "bytes": nbytes,
+                    "stall_s": self.stats["last_stall_s"], "sinks": sinks}
+
+    def publish(self, epoch: int) -> bool:
+        """Phase two, after the coordinator recorded ``epoch``'s manifest: it becomes the
+        recovery point; sinks commit; older checkpoints and the WAL behind them go.
+        Idempotent; False when ``epoch`` is unknown here (aborted, or never prepared)."""
+        with self._ckpt_lock:
+            if not self.store.publish(epoch):
+                return False
+            sinks, took, nbytes = self._prepared.pop(epoch, (self.sinks(), None, 0))
+            if epoch > self.epoch:
+                self.epoch = epoch
+                self._commit_sinks(epoch, sinks)
+                self._prune(epoch)
+                self.stats.update(checkpoints=self.stats["checkpoints"] + 1, last_epoch=epoch,
+                                  last_duration_s=took, last_bytes=nbytes, last_error=None)
+            return True
+
+    def discard(self, epoch: int) -> None:
+        """The coordinator aborted ``epoch``: its pending checkpoint and staged sink rows go."""
+        with self._ckpt_lock:
+            sinks, _, _ = self._prepared.pop(epoch, (self.sinks(), None, 0))
+            if epoch > self.epoch:
+                self.store.discard(epoch)
+                for s in sinks.values():
+                    s.abort(epoch)
 
     def _commit_sinks(self, epoch: int, sinks: dict[str, TwoPhaseSink]) -> None:
         # a sink whose commit could race the writes of the next epoch commits under the lock
@@ -251,6 +310,16 @@ class LocalCoordinator:
         out.update(wal_bytes=self.wal.disk_bytes(), wal_next_lsn=self.wal.next_lsn,
                    checkpoint_bytes_on_disk=self.store.disk_bytes(), interval_s=self.interval_s)
         return out
+
+    def close_without_checkpoint(self) -> None:
+        """Stop the timer and release the WAL, leaving sinks' staged epochs for recovery to
+        settle (the database head abandons an engine whose actor died)."""
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join(30.0)
+            self._timer = None
+        with self._ckpt_lock:
+            self.wal.close()
 
     def close(self) -> None:
         self._stop.set()

@@ -59,10 +59,15 @@ def recover(conn) -> dict[str, Any]:
         for name, sink in coord.sinks().items():
             sink.recover(epoch, sink_info.get(name))
         settled = set(coord.sinks())
+        restored = getattr(conn, "_on_restored", None)
+        if restored is not None:  # the database head re-attaches its subscribers here
+            restored()
         for rec in coord.wal.replay(manifest.wal_lsn if manifest is not None else 0):
             replayed += 1
             if rec.kind == "ddl":
                 _apply(conn, rec.header["sql"])
+                if restored is not None:  # a stream created after the checkpoint: attach now
+                    restored()
                 for name, sink in coord.sinks().items():
                     if name not in settled:  # created after the checkpoint: drop what it staged
                         sink.recover(epoch, None)

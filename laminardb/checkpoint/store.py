@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 MANIFEST_FORMAT = "laminardb.manifest"
 MANIFEST_VERSION = 1
 _PREFIX = "ckpt-"
+_PENDING = "MANIFEST.pending"  # prepared for the Delta coordinator, not yet recorded in Raft
 
 
 @dataclass
@@ -98,16 +99,41 @@ class CheckpointStore:
             raise write_error("snapshot file", path, exc) from exc
         return {"bytes": len(data), "crc": crc32c(data)}
 
-    def commit(self, manifest: Manifest) -> Path:
-        """Write the manifest: from here on the checkpoint is the one recovery uses."""
+    def commit(self, manifest: Manifest, *, pending: bool = False) -> Path:
+        """Write the manifest: from here on the checkpoint is the one recovery uses — or,
+        ``pending``, once ``publish`` renames it (the Delta coordinator records it in Raft
+        between the two: its commit point)."""
         d = self.dir_of(manifest.epoch)
         fsync_dir(d)
         manifest.created = manifest.created or time.time()
         body = manifest.body()
         doc = dict(body, checksum=crc32c(_canonical(body)))
-        atomic_write(d / "MANIFEST", json.dumps(doc, indent=1, sort_keys=True).encode(), what="manifest")
+        name = _PENDING if pending else "MANIFEST"
+        atomic_write(d / name, json.dumps(doc, indent=1, sort_keys=True).encode(), what="manifest")
         manifest.path = d
         return d
+
+    def publish(self, epoch: int) -> bool:
+        """Make a pending manifest the one recovery uses (idempotent). False: nothing to
+        publish (never prepared, or aborted)."""
+        d = self.dir_of(epoch)
+        if (d / "MANIFEST").exists():
+            return True
+        if not (d / _PENDING).exists():
+            return False
+        os.replace(d / _PENDING, d / "MANIFEST")
+        fsync_dir(d)
+        return True
+
+    def discard(self, epoch: int) -> None:
+        """Drop a pending checkpoint (its epoch was aborted); a published one stays."""
+        d = self.dir_of(epoch)
+        if d.exists() and not (d / "MANIFEST").exists():
+            shutil.rmtree(d, ignore_errors=True)
+
+    def pending(self) -> list[int]:
+        return [e for e in self.epochs_on_disk()
+                if (self.dir_of(e) / _PENDING).exists() and not (self.dir_of(e) / "MANIFEST").exists()]
 
     # ------------------------------------------------------------------ read
     def load(self, epoch: int) -> Manifest:

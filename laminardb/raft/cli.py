@@ -1,4 +1,4 @@
-"""Command-line entry points of the control plane: ``raft-node`` and ``cluster status|plan|evict|up|down``.
+"""Command-line entry points of the control plane: ``raft-node`` and ``cluster status|plan|evict|drop|up|down``.
 
 ``laminardb/cli.py`` calls :func:`register` to add these to the main parser; until then (and
 in tests) run ``python -m laminardb.raft.cli ...`` (:func:`main`). Every command is a thin
@@ -130,6 +130,15 @@ def _client(args: argparse.Namespace) -> Any:
 def _cmd_status(args: argparse.Namespace) -> int:
     from laminardb.raft.status import cluster_status, format_status
 
+    if args.ray is not None:  # the databases in the Ray cluster (and Raft only if asked for)
+        from laminardb.actors.admin import databases_status, format_databases
+
+        dbs = databases_status(args.ray)
+        raft_named = args.voters or args.data_dir or os.environ.get("LAMINARDB_RAFT_VOTERS")
+        if not raft_named:
+            print(json.dumps(dbs, indent=2, sort_keys=True, default=str) if args.json else format_databases(dbs))
+            return 0
+        print(json.dumps(dbs, indent=2, sort_keys=True, default=str) if args.json else format_databases(dbs))
     voters = _voters_and_secret(args)
     status = cluster_status(voters, secret=_read_secret(args), timeout=args.voter_timeout)
     print(json.dumps(status, indent=2, sort_keys=True) if args.json else format_status(status))
@@ -180,6 +189,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 # -- cluster up / down -----------------------------------------------------------------------
+
+
+def _cmd_drop(args: argparse.Namespace) -> int:
+    from laminardb.actors.admin import drop
+
+    found = drop(args.ray, args.database)
+    print(json.dumps({"dropped": args.database, "found": found}) if args.json
+          else (f"dropped database {args.database}" if found else f"no database {args.database!r}"))
+    return 0 if found else 1
 
 
 def _cmd_evict(args: argparse.Namespace) -> int:
@@ -272,6 +290,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="data dir given to `cluster up`: voters and secret from its cluster.json")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         if name == "status":
+            p.add_argument("--ray", nargs="?", const="auto", default=None, metavar="ADDRESS",
+                           help="also list the databases of this Ray cluster (default address: auto): "
+                                "their actors, vnodes, epochs and checkpoints")
             p.add_argument("--voter-timeout", type=float, default=_status_timeout(),
                            help="seconds each voter gets to answer; all are asked at once "
                                 f"(default {_status_timeout():g})")
@@ -289,6 +310,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help=f"vnode count if the source does not exist yet "
                                 f"(default {DEFAULT_VNODES})")
             p.add_argument("--commit", action="store_true", help="commit the plan through Raft")
+
+    drop = csub.add_parser("drop", help="stop a database in the Ray cluster: its actors, "
+                                        "checkpoints and state are removed")
+    drop.add_argument("database", help="the database name given to laminardb.connect(database=…)")
+    drop.add_argument("--ray", default="auto", metavar="ADDRESS", help="Ray address (default auto)")
+    drop.add_argument("--json", action="store_true", help="machine-readable output")
+    drop.set_defaults(func=_cmd_drop)
 
     from laminardb.raft.launch import DEFAULT_BASE_PORT, DEFAULT_DATA_DIR, DEFAULT_START_TIMEOUT_S
 

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from laminardb.actors.client import connect_in_process
 from tests._services.fixtures import kafka_broker  # noqa: F401
 
 ray = pytest.importorskip("ray")
@@ -67,7 +68,6 @@ def _read_all(bootstrap: str, topic: str, expect: int, timeout: float = 30.0) ->
 
 @pytest.mark.integration
 def test_kafka_to_kafka_on_two_actors(ray_local, kafka_broker):  # noqa: F811
-    import laminardb
 
     bootstrap = kafka_broker.bootstrap
     rng = np.random.default_rng(3)
@@ -78,7 +78,7 @@ def test_kafka_to_kafka_on_two_actors(ray_local, kafka_broker):  # noqa: F811
     bad = [b"{not json", b'{"ts": "soon", "sym": "A", "qty": 1}', b'{"sym": "A", "qty": 2}']
     _produce(bootstrap, "trades-c", 4, rows, list(bad))
 
-    db = laminardb.connect("ray://auto", actors=2, vnodes=16)
+    db = connect_in_process("ray://auto", actors=2, vnodes=16)
     try:
         db.execute(f"""
             CREATE SOURCE trades (ts BIGINT NOT NULL, sym VARCHAR, qty BIGINT,

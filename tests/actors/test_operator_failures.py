@@ -40,7 +40,7 @@ def _counts(sub) -> dict[str, int]:
 def test_a_slow_actor_is_waited_for_and_a_paused_one_times_out_alive(ray_local):
     """Item 1: a call slower than any probe is waited for; past ``actor_call_timeout`` it is
     an ActorTimeoutError — the actor is marked slow, never dead — and it works after."""
-    from laminardb.actors.client import connect
+    from laminardb.actors.client import connect_in_process as connect
     from laminardb.actors.exceptions import ActorTimeoutError
 
     db = connect("ray://auto", actors=2, vnodes=32, config={"actor_call_timeout": 1.5})
@@ -78,7 +78,7 @@ def test_a_slow_actor_is_waited_for_and_a_paused_one_times_out_alive(ray_local):
 def test_metrics_answers_while_an_actor_is_paused(ray_local):
     """Item 3: SIGSTOP an actor with batches in flight: metrics() returns within ~3 s and
     marks it slow; after SIGCONT every batch is delivered and the actor is ok again."""
-    from laminardb.actors.client import connect
+    from laminardb.actors.client import connect_in_process as connect
 
     db = connect("ray://auto", actors=2, vnodes=32, max_in_flight=4)
     try:
@@ -130,7 +130,7 @@ def test_kafka_source_reads_from_the_start_and_a_dead_reader_is_an_error(ray_loc
     """Items 5 and 2: with no offset_reset every row produced before the source opened is
     read; when a reading actor dies, the runner stops (counted, logged once) and the next
     flush/read raises ActorLostError while metrics() shows the dead actor."""
-    from laminardb.actors.client import connect
+    from laminardb.actors.client import connect_in_process as connect
     from laminardb.actors.exceptions import ActorLostError
 
     rows = [{"ts": i, "k": f"k{i % 5}"} for i in range(2000)]

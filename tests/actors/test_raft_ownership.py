@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from laminardb.actors.client import connect_in_process
 from tests._services.fixtures import raft_cluster  # noqa: F401
 
 ray = pytest.importorskip("ray")
@@ -15,13 +16,12 @@ RAY_CPUS = 2  # read by the ray_local fixture (tests/actors/conftest.py)
 
 @pytest.mark.integration
 def test_routing_comes_from_committed_raft_state(ray_local, raft_cluster):  # noqa: F811
-    import laminardb
     from laminardb.actors.ownership import OWNERSHIP_SOURCE, RaftConfig
     from laminardb.raft.exceptions import StaleEpochError
 
     voters = raft_cluster(3)
     cfg = RaftConfig(tuple(voters.rpc_addresses), voters.secret)
-    db = laminardb.connect("ray://auto", actors=2, vnodes=32, raft=cfg)
+    db = connect_in_process("ray://auto", actors=2, vnodes=32, raft=cfg)
     try:
         status = db.metrics()["cluster"]
         assert status["raft"] is True

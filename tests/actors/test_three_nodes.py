@@ -34,7 +34,7 @@ def test_three_node_cluster_matches_embedded(three_nodes):
         assert len(nodes) == 3, "one actor per node"
         got, view_c, metrics = run_script(db)
     finally:
-        db.close()
+        db.drop_database()
     for s in STREAMS:
         assert _sorted(got[s]) == _sorted(expected[s]), s
     assert view_c[0].equals(view_e[0])

@@ -77,6 +77,8 @@ with db:
     db.finish()
     out = [row for batch in bars for row in batch.to_pylist()]
     info = db.metrics().get("cluster") if mode != "embedded" else None
+    if mode != "embedded":
+        db.drop_database()  # the database lives in the cluster until dropped
 print(json.dumps({"rows": out, "cluster": info}, default=str, sort_keys=True))
 '''
 

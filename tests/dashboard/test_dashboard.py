@@ -271,7 +271,7 @@ def test_cluster_section_shows_actors_and_vnodes(browser, parse_dom, ray_one_cpu
         assert dom.by_id["raft-leader"]["_text"] == "not available"  # planned in-process: no Raft
         assert {e["data-node"] for e in dom.with_attr("data-node")} == {"trades", "bars"}
     finally:
-        conn.close()
+        conn.drop_database()
 
 
 @pytest.mark.integration

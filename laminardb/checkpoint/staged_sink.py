@@ -1,0 +1,67 @@
+"""An exactly-once sink whose epochs the Delta checkpoint coordinator writes.
+
+Why: in the Delta mode the coordinator (a Spark job, ``spark_coordinator.py``) writes every
+exactly-once sink's epoch, after the barrier and before the manifest is recorded in Raft.
+The database head therefore only stages each sink's rows: as a ``TwoPhaseSink`` it seals
+the open rows into ``epoch-<e>.arrow`` at pre-commit (the barrier), hands the coordinator
+that file with the sink's DDL and schema (``describe``), and forgets epochs the coordinator
+confirmed (``release``). Abort and recovery drop staged epochs no manifest covers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pyarrow as pa
+
+from laminardb.checkpoint.sink import EpochStage, TwoPhaseSink
+
+
+class StagedSink(TwoPhaseSink):
+    """Stages a stream's rows per epoch for the coordinator (see the module docstring)."""
+
+    commit_outside_lock = False
+
+    def __init__(self, name: str, sql: str, schema: pa.Schema, directory: str | os.PathLike[str]) -> None:
+        self.name = name
+        self.sql = sql
+        self.schema = schema
+        self.stage = EpochStage(directory, schema)
+        self._rows: dict[int, int] = {}
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.stage.append(batch)
+
+    def pre_commit(self, epoch: int) -> dict[str, Any]:
+        rows = self.stage.seal(epoch)
+        self._rows[epoch] = rows
+        return {"rows": rows}
+
+    def commit(self, epoch: int) -> None:
+        """Nothing here: the coordinator wrote the epoch; ``release`` drops the stage."""
+
+    def abort(self, epoch: int) -> None:
+        self.stage.drop(epoch)
+        self._rows.pop(epoch, None)
+
+    def recover(self, epoch: int, info: dict[str, Any] | None) -> None:
+        """Restarted from checkpoint ``epoch``: epochs after it were never recorded."""
+        self.stage.settle(epoch)
+
+    def release(self, epoch: int) -> None:
+        """The coordinator committed every epoch up to ``epoch``: their stages go."""
+        for e in self.stage.epochs():
+            if e <= epoch:
+                self.stage.drop(e)
+                self._rows.pop(e, None)
+
+    def describe(self, epoch: int) -> dict[str, Any]:
+        """What the coordinator needs to write this sink's ``epoch``."""
+        path = self.stage.path(epoch)
+        rows = self._rows.get(epoch, 0)
+        return {"sql": self.sql, "schema": self.schema.serialize().to_pybytes(),
+                "stage": str(path) if rows and path.exists() else None, "rows": rows}
+
+    def close(self) -> None:
+        self.stage.close()

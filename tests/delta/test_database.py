@@ -1,0 +1,100 @@
+"""A database lives in the cluster: clients attach and detach, pipelines stay, drop ends it."""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests._services.procs import repo_env, wait_until
+from tests.delta.workload import DDL, batch
+
+pytestmark = pytest.mark.integration
+
+
+def test_state_outlives_the_client_and_drop_removes_it(database, tmp_path):
+    from laminardb.actors.head import list_databases
+
+    db = database("keep")
+    db.execute(DDL)
+    for i in range(3):
+        db.insert("t", batch(i))
+    totals = db.query("SELECT sum(c) AS n FROM per_key_total").to_pylist()
+    assert totals == [{"n": 6000}]
+    db.close()
+    assert "keep" in list_databases()
+
+    again = database("keep")  # attaches: same catalog, same state
+    assert again.query("SELECT sum(c) AS n FROM per_key_total").to_pylist() == totals
+    assert set(again.list_streams()) >= {"passthru", "per_key", "per_window", "per_key_total"}
+    directory = again.metrics()["database"]["directory"]
+    assert os.path.isdir(directory)
+    again.drop_database()
+    assert "keep" not in list_databases()
+    assert not os.path.exists(directory)
+
+
+def test_two_clients_one_writes_one_subscribes(database):
+    writer = database("shared")
+    writer.execute(DDL)
+    reader = database("shared")
+    sub = reader.subscribe_stream("per_window")
+    for i in range(4):
+        writer.insert("t", batch(i))
+    writer.finish()
+    got = sub.to_arrow()
+    wait_until(lambda: sub.to_arrow().num_rows == 4, timeout=30)
+    got = sub.to_arrow()
+    assert got.column("c").to_pylist() == [2000] * 4  # 2000 rows per 1 s window
+    reader.close()
+    writer.close()
+
+
+def test_errors_keep_their_class_and_code(database):
+    from laminardb.sql.exceptions import UnknownColumnError
+
+    db = database("errors")
+    db.execute(DDL)
+    with pytest.raises(UnknownColumnError) as err:
+        db.execute("CREATE STREAM bad AS SELECT nope FROM t")
+    assert err.value.code == "LDB-1008"
+    res = db.insert("t", [{"k": "x", "seq": 0, "v": 1, "ts": 1}, {"k": 1, "seq": 0, "v": 1, "ts": 1}],
+                    on_error="skip")
+    assert (int(res), res.rejected) == (1, 1)
+
+
+def test_a_dropped_connection_detaches(database):
+    db = database("gc")
+    probe = database("gc")
+    db.execute(DDL)
+    db.subscribe_stream("passthru")
+    assert probe.metrics()["database"]["clients"] == 2
+    del db
+    gc.collect()
+    wait_until(lambda: probe.metrics()["database"]["clients"] == 1, timeout=10)
+    assert probe.metrics()["database"]["subscriptions"] == 0
+
+
+def test_a_script_that_exits_leaves_its_pipeline_running(database, ray_cluster, tmp_path):
+    """The script creates the database and a stream, inserts, and exits without close();
+    a later client finds everything there."""
+    script = tmp_path / "client.py"
+    script.write_text(f"""
+import laminardb, ray
+ray.init(address={ray_cluster!r}, log_to_driver=False)
+from tests.delta.workload import DDL, batch
+db = laminardb.connect("ray://auto", database="script", actors=2,
+                       config={{"checkpoint_dir": {str(tmp_path / 'ckpt')!r}}})
+db.execute(DDL)
+db.insert("t", batch(0))
+""")
+    proc = subprocess.run([sys.executable, str(script)], env=repo_env(), timeout=240,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    time.sleep(0.5)
+    db = database("script")
+    assert db.query("SELECT sum(c) AS n FROM per_key_total").to_pylist() == [{"n": 2000}]
