@@ -13,7 +13,9 @@ all events count, as Nexmark's datagen source counts them. Only the engine is ti
 of every batch, draining the output, finish()), never generation. Flink's figures are for the
 published queries: a "partial" or "variant" row is not the same work (see
 ``laminardb/nexmark/queries.py``), so no ratio is printed for it. Queries that do not run yet
-are listed with what they need. Ends with one line ``BENCH_JSON {...}``.
+are listed with what they need. Joins (q3, q20 beside Flink's 219K and 18K per core; q4, q7,
+q23) run as one plan tree per query; their peak state is the rows the joins hold plus any
+aggregate groups. Ends with one line ``BENCH_JSON {...}``.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from laminardb.errors import ConversionError, EngineError, NotQueryableError
 from laminardb.ingest import InsertResult, combine_rejected, prepare, raise_rejected
 from laminardb.operators._buffers import numeric_view
 from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK
+from laminardb.operators.plan_operator import PlanOperator
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.sql import ddl
 from laminardb.sql.exceptions import (
@@ -98,6 +99,10 @@ class Node:
     # (sources: just time_col); how the watermark came about, for DESCRIBE
     time_cols: dict = field(default_factory=dict)
     watermark_note: str = ""
+    # a query with several inputs (a join): every relation it reads, and each one's last
+    # watermark; its own watermark is their minimum
+    inputs: list[str] = field(default_factory=list)
+    input_wms: dict[str, int] = field(default_factory=dict)
 
     @property
     def visible_schema(self) -> pa.Schema:
@@ -195,12 +200,17 @@ class Reactor:
                 self.drop(ddl.Drop(self.nodes[stmt.name].kind.upper(), stmt.name))
         self._check_new(stmt.name)
         plan = plan_query(stmt.query, self.relation)
-        op = self.make_operator(stmt.name, plan)
+        # a plan tree (joins, unions, subqueries) runs in-process as one operator, in every mode
+        op = PlanOperator(plan) if plan.tree else self.make_operator(stmt.name, plan)
         kind = kind or ("view" if stmt.materialized else "stream")
         node = Node(stmt.name, kind, op.schema, sql=sql or stmt.query.text, time_col=plan.time_col,
                     changelog=plan.changelog, input=plan.input, plan=plan, op=op, time_cols=dict(plan.time_cols))
-        upstream = self._node(plan.input)
-        node.wm = upstream.wm
+        upstreams = [self._node(n) for n in plan.inputs]
+        upstream = upstreams[0]
+        node.inputs = [u.name for u in upstreams]
+        node.wm = min(u.wm for u in upstreams)
+        if len(upstreams) > 1:
+            node.input_wms = {u.name: u.wm for u in upstreams}
         if kind == "view":
             node.view = ViewStore(op.schema, changelog=plan.changelog)
         if plan.late_data_to:
@@ -208,7 +218,8 @@ class Reactor:
         if plan.implicit_watermark is not None:  # last: nothing below fails
             self._place_watermark(upstream, plan.implicit_watermark, stmt.name)
         self.nodes[stmt.name] = node
-        upstream.downstream.append(stmt.name)
+        for u in upstreams:
+            u.downstream.append(stmt.name)
         return True
 
     @staticmethod
@@ -286,9 +297,9 @@ class Reactor:
                 s.close()
         for sub in list(node.subscribers):
             sub._end()
-        if node.input and node.input in self.nodes and node.kind != "late":
-            ups = self.nodes[node.input]
-            if stmt.name in ups.downstream:
+        for name in (node.inputs or [node.input]) if node.kind != "late" else []:
+            ups = self.nodes.get(name) if name else None
+            if ups is not None and stmt.name in ups.downstream:
                 ups.downstream.remove(stmt.name)
         if node.late_target and node.late_target in self.nodes and not self.nodes[node.late_target].downstream:
             self.nodes.pop(node.late_target)
@@ -398,7 +409,7 @@ class Reactor:
                 wm = node.wm if watermark is None else max(node.wm, watermark)  # type: ignore[call-overload]
         wm_next = wm if wm is not None and wm > node.wm else None
         for d in list(node.downstream):
-            self._guard(errors, self._push, d, batch, node.wm, wm_next)
+            self._guard(errors, self._push, d, batch, node.wm, wm_next, node.name)
         if node.subscribers:
             rows = batch.materialize() if remote else batch
             for sub in node.subscribers:
@@ -419,7 +430,8 @@ class Reactor:
         except Exception as e:  # noqa: BLE001 - re-raised by the caller after all queries ran
             errors.append(e)
 
-    def _push(self, name: str, batch: pa.RecordBatch, wm_before: int, wm_next: int | None = None) -> None:
+    def _push(self, name: str, batch: pa.RecordBatch, wm_before: int, wm_next: int | None = None,
+              upstream: str | None = None) -> None:
         node = self.nodes[name]
         if node.op is None:  # a late-data stream
             self._emit(node, [batch])
@@ -428,7 +440,10 @@ class Reactor:
         to_input = node.plan.input_watermark  # the root source's watermark → the window column's
         node.rows_in += batch.num_rows
         t0 = time.perf_counter()
-        if wm_next is not None and getattr(node.op, "accepts_next_watermark", False):
+        if getattr(node.op, "root_watermark", False):  # a plan tree: it maps watermarks itself
+            wm = min(wm_before, node.wm)  # several inputs: the query's own (the minimum)
+            outs, late = node.op.process_input(upstream or node.inputs[0], batch, wm)
+        elif wm_next is not None and getattr(node.op, "accepts_next_watermark", False):
             outs, late = node.op.process(batch, to_input(wm_before), wm_next=to_input(wm_next))
         else:
             outs, late = node.op.process(batch, to_input(wm_before))
@@ -470,7 +485,7 @@ class Reactor:
                     self._sink_failed(s, exc)
                     raise
             for d in node.downstream:
-                self._push(d, b, node.wm)
+                self._push(d, b, node.wm, None, node.name)
 
     def _sink_failed(self, sink, exc: Exception) -> None:
         count, _ = self.sink_errors.get(id(sink), (0, None))
@@ -478,15 +493,21 @@ class Reactor:
         self.sink_errors[id(sink)] = (count + 1, f"{type(exc).__name__}: {exc}")
         _sink_log.warning("sink %s: write failed (%d so far): %s", name, count + 1, exc)
 
-    def _advance(self, node: Node, wm: int, errors: list[Exception]) -> None:
+    def _advance(self, node: Node, wm: int, errors: list[Exception], upstream: str | None = None) -> None:
+        if len(node.inputs) > 1 and upstream is not None:  # several inputs: the minimum of theirs
+            node.input_wms[upstream] = max(node.input_wms.get(upstream, node.wm), wm)
+            wm = min(node.input_wms.get(i, node.wm) for i in node.inputs)
+            if wm <= node.wm:
+                return
         if node.op is not None and node.plan is not None:
             t0 = time.perf_counter()
-            outs = node.op.on_watermark(node.plan.input_watermark(wm))
+            root = getattr(node.op, "root_watermark", False)
+            outs = node.op.on_watermark(wm if root else node.plan.input_watermark(wm))
             node.busy_s += time.perf_counter() - t0
             self._emit(node, outs)
         node.wm = max(node.wm, wm)
         for d in list(node.downstream):
-            self._guard(errors, self._advance, self.nodes[d], wm, errors)
+            self._guard(errors, self._advance, self.nodes[d], wm, errors, node.name)
 
     def finish(self) -> None:
         """End of input: raise every watermark to +∞ so every window closes and is emitted."""

@@ -97,10 +97,11 @@ class DatabaseHead:
         self.recoveries: list[dict] = []
         self._lock = threading.RLock()  # data calls run one at a time; recovery swaps the engine under it
         self.generation = 0  # engines recovered so far
+        self.dropped = False
         self.started_at = time.time()
         # the Delta checkpoint coordinator (a PySpark application, ``spark_coordinator.py``)
         # drives the checkpoints of a database with a directory unless config says "local"
-        self.coordinated = bool(directory) and self.config.get("coordinator", "local") == "spark"
+        self.coordinated = bool(directory) and self.config.get("coordinator", "spark") == "spark"
         self.conn = self._open()
         self._registered = self._register() if self.coordinated else None
         self._stop = threading.Event()
@@ -121,6 +122,7 @@ class DatabaseHead:
         else:
             raft = RaftConfig(tuple(self.raft["voters"]), self.raft["secret"])
         timeout = float(self.config.get("actor_call_timeout", 30.0))
+        self._publish_recorded(raft)
         cluster = Cluster(self.n_actors, self.vnodes, raft, call_timeout=timeout,
                           ownership_source=f"db/{self.database}")
         path = self.directory or ":memory:"
@@ -134,6 +136,37 @@ class DatabaseHead:
         except BaseException:
             cluster.shutdown()
             raise
+
+    def _publish_recorded(self, raft) -> None:
+        """Before recovering: a checkpoint the coordinator recorded (its commit point — the
+        sinks may hold its output already) but this head had not published yet is published
+        now, so recovery starts from it and never regenerates output the sinks have."""
+        if not self.coordinated:
+            return
+        from pathlib import Path
+
+        from laminardb.checkpoint._coord_db import _safe
+        from laminardb.checkpoint.epoch_log import FileEpochLog, RaftEpochLog
+        from laminardb.checkpoint.store import CheckpointStore
+
+        store = CheckpointStore(self.directory)
+        pending = store.pending()
+        if not pending:
+            return
+        if raft is not None:
+            from laminardb.raft.client import RaftClient
+
+            log_ = RaftEpochLog(RaftClient(list(raft.voters), secret=raft.secret), self.database)
+        else:
+            log_ = FileEpochLog(Path(os.path.dirname(self.directory)) / _safe(self.database) / "coordinator")
+        try:
+            manifest = log_.state()["manifest"]
+        finally:
+            log_.close()
+        if manifest is not None and int(manifest["epoch"]) in pending:
+            store.publish(int(manifest["epoch"]))
+            log.warning("database %s: published checkpoint %s, recorded by the coordinator before "
+                        "this head's restart", self.database, manifest["epoch"])
 
     def _engine_config(self) -> dict[str, Any]:
         config = {k: v for k, v in self.config.items() if k not in ("checkpoint_dir", "coordinator")}
@@ -158,9 +191,22 @@ class DatabaseHead:
             raft_secret=raft.get("secret"))
 
     def _external_checkpoint(self) -> int:
+        """``checkpoint()`` through the coordinator. A coordinator that dies meanwhile is
+        restarted by Ray and settles the epoch it left (commits it if its manifest was
+        recorded, else aborts it); the checkpoint is then asked for again."""
         import ray
+        from ray.exceptions import RayActorError
 
-        return int(ray.get(self.coordinator.checkpoint_now.remote(self.database), timeout=_COORD_TIMEOUT_S))
+        from laminardb.checkpoint.exceptions import CheckpointPrepareError
+
+        deadline = time.monotonic() + _COORD_TIMEOUT_S
+        while True:
+            try:
+                return int(ray.get(self.coordinator.checkpoint_now.remote(self.database), timeout=_COORD_TIMEOUT_S))
+            except (RayActorError, CheckpointPrepareError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     @_answer
     def ready(self) -> dict:
@@ -231,6 +277,7 @@ class DatabaseHead:
             for sid in list(self.subs):
                 self._cancel(sid)
             conn, self.conn = self.conn, None
+            self.dropped = True
             if conn is not None:
                 conn.abandon()
             if self.directory and os.path.isdir(self.directory):
@@ -239,6 +286,9 @@ class DatabaseHead:
     def _conn(self):
         from laminardb.errors import ConnectionClosedError
 
+        if self.conn is None and not self.dropped:  # a recovery is swapping the engine: wait for it
+            with self._lock:
+                pass
         if self.conn is None:
             raise ConnectionClosedError(f"database {self.database!r} was dropped; connect() creates it again")
         return self.conn
@@ -305,7 +355,7 @@ class DatabaseHead:
 
     @_answer
     def list_streams(self) -> list[str]:
-        return self._conn().list_streams()
+        return self._conn().list_streams()  # waits out a recovery (``_conn``)
 
     @_answer
     def describe_source(self, source: str) -> dict:
@@ -442,6 +492,8 @@ class DatabaseHead:
             self.conn.start()  # Kafka sources resume from the checkpointed offsets
         self.generation += 1
         report = dict(self.conn._durable.stats.get("recovery") or {})
+        # "seconds": the whole recovery (new actors included); "restore_s": state and replay
+        report["restore_s"] = report.pop("seconds", None)
         report.update(cause=cause, at=time.time(), seconds=round(time.perf_counter() - t0, 3))
         self.recoveries.append(report)
         log.warning("database %s: recovered in %.2f s (%s)", self.database, report["seconds"], cause)
@@ -565,8 +617,11 @@ def get_or_create_head(database: str, *, directory: str | None, n_actors: int, v
     except ValueError:
         pass
     restarts = -1 if directory else 0
+    # on the head node, beside the coordinator and the default checkpoint directory: losing a
+    # worker node loses reactor actors (recovered), never the database's head
     handle = head_class().options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
-                                  max_restarts=restarts, max_task_retries=0).remote(
+                                  max_restarts=restarts, max_task_retries=0,
+                                  resources={"node:__internal_head__": 0.001}).remote(
         database, directory, n_actors, vnodes, config, raft, max_in_flight, local_global)
     return handle, True
 

@@ -6,21 +6,27 @@ coordinator drives the same snapshots, manifests and sink contract across actors
 from __future__ import annotations
 
 from laminardb.checkpoint.exceptions import (
+    CheckpointPrepareError,
     CheckpointUnsupportedError,
     CheckpointWriteError,
+    EpochLogError,
     ManifestError,
     RecoveryError,
     SinkCommitError,
     SnapshotFormatError,
+    UnknownDatabaseError,
     WalCorruptError,
 )
 
 __all__ = [
+    "CheckpointPrepareError",
     "CheckpointUnsupportedError",
     "CheckpointWriteError",
+    "EpochLogError",
     "ManifestError",
     "RecoveryError",
     "SinkCommitError",
     "SnapshotFormatError",
+    "UnknownDatabaseError",
     "WalCorruptError",
 ]

@@ -16,6 +16,9 @@ __all__ = [
     "SinkCommitError",
     "RecoveryError",
     "CheckpointUnsupportedError",
+    "EpochLogError",
+    "UnknownDatabaseError",
+    "CheckpointPrepareError",
 ]
 
 
@@ -59,3 +62,25 @@ class CheckpointUnsupportedError(CheckpointError):
     """checkpoint() on an in-memory database: open a directory to get durability."""
 
     code = "LDB-5007"
+
+
+# -- the Delta checkpoint coordinator (laminardb/checkpoint/spark_coordinator.py) -------------
+
+
+class EpochLogError(CheckpointError, ValueError):
+    """The coordinator's epoch log refused a record (epochs out of order) or is damaged."""
+
+    code = "LDB-5010"
+
+
+class UnknownDatabaseError(CheckpointError, LookupError):
+    """The checkpoint coordinator has no database of that name registered."""
+
+    code = "LDB-5011"
+
+
+class CheckpointPrepareError(CheckpointError, RuntimeError):
+    """A database head did not prepare a checkpoint epoch (timeout, died, refused); the
+    epoch is aborted and the next interval tries again."""
+
+    code = "LDB-5012"

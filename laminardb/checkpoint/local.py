@@ -253,8 +253,9 @@ class LocalCoordinator:
             sinks, _, _ = self._prepared.pop(epoch, (self.sinks(), None, 0))
             if epoch > self.epoch:
                 self.store.discard(epoch)
-                for s in sinks.values():
-                    s.abort(epoch)
+                with self.reactor.lock:  # sinks take rows under it: roll the epoch back in between
+                    for s in sinks.values():
+                        s.abort(epoch)
 
     def _commit_sinks(self, epoch: int, sinks: dict[str, TwoPhaseSink]) -> None:
         # a sink whose commit could race the writes of the next epoch commits under the lock

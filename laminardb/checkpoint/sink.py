@@ -130,6 +130,25 @@ class EpochStage:
         self.open_rows = 0
         return n
 
+    def prepend(self, table: pa.Table) -> None:
+        """Put ``table``'s rows before the open rows (an aborted epoch rolled back into the
+        open one). An Arrow IPC file cannot be prepended to, so the open file is rewritten."""
+        if table.num_rows == 0:
+            return
+        held = None
+        if self._writer is not None:
+            self._writer.close()
+            self._file.close()
+            self._writer = self._file = None
+            with ipc.open_file(pa.memory_map(str(self._open))) as r:
+                held = r.read_all()
+        self._open.unlink(missing_ok=True)
+        self.open_rows = 0
+        for part in (table, held):
+            if part is not None:
+                for batch in part.to_batches():
+                    self.append(batch)
+
     def path(self, epoch: int) -> Path:
         return self.dir / f"epoch-{epoch:012d}.arrow"
 

@@ -42,11 +42,21 @@ class StagedSink(TwoPhaseSink):
         """Nothing here: the coordinator wrote the epoch; ``release`` drops the stage."""
 
     def abort(self, epoch: int) -> None:
-        self.stage.drop(epoch)
+        """The coordinator gave up on ``epoch`` (it crashed before recording the manifest, or
+        a step failed) while this engine keeps running: its rows are not regenerated, so they
+        go back in front of the open rows and ride with the next epoch (as Flink's sinks keep
+        the data of a declined checkpoint for the next one)."""
+        path = self.stage.path(epoch)
         self._rows.pop(epoch, None)
+        if not path.exists():
+            return
+        earlier = self.stage.read(epoch)
+        self.stage.prepend(earlier)
+        self.stage.drop(epoch)
 
     def recover(self, epoch: int, info: dict[str, Any] | None) -> None:
-        """Restarted from checkpoint ``epoch``: epochs after it were never recorded."""
+        """Restarted from checkpoint ``epoch``: epochs after it were never recorded, and the
+        replay of the log after it makes their rows again."""
         self.stage.settle(epoch)
 
     def release(self, epoch: int) -> None:

@@ -225,6 +225,9 @@ def _select(tables: dict[str, pa.Table], want: np.ndarray) -> dict[str, pa.Table
     if keys is not None:
         kkeep = want[keys.column("__vnode").to_numpy()]
         out["keys"] = keys.filter(pa.array(kkeep))
+    for name, t in tables.items():  # other vnode-split tables (a join's rows) filter by their own column
+        if name not in ("keys", "groups") and "__vnode" in t.column_names:
+            out[name] = t.filter(pa.array(want[t.column("__vnode").to_numpy()]))
     groups = tables.get("groups")
     if groups is None:
         return out

@@ -222,13 +222,32 @@ class RaftClient:
                          members=list(members) if members is not None else None,
                          vnode_count=vnode_count, expected_cluster_epoch=expected_cluster_epoch)
 
-    def allocate_checkpoint_epoch(self) -> int:
-        """Next checkpoint epoch (strictly increasing, never handed out twice)."""
-        return int(self.call("allocate_checkpoint_epoch", rid=self._rid()))
+    def allocate_checkpoint_epoch(self, scope: str = "") -> int:
+        """Next checkpoint epoch of ``scope`` (a database name; ``""``: the global log),
+        strictly increasing, never handed out twice."""
+        if not scope:  # the call form voters of every version accept
+            return int(self.call("allocate_checkpoint_epoch", rid=self._rid()))
+        return int(self.call("allocate_checkpoint_epoch", rid=self._rid(), scope=scope))
 
-    def record_manifest(self, epoch: int, ref: str) -> dict[str, Any]:
-        """Record the committed manifest of checkpoint ``epoch`` (the commit point)."""
-        return self.call("record_manifest", rid=self._rid(), epoch=epoch, ref=ref)
+    def record_intent(self, scope: str, epoch: int) -> int:
+        """Record that checkpoint ``epoch`` of ``scope`` is about to run (Structured
+        Streaming's ``offsets/N``): a restarted coordinator aborts an intent above the
+        manifest. Refused (``CommandRejectedError``) at or below the recorded manifest."""
+        return int(self.call("record_intent", rid=self._rid(), scope=scope, epoch=epoch))
+
+    def record_manifest(self, epoch: int, ref: str, *, scope: str = "",
+                        info: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Record the committed manifest of checkpoint ``epoch`` (the commit point), with
+        ``info`` (msgpack-able, e.g. ``{"sinks": {...}}``) stored beside it."""
+        if not scope and info is None:  # the call form voters of every version accept
+            return self.call("record_manifest", rid=self._rid(), epoch=epoch, ref=ref)
+        return self.call("record_manifest", rid=self._rid(), epoch=epoch, ref=ref, scope=scope,
+                         info=info)
+
+    def checkpoint_log(self, scope: str = "", *, barrier: bool = True) -> dict[str, Any]:
+        """``{"allocated": e, "intent": e | None, "manifest": {"epoch", "ref", ...} | None}``
+        of ``scope``; ``barrier=True`` makes the read linearizable."""
+        return self.call("checkpoint_log", scope=scope, barrier=barrier)
 
     def ownership(self, source: str | None = None, *, barrier: bool = False) -> dict[str, Any]:
         """Snapshot of nodes, ownership and epochs; ``barrier=True`` makes it linearizable."""

@@ -8,6 +8,13 @@ from committed state, never from "I think I am leader".
 
 Snapshots (log compaction, ``fullDumpFile``) are pysyncobj's own: ``SyncObjConsumer``
 serializes the attributes set after its ``__init__`` — here the single ``_state``.
+
+Compatibility of journals and dumps across versions: pysyncobj numbers the ``@replicated``
+methods in the sorted order of their names and writes that number into every log entry. A
+new command must therefore get a name that sorts after every existing one (or existing
+journals would replay as the wrong commands), and a new argument of an existing command
+needs a default (old entries are replayed without it). ``_COMMAND_ORDER`` pins the order;
+``tests/coordinator/test_epoch_log.py`` checks it.
 """
 
 from __future__ import annotations
@@ -20,6 +27,13 @@ from pysyncobj import SyncObjConsumer, replicated
 from laminardb.raft.state import OwnershipState, Result
 
 __all__ = ["OwnershipStateMachine"]
+
+# Replicated commands in pysyncobj's numbering order (see the module docstring): append only.
+_COMMAND_ORDER = (
+    "acquire", "allocate_checkpoint_epoch", "announce_voter", "assign", "barrier",
+    "check_fence_barrier", "commit_plan", "deregister_node", "record_manifest",
+    "register_node", "release", "set_checkpoint_intent",
+)
 
 
 class OwnershipStateMachine(SyncObjConsumer):
@@ -72,12 +86,18 @@ class OwnershipStateMachine(SyncObjConsumer):
         )
 
     @replicated
-    def allocate_checkpoint_epoch(self, rid: str) -> Result:
-        return self._apply("apply_allocate_checkpoint_epoch", rid)
+    def allocate_checkpoint_epoch(self, rid: str, scope: str = "") -> Result:
+        return self._apply("apply_allocate_checkpoint_epoch", rid, scope)
 
     @replicated
-    def record_manifest(self, rid: str, epoch: int, ref: str) -> Result:
-        return self._apply("apply_record_manifest", rid, epoch, ref)
+    def record_manifest(self, rid: str, epoch: int, ref: str, scope: str = "",
+                        info: Any = None) -> Result:
+        return self._apply("apply_record_manifest", rid, epoch, ref, scope, info)
+
+    @replicated
+    def set_checkpoint_intent(self, rid: str, scope: str, epoch: int) -> Result:
+        """The intent record of checkpoint ``epoch`` of ``scope`` (named to sort last)."""
+        return self._apply("apply_record_intent", rid, scope, epoch)
 
     @replicated
     def announce_voter(self, rid: str, voter_id: str, raft_addr: str, rpc_addr: str) -> Result:

@@ -96,6 +96,8 @@ class RpcServer:
             "commit_plan": self._cmd(machine.commit_plan),
             "allocate_checkpoint_epoch": self._cmd(machine.allocate_checkpoint_epoch),
             "record_manifest": self._cmd(machine.record_manifest),
+            "record_intent": self._cmd(machine.set_checkpoint_intent),
+            "checkpoint_log": self._checkpoint_log,
         }
 
     @property
@@ -248,6 +250,13 @@ class RpcServer:
             if not res.get("ok"):
                 return res
         return ok(self._sm.read(OwnershipState.snapshot, source))
+
+    def _checkpoint_log(self, scope: str = "", barrier: bool = True) -> Result:
+        if barrier:
+            res = self._commit(self._sm.barrier)
+            if not res.get("ok"):
+                return res
+        return self._sm.read(OwnershipState.checkpoint_log, scope)
 
     def _check_fence(self, source: str, vnode: int, epoch: int, owner: str = "",
                      barrier: bool = True) -> Result:

@@ -26,6 +26,8 @@ __all__ = ["OwnershipState", "ok", "fail"]
 # leader changed) is applied once. 4096 covers minutes of retries at bench rates while keeping
 # snapshots small.
 _DEDUP_CAPACITY = 4096
+# Checkpoint scopes are database names; bounded so one command cannot bloat every snapshot.
+_MAX_SCOPE_LEN = 256
 
 Result = dict[str, Any]
 
@@ -50,11 +52,21 @@ class OwnershipState:
         # Bumped on every committed change of membership or ownership; plans computed
         # against an older value are refused (optimistic concurrency).
         self.cluster_epoch = 0
+        # The unscoped checkpoint log (scope ""): the global epoch counter and manifest.
         self.checkpoint_epoch = 0
+        self.checkpoint_intent: int | None = None
         self.manifest: dict[str, Any] | None = None
+        # One checkpoint log per database (scope): {"allocated", "intent", "manifest"}.
+        self.checkpoint_logs: dict[str, dict[str, Any]] = {}
         self.voters: dict[str, dict[str, str]] = {}
         self.changes = 0
         self._dedup: OrderedDict[str, Result] = OrderedDict()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # pysyncobj's dump pickles this object: a dump written before a field existed loads
+        # with that field's default instead of an AttributeError at the first command.
+        self.__init__()  # type: ignore[misc]
+        self.__dict__.update(state)
 
     # -- helpers -------------------------------------------------------------------------
 
@@ -245,26 +257,88 @@ class OwnershipState:
 
         return self._once(rid, run)
 
-    def apply_allocate_checkpoint_epoch(self, rid: str) -> Result:
+    # -- checkpoint logs: scope "" is the original global log, kept in its original fields
+    #    (old dumps, ``cluster status``); any other scope is one database's log.
+
+    def _ckpt_log(self, scope: str) -> dict[str, Any]:
+        if not isinstance(scope, str) or len(scope) > _MAX_SCOPE_LEN:
+            raise ValueError(f"checkpoint scope must be a string of at most {_MAX_SCOPE_LEN} chars")
+        if not scope:
+            return {"allocated": self.checkpoint_epoch, "intent": self.checkpoint_intent,
+                    "manifest": self.manifest}
+        return dict(self.checkpoint_logs.get(scope)
+                    or {"allocated": 0, "intent": None, "manifest": None})
+
+    def _put_ckpt_log(self, scope: str, log: dict[str, Any]) -> None:
+        if not scope:
+            self.checkpoint_epoch = log["allocated"]
+            self.checkpoint_intent = log["intent"]
+            self.manifest = log["manifest"]
+        else:
+            self.checkpoint_logs[scope] = log
+
+    def apply_allocate_checkpoint_epoch(self, rid: str, scope: str = "") -> Result:
         def run() -> Result:
-            self.checkpoint_epoch += 1
-            return ok(self.checkpoint_epoch)
+            log = self._ckpt_log(scope)
+            # Epoch monotonicity per scope: never handed out twice, never reset.
+            log["allocated"] += 1
+            self._put_ckpt_log(scope, log)
+            return ok(log["allocated"])
 
         return self._once(rid, run)
 
-    def apply_record_manifest(self, rid: str, epoch: int, ref: str) -> Result:
+    def apply_record_intent(self, rid: str, scope: str, epoch: int) -> Result:
         def run() -> Result:
-            last = self.manifest["epoch"] if self.manifest else 0
-            if not (last < int(epoch) <= self.checkpoint_epoch):
+            log = self._ckpt_log(scope)
+            last = log["manifest"]["epoch"] if log["manifest"] else 0
+            intent = log["intent"] or 0
+            if not (last < int(epoch) <= log["allocated"] and int(epoch) >= intent):
+                return fail(
+                    "LDB-6007",
+                    f"intent epoch {epoch} of {scope!r} must be above the last committed ({last}), "
+                    f"not below the last intent ({intent}) and at most the last allocated "
+                    f"({log['allocated']}); allocate an epoch first",
+                )
+            log["intent"] = int(epoch)
+            self._put_ckpt_log(scope, log)
+            return ok(int(epoch))
+
+        return self._once(rid, run)
+
+    def apply_record_manifest(self, rid: str, epoch: int, ref: str, scope: str = "",
+                              info: dict[str, Any] | None = None) -> Result:
+        def run() -> Result:
+            log = self._ckpt_log(scope)
+            last = log["manifest"]["epoch"] if log["manifest"] else 0
+            if not (last < int(epoch) <= log["allocated"]):
                 return fail(
                     "LDB-6007",
                     f"manifest epoch {epoch} must be above the last committed ({last}) and at "
-                    f"most the last allocated ({self.checkpoint_epoch}); allocate an epoch first",
+                    f"most the last allocated ({log['allocated']}); allocate an epoch first",
                 )
-            self.manifest = {"epoch": int(epoch), "ref": str(ref)}
-            return ok(dict(self.manifest))
+            if info is not None and not isinstance(info, dict):
+                return fail("LDB-6007", "manifest info must be a map (sink pre-commit infos)")
+            manifest: dict[str, Any] = {"epoch": int(epoch), "ref": str(ref)}
+            if scope:
+                manifest["sinks"] = {}
+            for key, value in (info or {}).items():
+                if key not in ("epoch", "ref"):
+                    manifest[str(key)] = value
+            log["manifest"] = manifest
+            self._put_ckpt_log(scope, log)
+            return ok(dict(manifest))
 
         return self._once(rid, run)
+
+    def checkpoint_log(self, scope: str = "") -> Result:
+        """The checkpoint log of ``scope``: ``{"allocated", "intent", "manifest"}``."""
+        try:
+            log = self._ckpt_log(scope)
+        except ValueError as exc:
+            return fail("LDB-6007", str(exc))
+        manifest = log["manifest"]
+        return ok({"allocated": log["allocated"], "intent": log["intent"],
+                   "manifest": dict(manifest) if manifest else None})
 
     def apply_announce_voter(self, rid: str, voter_id: str, raft_addr: str, rpc_addr: str) -> Result:
         def run() -> Result:
@@ -303,6 +377,11 @@ class OwnershipState:
             "cluster_epoch": self.cluster_epoch,
             "checkpoint_epoch": self.checkpoint_epoch,
             "manifest": dict(self.manifest) if self.manifest else None,
+            "checkpoints": {
+                scope: {"allocated": log["allocated"], "intent": log["intent"],
+                        "manifest": log["manifest"]["epoch"] if log["manifest"] else None}
+                for scope, log in self.checkpoint_logs.items()
+            },
             "voters": {k: dict(v) for k, v in self.voters.items()},
             "changes": self.changes,
         }

@@ -10,7 +10,6 @@ from sqlglot import exp
 
 from laminardb.sql.exceptions import (
     UnsupportedAggregateError,
-    UnsupportedJoinError,
     UnsupportedSqlError,
 )
 
@@ -19,14 +18,14 @@ SUPPORTED_AGGREGATES = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.First
                         exp.First, exp.Last)
 SUPPORTED_AGGREGATE_NAMES = "COUNT, SUM, AVG, MIN, MAX, FIRST_VALUE, LAST_VALUE, COUNT(DISTINCT)"
 
-_NOT_YET = ("laminardb runs single-input queries: SELECT … FROM <one source, stream or view> "
+_NOT_YET = ("laminardb runs SELECT … FROM <sources, streams, views, subqueries and their equi-joins> "
             "with WHERE, GROUP BY (windows) and HAVING")
 
 
 def check_supported(sel: exp.Expression) -> None:
-    """Raise for joins, OVER, subqueries, CTEs, FILTER and aggregates laminardb does not compute."""
-    if sel.args.get("joins"):
-        raise UnsupportedJoinError(f"FROM with several inputs (a join) is not supported yet; {_NOT_YET}")
+    """Raise for OVER, subqueries outside FROM, CTEs, FILTER and aggregates laminardb does not
+    compute. FROM and its joins are the planner's (``planner._plan_item``, ``binder``): a subquery
+    there is checked as a SELECT of its own; a join's ON condition is checked here."""
     if sel.args.get("laterals"):
         raise UnsupportedSqlError(f"LATERAL / UNNEST is not supported yet; {_NOT_YET}")
     if sel.args.get("with_") or sel.args.get("with"):
@@ -35,15 +34,18 @@ def check_supported(sel: exp.Expression) -> None:
         clause = "WINDOW" if sel.args.get("windows") else "QUALIFY"
         raise UnsupportedSqlError(f"{clause} is not supported yet (OVER windows are not); {_NOT_YET}")
     frm = sel.args.get("from_") or sel.args.get("from")
-    if frm is not None and not isinstance(frm.this, exp.Table):
-        raise UnsupportedSqlError("FROM must name a source, stream or view (subqueries are not supported yet)")
-    for node in sel.walk():
-        if node is sel:
-            continue
+    if frm is not None and not isinstance(frm.this, exp.Table | exp.Subquery):
+        raise UnsupportedSqlError("FROM must name a source, stream or view, or a subquery (SELECT …) AS q")
+    own = [v for k, v in sel.args.items() if k not in ("from_", "from", "joins") and v is not None]
+    own += [j.args["on"] for j in sel.args.get("joins") or [] if j.args.get("on") is not None]
+    for node in (n for part in own for item in (part if isinstance(part, list) else [part])
+                 if isinstance(item, exp.Expression) for n in item.walk()):
         if isinstance(node, exp.Window):
             raise UnsupportedSqlError(
-                f"{node.this.sql()} OVER (…) is not supported yet: OVER windows (LAG, LEAD, ROW_NUMBER, "
-                "RANK, running totals) are not; use GROUP BY with tumble/hop/session windows")
+                f"{node.this.sql()} OVER (…) is not supported yet here: laminardb runs ROW_NUMBER() only bounded in "
+                "the query around it — SELECT … FROM (SELECT …, ROW_NUMBER() OVER (PARTITION BY k ORDER BY x) AS rn "
+                "FROM t) WHERE rn <= N (Top-N, deduplication); LAG, LEAD, RANK and running totals are not: use "
+                "GROUP BY with tumble/hop/session windows")
         if isinstance(node, exp.Select | exp.Subquery | exp.Exists):
             raise UnsupportedSqlError(f"subqueries are not supported yet: create a stream for the inner query and "
                                       f"read it; {_NOT_YET}")

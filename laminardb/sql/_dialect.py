@@ -43,6 +43,7 @@ _AFTER_ITEM = _names("COMMA", "R_PAREN", "FROM", "WHERE", "GROUP_BY", "HAVING", 
                      "UNION", "EXCEPT", "INTERSECT", "WINDOW", "QUALIFY", "SEMICOLON")
 _JOIN_WORDS = {"ASOF", "LEFT", "RIGHT", "FULL", "INNER", "OUTER", "CROSS", "SEMI", "ANTI", "NATURAL",
                "TEMPORAL", "PROBE", "LOOKUP", "GLOBAL", "ANY", "ALL", "LATERAL"}
+_PLANNED_JOIN_WORDS = {"LEFT", "RIGHT", "FULL", "INNER", "OUTER", "CROSS"}  # joins laminardb plans
 
 
 def _where(tok: tokens.Token, base_line: int, base_col: int) -> tuple[int, int]:
@@ -73,6 +74,8 @@ def check_tokens(toks: list[tokens.Token], *, base_line: int = 0, base_col: int 
             kind = " ".join(t.text.upper() for t in toks[j : i + 1])
             if any(t.text.upper() == "MATCH_CONDITION" for t in toks[i:]):
                 kind += " … MATCH_CONDITION"
+            elif {t.text.upper() for t in toks[j:i]} <= _PLANNED_JOIN_WORDS:
+                continue  # inner/outer/cross joins: the planner (sql/binder.py) takes them
             raise UnsupportedJoinError(
                 f"{kind} is not supported: laminardb queries read one source, stream or view, and joins of "
                 "every kind (inner, outer, interval, ASOF, temporal, lookup) are not supported yet. "

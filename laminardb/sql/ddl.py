@@ -114,15 +114,31 @@ def parse_script(sql: str, variables: dict[str, object] | None = None) -> list[S
 def parse_script_with_text(sql: str, variables: dict[str, object] | None = None) -> list[tuple[Statement, str]]:
     """Each statement with its text after ``${VAR}`` substitution (the cluster re-sends it)."""
     sql = _lexer.substitute(sql, variables or {})
-    return [(parse_statement(s.text, line=s.line, col=s.col), s.text) for s in _lexer.split_statements(sql)]
+    parsed = [(parse_statement(s.text, line=s.line, col=s.col), s.text) for s in _lexer.split_statements(sql)]
+    from laminardb.sql import (
+        flink_ddl,  # Flink's CREATE TABLE / INSERT INTO / CREATE FUNCTION → ours
+    )
+
+    return flink_ddl.translate(parsed)
 
 
 def parse_statement(text: str, *, line: int = 0, col: int = 0) -> Statement:
     head = re.sub(r"\s+", " ", text[:60]).strip().upper()
     if head.startswith("EXPLAIN "):
         return Explain(parse_statement(text[len("EXPLAIN") :].strip(), line=line, col=col))
-    if head.startswith("CREATE SOURCE") or head.startswith("CREATE TABLE"):
+    if head.startswith(("CREATE SOURCE", "CREATE TABLE", "CREATE TEMPORARY TABLE")):
+        from laminardb.sql import flink_ddl
+
+        if flink_ddl.is_flink_table(text):  # CREATE TABLE … WITH ('connector' = …): sql/flink_ddl.py
+            return flink_ddl.parse_table(text, line, col)
         return _create_source(text, line, col)
+    if head.startswith(("INSERT ", "CREATE FUNCTION", "CREATE TEMPORARY FUNCTION", "CREATE TEMPORARY SYSTEM")):
+        from laminardb.sql import flink_ddl
+
+        return flink_ddl.parse_statement(text, line, col)  # type: ignore[return-value]  # translated away
+    tv = re.match(r"(?is)\s*CREATE\s+(?:OR\s+REPLACE\s+)?(TEMPORARY\s+VIEW)\b", text)
+    if tv:  # Flink's view is a named query: our (non-materialized) stream; same length, same positions
+        text = text[: tv.start(1)] + "STREAM".ljust(tv.end(1) - tv.start(1)) + text[tv.end(1) :]
     m = re.match(
         rf"(?is)\s*CREATE\s+(OR\s+REPLACE\s+)?(STREAM|MATERIALIZED\s+VIEW|VIEW)\s+(IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s*",
         text,
@@ -179,12 +195,33 @@ def _query(text: str, line: int, col: int) -> Query:
             f"only a single SELECT is supported as a query here (got {select.key.upper()}); "
             "UNION and other set operations are not supported yet"
         )
+    _single_input_stars(select)
     late = unquote(clauses.late_data_to) if clauses.late_data_to else None
     opts = options.read_options(clauses.options, what="the WITH (…) after the query") if clauses.options else {}
     lateness = None
     if clauses.lateness is not None:
         lateness = options.lateness_ms(clauses.lateness, "ALLOW LATENESS")
     return Query(select, text, clauses.emit, late, tvf, opts, lateness)
+
+
+def _single_input_stars(select: exp.Expression) -> None:
+    """``A.*`` in a SELECT that reads one relation (no join) is ``*``: the qualifier must name
+    that relation (its alias, or its name when it has none). SELECTs with joins keep ``A.*``."""
+    for sel in list(select.find_all(exp.Select)):
+        frm = sel.args.get("from_") or sel.args.get("from")
+        if frm is None or sel.args.get("joins"):
+            continue
+        rel = frm.this
+        names = {rel.alias_or_name} if rel.alias_or_name else set()
+        for i, e in enumerate(sel.expressions):
+            if not (isinstance(e, exp.Column) and isinstance(e.this, exp.Star) and e.table):
+                continue
+            if e.table not in names and e.table.lower() not in {n.lower() for n in names}:
+                from laminardb.sql.exceptions import UnknownObjectError
+
+                raise UnknownObjectError(f"{e.sql()}: the query reads {', '.join(sorted(names)) or 'a subquery'}, "
+                                         f"not {e.table!r}; write {next(iter(names), '') or ''}.* or *")
+            sel.expressions[i].replace(exp.Star())
 
 
 def _with_stream_options(query: Query, name: str, before: dict[str, str]) -> Query:
@@ -228,8 +265,22 @@ def _create_stream(text: str, m: re.Match, line: int, col: int) -> CreateStream:
 _CONSTRAINT = re.compile(r"(?is)\s*(PRIMARY\s+KEY|CONSTRAINT|UNIQUE|FOREIGN\s+KEY|CHECK)\b")
 
 
-def _create_source(text: str, line: int, col: int) -> CreateSource:
-    m = re.match(rf"(?is)\s*CREATE\s+(?:SOURCE|TABLE)\s+(IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s*\(", text)
+@dataclass(frozen=True)
+class TableHead:
+    """``CREATE SOURCE|TABLE name (columns…, WATERMARK FOR …)`` read up to the column list's end."""
+
+    name: str
+    columns: list[Column]
+    types: list[str]  # each column's type as written
+    watermark_col: str | None
+    watermark_delay_ms: int
+    rest: str  # the text after the column list
+    if_not_exists: bool = False
+
+
+def read_table(text: str, line: int, col: int, *, parse=parse_type) -> TableHead:
+    """The name, columns and watermark of a CREATE SOURCE / CREATE [TEMPORARY] TABLE."""
+    m = re.match(rf"(?is)\s*CREATE\s+(?:TEMPORARY\s+)?(?:SOURCE|TABLE)\s+(IF\s+NOT\s+EXISTS\s+)?({_IDENT})\s*\(", text)
     if not m:
         raise SqlParseError(
             "expected CREATE SOURCE name (col TYPE, …, WATERMARK FOR col AS col - INTERVAL 'n' SECOND)",
@@ -241,6 +292,7 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
     body_end = close_paren(text, body_start - 1)
     items = split_top_level(text[body_start:body_end], f"column list of source {name!r}")
     columns: list[Column] = []
+    types: list[str] = []
     wm_col = None
     wm_delay = 0
     for item in items:
@@ -261,7 +313,8 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
         cm = re.match(rf"(?is)\s*({_IDENT})\s+(.+?)(\s+NOT\s+NULL)?(\s+NULL)?\s*$", item)
         if not cm:
             raise SqlParseError(f"cannot read column definition {item.strip()!r}", line=line + 1)
-        columns.append(Column(unquote(cm.group(1)), parse_type(cm.group(2)), bool(cm.group(3))))
+        columns.append(Column(unquote(cm.group(1)), parse(cm.group(2)), bool(cm.group(3))))
+        types.append(cm.group(2).strip())
     if not columns:
         raise SqlParseError(f"source {name!r} declares no columns")
     names = [c.name for c in columns]
@@ -270,7 +323,15 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
         raise SqlParseError(f"column {sorted(dup)[0]!r} is declared twice in source {name!r}")
     if wm_col is not None and wm_col not in names:
         raise SqlParseError(f"WATERMARK FOR {wm_col}: source {name!r} has no column {wm_col!r}")
-    rest = text[body_end + 1 :].strip()
+    return TableHead(name, columns, types, wm_col, wm_delay, text[body_end + 1 :].strip(), bool(m.group(1)))
+
+
+def _create_source(text: str, line: int, col: int) -> CreateSource:
+    if re.match(r"(?is)\s*CREATE\s+TEMPORARY\s+", text):
+        raise UnsupportedSqlError("CREATE TEMPORARY TABLE takes WITH ('connector' = …) (a Flink table); "
+                                  "a source that insert() feeds is CREATE SOURCE name (…)")
+    head = read_table(text, line, col)
+    name, rest = head.name, head.rest
     opts: dict[str, str] = {}
     connector, conn_opts = None, {}
     while rest:
@@ -291,7 +352,15 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
                 "(expected WITH (key = 'value', …) and/or FROM KAFKA (…))"
             )
         rest = rest[close + 1 :].strip()
-    given = options.source_options(name, opts, names)
+    return source_from_options(head, opts, connector, conn_opts)
+
+
+def source_from_options(head: TableHead, opts: dict[str, str], connector: str | None = None,
+                        conn_opts: dict[str, str] | None = None) -> CreateSource:
+    """The CreateSource of a table head and its WITH (…) options (checked here)."""
+    name, wm_col, wm_delay = head.name, head.watermark_col, head.watermark_delay_ms
+    conn_opts = dict(conn_opts or {})
+    given = options.source_options(name, opts, [c.name for c in head.columns])
     if given.watermark_col is not None:
         if wm_col is not None:
             raise UnknownOptionError(
@@ -303,7 +372,7 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
             raise UnknownOptionError(f"source {name!r}: give the connector once, as FROM {connector.upper()} (…) "
                                      f"or as WITH ('connector' = '{given.connector}', …)")
         connector, conn_opts = given.connector, dict(given.connector_options or {})
-    return CreateSource(name, columns, wm_col, wm_delay, opts, bool(m.group(1)), connector, conn_opts)
+    return CreateSource(name, head.columns, wm_col, wm_delay, opts, head.if_not_exists, connector, conn_opts)
 
 
 def _watermark_delay(col: str, expr_text: str) -> int:

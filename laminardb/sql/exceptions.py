@@ -17,6 +17,10 @@ __all__ = [
     "UnsupportedAggregateError",
     "UnsupportedJoinError",
     "UnknownOptionError",
+    "UdfError",
+    "UdfResultError",
+    "UdfDefinitionError",
+    "JavaFunctionError",
 ]
 
 
@@ -92,3 +96,37 @@ class DependentObjectsError(SqlError):
     """DROP of something other streams, views or sinks still read."""
 
     code = "LDB-1009"
+
+
+# --- Python UDFs and Flink DDL (laminardb/udf.py, laminardb/sql/flink_ddl.py)
+
+class UdfError(SqlError):
+    """A Python UDF raised while it computed a batch; the message names the UDF and the call,
+    and ``__cause__`` is the UDF's own exception."""
+
+    code = "LDB-1010"
+
+    def __init__(self, message: str, *, udf: str | None = None) -> None:
+        self.udf = udf
+        super().__init__(message)
+
+
+class UdfResultError(UdfError, TypeError):
+    """A Python UDF returned something other than a pyarrow Array of its declared type with
+    one value per input row."""
+
+    code = "LDB-1011"
+
+
+class UdfDefinitionError(SqlError, ValueError):
+    """``register_udf`` was given a name that SQL cannot call, a function that is not callable
+    or a return type laminardb does not have."""
+
+    code = "LDB-1012"
+
+
+class JavaFunctionError(UnsupportedSqlError):
+    """``CREATE FUNCTION f AS 'com.x.Y'`` names a Java class, which laminardb cannot load:
+    register a Python UDF with ``conn.register_udf`` instead."""
+
+    code = "LDB-1013"

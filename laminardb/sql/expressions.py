@@ -21,6 +21,8 @@ from sqlglot import exp
 
 from laminardb.errors import ConversionError
 from laminardb.sql.exceptions import SqlTypeError, UnknownColumnError, UnsupportedSqlError
+from laminardb.sql.functions import FUNCTIONS as MORE_FUNCTIONS
+from laminardb.sql.functions import compile_function
 from laminardb.sql.intervals import interval_ms
 from laminardb.sql.types import parse_type, type_name
 
@@ -251,11 +253,16 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
         return lambda b: getattr(pc, name)(_float(a(b)))
     if isinstance(node, exp.Anonymous) and node.name.upper() == "MOD":
         return _mod(_compile(node.expressions[0], scope), _compile(node.expressions[1], scope))
+    fn = compile_function(node, scope, lambda e: _compile(e, scope))  # Flink's functions, Python UDFs
+    if fn is not None:
+        return fn
     if isinstance(node, exp.AggFunc):
         raise UnsupportedSqlError(f"aggregate {node.sql()} is not allowed here (WHERE, GROUP BY or a non-aggregating query)")
     if isinstance(node, exp.Func):
         name = node.name.upper() if isinstance(node, exp.Anonymous) else node.sql_name()
-        raise UnsupportedSqlError(f"function {name} is not supported; supported functions: {', '.join(FUNCTIONS)}")
+        known = ", ".join(sorted(FUNCTIONS + MORE_FUNCTIONS))
+        raise UnsupportedSqlError(f"function {name} is not supported; supported functions: {known}; or register "
+                                  f"a Python UDF: conn.register_udf('{name.lower()}', fn, 'VARCHAR')")
     raise UnsupportedSqlError(f"unsupported expression: {node.sql()}")
 
 

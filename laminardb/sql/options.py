@@ -51,6 +51,8 @@ SOURCE_OPTIONS = {
 #: CREATE STREAM / MATERIALIZED VIEW … WITH (…)
 STREAM_OPTIONS = {
     "allowed_lateness": "keep each window open this long after it fired; late rows update it (INTERVAL)",
+    # read by the planner (sql/binder.py): bounds the state of a join with no time condition
+    "state_ttl": "a join with no time condition forgets a row once its side's watermark is this far past it (INTERVAL)",
 }
 
 # WITH ('connector' = 'kafka', …) of a source: key → FROM KAFKA option (None: accepted, unused)
@@ -221,6 +223,8 @@ def stream_options(name: str, opts: dict[str, str]) -> int | None:
     for key, value in opts.items():
         if key == "allowed_lateness":
             lateness = lateness_ms(value, f"stream {name!r}: allowed_lateness")
+        elif key == "state_ttl":
+            lateness_ms(value, f"stream {name!r}: state_ttl")  # checked here, applied by the planner
         else:
             raise _unknown(key, f"stream {name!r}", STREAM_OPTIONS)
     return lateness

@@ -1,10 +1,14 @@
-"""Bind a SELECT to its input relation and produce a ``QueryPlan`` the engine can run.
+"""Bind a SELECT to its inputs and produce a ``QueryPlan`` the engine can run.
 
-Entry point: ``plan_query(query, lookup, batch=False)``. The plan is a plain dataclass:
-WHERE over the input, an optional keyed/windowed aggregation (keys and aggregate
-arguments as compiled expressions over the input, aggregate specs, window spec), then
-HAVING and the SELECT list over the aggregate's group columns (``__ws``, ``__we``,
-``__k*``, ``__a*``). Non-aggregating queries project the input directly.
+Entry point: ``plan_query(query, lookup, batch=False)``. A query compiles to a tree (``plan.py``):
+its top SELECT block is a ``QueryPlan`` whose ``child`` is a ``Scan`` of one relation (the
+common case, run by one ``QueryOperator``) or a subtree — joins (``binder.py``), UNION ALL,
+subqueries in FROM and ROW_NUMBER() Top-N / deduplication over one (``over.py``), each inner
+SELECT block a ``QueryPlan`` of its own. A SELECT block is: WHERE over the input, an optional
+keyed/windowed aggregation (keys and aggregate arguments as compiled expressions over the
+input, aggregate specs, window spec), then HAVING and the SELECT list over the aggregate's
+group columns (``__ws``, ``__we``, ``__k*``, ``__a*``). Non-aggregating queries project the
+input directly.
 
 Event time: a relation has event-time columns, each with the ``WatermarkMap`` that turns its
 root source's watermark into that column's (``sql/watermarks.py``). A window reads one of them;
@@ -16,7 +20,7 @@ passes event time on in ``window_start``/``window_end``, so windows cascade.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import pyarrow as pa
@@ -35,6 +39,7 @@ from laminardb.sql.exceptions import (
 )
 from laminardb.sql.expressions import Expr, Scope, compile_expr
 from laminardb.sql.intervals import interval_ms
+from laminardb.sql.plan import Scan, UnionAll, explain_node, leaves
 from laminardb.sql.types import ticks_per_ms, type_name
 from laminardb.sql.watermarks import IDENTITY, WatermarkMap, WindowEdge
 
@@ -100,6 +105,27 @@ class QueryPlan:
     input_watermark: WatermarkMap = IDENTITY
     # a window over a source with no declared watermark: the source column that becomes its event time
     implicit_watermark: str | None = None
+    # the input subtree (plan.py): a Scan of ``input``, or joins / UNION ALL / subqueries
+    child: object | None = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The visible output columns (a plan-tree node's ``schema``; no ``__weight``)."""
+        return self.output_schema
+
+    @property
+    def tree(self) -> bool:
+        """Whether the input is more than one relation read as is (a join, union or subquery)."""
+        return self.child is not None and not isinstance(self.child, Scan)
+
+    @property
+    def inputs(self) -> list[str]:
+        """The relations this query reads, each once."""
+        return leaves(self.child) if self.tree else [self.input]
+
+    @property
+    def children(self) -> list:
+        return [self.child] if self.child is not None else [Scan(self.input, self.input_schema, self.input_changelog)]
 
     @property
     def late_updates(self) -> bool:
@@ -126,7 +152,10 @@ class QueryPlan:
                          f"aggs=[{', '.join(s.kind for s in a.specs)}] window={w}{late}")
         if self.where is not None:
             lines.append(f"    Filter: {self.where.sql}")
-        lines.append(f"      Scan: {self.input}{' (changelog)' if self.input_changelog else ''}")
+        if self.tree:
+            lines += explain_node(self.child, 3)
+        else:
+            lines.append(f"      Scan: {self.input}{' (changelog)' if self.input_changelog else ''}")
         if self.implicit_watermark:
             lines.append(f"  implicit watermark on {self.input}.{self.implicit_watermark} (zero delay)")
         for name, wm in self.time_cols.items():
@@ -157,14 +186,155 @@ _WINDOW_REFS = {
 
 def plan_query(query: Query, lookup: Callable[[str], RelationInfo], *, batch: bool = False) -> QueryPlan:
     """Plan one SELECT. ``batch`` plans an ad-hoc query() (ORDER BY/LIMIT allowed, no watermark needed)."""
-    sel = query.select
+    ctx = _Context(lookup, batch, [query.tvf])
+    plan = _plan_select(query.select, query, ctx, top=True)
+    if batch:
+        _plan_order_limit(query.select, plan)
+    return plan
+
+
+@dataclass
+class _Context:
+    lookup: Callable[[str], RelationInfo]
+    batch: bool
+    tvf: list  # [the query's window TVF, until the block reading its table takes it]
+
+
+def _inner_query(sel, ctx: _Context, table: str | None) -> Query:
+    """A subquery's block: no EMIT / LATE DATA TO / options of its own; the window TVF if it
+    reads the TVF's table."""
+    tvf = ctx.tvf[0]
+    if tvf is not None and table is not None and tvf.table.strip("`\"").lower() == table.lower():
+        ctx.tvf[0] = None
+    else:
+        tvf = None
+    return Query(sel, sel.sql(), tvf=tvf)
+
+
+def _table_name(table: exp.Table) -> str:
+    ident = table.this
+    return ident.name if ident.args.get("quoted") else ident.name.lower()
+
+
+def _plan_item(node: exp.Expression, ctx: _Context):
+    """One FROM input → (plan node, alias, quoted, visible schema, time_col, time_cols)."""
+    alias_ident = node.args.get("alias")
+    alias_ident = alias_ident.this if isinstance(alias_ident, exp.TableAlias) else alias_ident
+    if isinstance(node, exp.Table):
+        if isinstance(node.this, exp.Anonymous | exp.Func) or node.args.get("db"):
+            raise UnsupportedSqlError(f"FROM {node.sql()}: name a source, stream or view")
+        rel = ctx.lookup(_table_name(node))
+        scan = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time())
+        if alias_ident is None:
+            return scan, rel.name, bool(node.this.args.get("quoted")), rel.schema, rel.time_col, rel.event_time()
+        return scan, alias_ident.name, bool(alias_ident.args.get("quoted")), rel.schema, rel.time_col, rel.event_time()
+    if isinstance(node, exp.Subquery):
+        inner = _plan_subquery(node.this, ctx)
+        if alias_ident is None:
+            raise UnsupportedSqlError("a subquery in FROM needs an alias: FROM (SELECT …) AS q")
+        schema = inner.output_schema if hasattr(inner, "output_schema") else inner.schema
+        return inner, alias_ident.name, bool(alias_ident.args.get("quoted")), schema, inner.time_col, dict(inner.time_cols)
+    raise UnsupportedSqlError(f"FROM {node.sql()[:60]}: name a source, stream or view, or a subquery (SELECT …) AS q")
+
+
+def _plan_subquery(node: exp.Expression, ctx: _Context):
+    """A subquery's plan: a SELECT block, or UNION ALL of blocks."""
+    if isinstance(node, exp.Union):
+        if node.args.get("distinct"):
+            raise UnsupportedSqlError("UNION (distinct) is not supported; UNION ALL is")
+        parts = [_plan_subquery(node.this, ctx), _plan_subquery(node.expression, ctx)]
+        flat = []
+        for p in parts:
+            flat += p.inputs if isinstance(p, UnionAll) else [p]
+        return _union(flat)
+    if isinstance(node, exp.Subquery):
+        return _plan_subquery(node.this, ctx)
+    if not isinstance(node, exp.Select):
+        raise UnsupportedSqlError(f"{node.key.upper()} in FROM is not supported; UNION ALL of SELECTs is")
+    if node.args.get("order") or node.args.get("limit"):
+        raise UnsupportedSqlError("ORDER BY / LIMIT inside a subquery is not supported")
+    return _plan_select(node, None, ctx, top=False)
+
+
+def _union(parts: list) -> UnionAll:
+    first = parts[0].output_schema if hasattr(parts[0], "output_schema") else parts[0].schema
+    for p in parts[1:]:
+        sch = p.output_schema if hasattr(p, "output_schema") else p.schema
+        if len(sch) != len(first):
+            raise SqlTypeError(f"UNION ALL inputs have {len(first)} and {len(sch)} columns; give each the same columns")
+        for a, b in zip(first, sch, strict=True):
+            if a.type != b.type:
+                raise SqlTypeError(f"UNION ALL column {a.name!r} is {type_name(a.type)} in the first input and "
+                                   f"{type_name(b.type)} in another; CAST one of them")
+    # an event-time column stays one only where every input has it in the same place
+    times: dict[str, WatermarkMap] = {}
+    first_times = parts[0].time_cols
+    for i, f in enumerate(first):
+        maps = []
+        for p in parts:
+            sch = p.output_schema if hasattr(p, "output_schema") else p.schema
+            maps.append(p.time_cols.get(sch.field(i).name))
+        if all(m is not None and m == maps[0] for m in maps) and f.name in first_times:
+            times[f.name] = maps[0]
+    return UnionAll(parts, first, _primary(times, parts[0].time_col), times)
+
+
+def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> QueryPlan:
+    """Plan one SELECT block over its FROM (a relation, a subquery, or joins)."""
+    if any(isinstance(n, exp.Window) for e in sel.expressions for n in e.walk()):
+        # LAG/LEAD OVER (…): an Over node below the SELECT list
+        from laminardb.sql.over import plan_lag_lead
+
+        planned = plan_lag_lead(sel, query, ctx, top=top)
+        if planned is not None:
+            return planned
     check_supported(sel)
+    batch = ctx.batch
     frm = sel.args.get("from_") or sel.args.get("from")
     if frm is None:
         raise UnsupportedSqlError("a query needs FROM <source, stream or view>")
-    ident = frm.this.this
-    name = ident.name if ident.args.get("quoted") else ident.name.lower()
-    rel = lookup(name)
+    joins = sel.args.get("joins") or []
+    source = frm.this
+    if not joins and isinstance(source, exp.Table):
+        name = _table_name(source)
+        if query is None:
+            query = _inner_query(sel, ctx, name)
+        elif ctx.tvf[0] is not None:
+            ctx.tvf[0] = None  # the top block reads the TVF's table (the common case)
+        rel = ctx.lookup(name)
+        child = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time())
+        return _plan_block(sel, query, rel, child, batch)
+    if query is None:
+        query = _inner_query(sel, ctx, None)
+    if not joins and isinstance(source, exp.Subquery):
+        # ROW_NUMBER() OVER (…) bounded in this query: Top-N
+        from laminardb.sql.over import plan_over
+
+        over = plan_over(sel, source, ctx, batch)
+        if over is not None:
+            if top:
+                query = replace(query, tvf=ctx.tvf[0])
+            outer, rel, node = over
+            return _plan_block(outer, query, rel, node, batch)
+    planned = [_plan_item(source, ctx)] + [_plan_item(j.this, ctx) for j in joins]
+    if top:  # an inner block that reads the window TVF's table has taken it
+        query = replace(query, tvf=ctx.tvf[0])
+    if not joins:
+        node, alias, _, schema, time_col, time_cols = planned[0]
+        rel = RelationInfo(alias, schema, time_col, node.changelog, time_cols, kind="subquery")
+        return _plan_block(sel, query, rel, node, batch)
+    from laminardb.sql.binder import FromItem, bind_joins
+
+    items = [FromItem(a, q, n, s, tc, tcs) for n, a, q, s, tc, tcs in planned]
+
+    def relation(name, schema, time_col, changelog, time_cols):
+        return RelationInfo(name, schema, time_col, changelog, time_cols, kind="join")
+
+    sel, rel, node = bind_joins(sel, items, joins, query.options if top else {}, relation)
+    return _plan_block(sel, query, rel, node, batch)
+
+
+def _plan_block(sel, query: Query, rel: RelationInfo, child, batch: bool) -> QueryPlan:
     scope = Scope(rel.schema)
     where = compile_expr(sel.args["where"].this, scope) if sel.args.get("where") else None
     if where is not None and not pa.types.is_boolean(where.type):
@@ -187,8 +357,15 @@ def plan_query(query: Query, lookup: Callable[[str], RelationInfo], *, batch: bo
             raise UnsupportedSqlError(
                 "allowed_lateness applies to windowed aggregations (GROUP BY tumble/hop/session); this query has "
                 "no window, so no row of it is ever late")
-    if batch:
-        _plan_order_limit(sel, plan)
+    plan.child = child
+    if not isinstance(child, Scan):
+        if plan.late_data_to:
+            raise UnsupportedSqlError("LATE DATA TO applies to queries over one source, stream or view; "
+                                      "this one reads a join, union or subquery")
+        if plan.implicit_watermark is not None:
+            raise SqlTypeError(f"a window over a join, union or subquery needs an event-time column; declare "
+                               f"WATERMARK FOR {plan.implicit_watermark} AS … on its source")
+        plan.input = plan.inputs[0]
     return plan
 
 

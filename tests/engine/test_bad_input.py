@@ -18,7 +18,7 @@ BAD_SQL = [
     ("SELEC sym FROM trades", "LDB-1001"),
     ("CREATE STREAM s AS SELECT sym FROM trades\nWHERE qty >", "LDB-1001"),
     ("CREATE STREAM s AS SELECT sym FROM trades ORDER BY sym", "LDB-1002"),
-    ("CREATE STREAM s AS SELECT a.sym FROM trades a JOIN trades b ON a.sym = b.sym", "LDB-1002"),
+    ("CREATE STREAM s AS SELECT a.sym FROM trades a JOIN trades b ON a.price < b.price", "LDB-1002"),
     ("CREATE STREAM s AS SELECT * FROM no_such_source", "LDB-1003"),
     ("DROP STREAM no_such_stream", "LDB-1003"),
     ("CREATE STREAM s AS SELECT no_such_col FROM trades", "LDB-1008"),

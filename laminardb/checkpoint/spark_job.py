@@ -1,0 +1,252 @@
+"""The Spark job of the Delta checkpoint coordinator: read one epoch's staged sink output.
+
+Entry points: :func:`spark_session` (one small local Spark driver per process, started on
+first use and reused), :func:`iter_epoch` (an epoch's staged Arrow IPC files → Arrow
+tables, one Spark job per bounded number of rows) and :func:`read_epoch` (the same as one
+table).
+
+Why Spark, and why this shape: the coordinator is a PySpark application (issue 9). RayDP
+would run Spark executors as Ray actors but pins pyspark <= 3.5, so the driver runs
+``local[1]`` inside the coordinator's Ray actor on the head node. Each part file (or slice
+of one: a job reads at most ``_ROWS_PER_JOB`` rows) becomes a DataFrame with
+``createDataFrame`` from Arrow (no per-row Python), tagged with its part number and row
+number; Spark unions the parts and orders them by (part, row), so the output is
+deterministic — the same epoch read twice gives the same rows in the same order,
+which a re-driven commit relies on. Changelog streams (a ``__weight`` column) pass through
+unchanged: consolidating +1/-1 pairs would change what a downstream reader of the
+changelog sees.
+
+Spark's own types differ from the engine's in two places, undone by a cast back to the
+staged schema: timestamps come back as ``timestamp[us, tz=UTC]`` (the session time zone
+is pinned to UTC, so naive engine timestamps keep their value) and strings may come back
+as ``large_string``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+__all__ = ["iter_epoch", "kill_jvm", "read_epoch", "read_stage_file", "spark_session", "stop_spark"]
+
+log = logging.getLogger(__name__)
+
+# One core and a small heap: the job reads one epoch of sink output at a time, and the
+# coordinator shares the head node with the database heads. Raise through the
+# LAMINARDB_COORDINATOR_SPARK_MEMORY environment variable for very large epochs.
+_DRIVER_MEMORY = os.environ.get("LAMINARDB_COORDINATOR_SPARK_MEMORY", "512m")
+# Rows per Spark job: with the default 512m heap a job of 1M rows runs out of memory (the
+# driver holds them as Arrow, as batches in the JVM, sorted, and collected; measured peaks of
+# ~480 MB with 250k-row jobs); 100k keeps the peak well inside the heap.
+_ROWS_PER_JOB = 100_000
+# Bound on one Spark call (a createDataFrame or a job): past it the JVM is presumed hung and
+# killed, the call raises, the coordinator aborts the epoch and the next one starts a new
+# JVM. Generous: a 100k-row job takes ~0.3-1 s on one core.
+_JOB_TIMEOUT_S = float(os.environ.get("LAMINARDB_COORDINATOR_SPARK_JOB_TIMEOUT", "300"))
+_PART = "__ldb_part"
+_ROW = "__ldb_row"
+_ARROW_FILE_MAGIC = b"ARROW1"
+
+_lock = threading.Lock()
+_spark: Any = None
+
+
+def spark_session() -> Any:
+    """The process's coordinator SparkSession (``local[1]``, no UI, Arrow on, quiet logs).
+
+    Started once (a JVM: ~3-5 s), then reused by every database's checkpoints; started
+    again when its JVM died (it exits on OutOfMemoryError rather than hang half-alive).
+    """
+    global _spark
+    with _lock:
+        if _spark is not None and _jvm_alive():
+            return _spark
+        if _spark is not None:
+            log.warning("the coordinator's Spark JVM died; starting a new one")
+            _forget_jvm()
+        # Spark warns about guessing the local IP on every start: it only serves loopback.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        from pyspark.sql import SparkSession
+
+        builder = (
+            SparkSession.builder.master("local[1]")
+            .appName("laminardb-coordinator")
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.memory", _DRIVER_MEMORY)
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.sql.shuffle.partitions", "1")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            # never fall back to a per-row conversion: fail loudly instead
+            .config("spark.sql.execution.arrow.pyspark.fallback.enabled", "false")
+            # an OutOfMemoryError leaves Spark's scheduler threads dead and the job waiting
+            # forever: exit instead, so the call fails and the next epoch gets a fresh JVM
+            .config("spark.driver.extraJavaOptions",
+                    "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError")
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pyspark's pandas-version FutureWarning
+            spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        _spark = spark
+        return spark
+
+
+def stop_spark() -> None:
+    """Stop the process's SparkSession (the next :func:`spark_session` starts a new one)."""
+    global _spark
+    with _lock:
+        spark, _spark = _spark, None
+    if spark is not None and _jvm_alive():
+        spark.stop()
+    elif spark is not None:
+        _forget_jvm()
+
+
+def _jvm_process() -> Any:
+    from pyspark import SparkContext
+
+    return getattr(SparkContext._gateway, "proc", None)
+
+
+def _jvm_alive() -> bool:
+    proc = _jvm_process()
+    return proc is None or proc.poll() is None
+
+
+def _forget_jvm() -> None:
+    """Drop pyspark's process-wide handles on a dead JVM, so the next session launches one."""
+    global _spark
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    gateway = SparkContext._gateway
+    _spark = None
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    if gateway is not None:
+        try:
+            gateway.shutdown()
+        except Exception:  # noqa: BLE001 - its JVM is gone already
+            log.debug("closing the dead gateway failed", exc_info=True)
+
+
+def kill_jvm() -> None:
+    """Kill the Spark JVM (a hung job's last resort; also what the tests use)."""
+    proc = _jvm_process()
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
+class _Watchdog:
+    """Kills the JVM if the calls inside take longer than ``_JOB_TIMEOUT_S``."""
+
+    def __enter__(self) -> _Watchdog:
+        self._timer = threading.Timer(_JOB_TIMEOUT_S, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def _fire(self) -> None:
+        log.error("a Spark job of the coordinator ran past %.0f s: killing its JVM", _JOB_TIMEOUT_S)
+        kill_jvm()
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+
+def read_stage_file(path: str | os.PathLike[str]) -> pa.Table:
+    """One staged part: an Arrow IPC stream (what heads write) or an Arrow IPC file."""
+    with open(path, "rb") as f:
+        head = f.read(len(_ARROW_FILE_MAGIC))
+    source = pa.memory_map(os.fspath(path))
+    if head == _ARROW_FILE_MAGIC:
+        with ipc.open_file(source) as r:
+            return r.read_all()
+    with ipc.open_stream(source) as r:
+        return r.read_all()
+
+
+def iter_epoch(spark: Any, stage_files: Sequence[str | os.PathLike[str]], *,
+               schema: pa.Schema | None = None,
+               rows_per_job: int = _ROWS_PER_JOB) -> Iterator[pa.Table]:
+    """The rows of one sink's epoch as a sequence of tables, one Spark job per
+    ``rows_per_job`` rows: every staged part, in file order then row order.
+
+    The driver holds a job's rows several times over (the Arrow input, Spark's local
+    relation, the sort, the collected result), so jobs are bounded in rows and the caller
+    writes each table out before the next job runs: memory stays flat for any epoch size.
+
+    Args:
+        spark: the session of :func:`spark_session`.
+        stage_files: the epoch's part files (Arrow IPC), in the order their rows go out.
+        schema: the sink's stream schema (default: the first part's).
+        rows_per_job: the most rows one Spark job reads.
+    """
+    parts = [read_stage_file(p) for p in stage_files]
+    if schema is None:
+        if not parts:
+            raise ValueError("read_epoch needs a schema when there are no stage files")
+        schema = parts[0].schema
+    job: list[Any] = []
+    rows = 0
+    for i, part in enumerate(parts):
+        part = part.cast(schema)
+        start = 0
+        while start < part.num_rows:
+            n = min(part.num_rows - start, rows_per_job - rows)
+            with _Watchdog():
+                job.append(_tagged(spark, part.slice(start, n), i, start))
+            start += n
+            rows += n
+            if rows >= rows_per_job:
+                with _Watchdog():
+                    out = _run(job, schema)
+                job, rows = [], 0
+                yield out
+    if job:
+        with _Watchdog():
+            out = _run(job, schema)
+        yield out
+
+
+def read_epoch(spark: Any, stage_files: Sequence[str | os.PathLike[str]], *,
+               schema: pa.Schema | None = None, rows_per_job: int = _ROWS_PER_JOB) -> pa.Table:
+    """All rows of one sink's epoch as one table (see :func:`iter_epoch`); empty when
+    there are no parts or no rows."""
+    if schema is None and stage_files:
+        schema = read_stage_file(stage_files[0]).schema
+    if schema is None:
+        raise ValueError("read_epoch needs a schema when there are no stage files")
+    tables = list(iter_epoch(spark, stage_files, schema=schema, rows_per_job=rows_per_job))
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _tagged(spark: Any, rows: pa.Table, part: int, first_row: int) -> Any:
+    """A DataFrame of ``rows`` with their part number and row number within the part."""
+    n = rows.num_rows
+    tagged = rows.append_column(_PART, pa.array(np.full(n, part, np.int32)))
+    tagged = tagged.append_column(_ROW, pa.array(np.arange(first_row, first_row + n, dtype=np.int64)))
+    return spark.createDataFrame(tagged)
+
+
+def _run(frames: list[Any], schema: pa.Schema) -> pa.Table:
+    """One Spark job: union the frames, order by (part, row), collect as Arrow."""
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    out = df.coalesce(1).sortWithinPartitions(_PART, _ROW).drop(_PART, _ROW).toArrow()
+    return out.select(schema.names).cast(schema)

@@ -1,0 +1,389 @@
+"""Scalar functions from Flink SQL, and calls of Python UDFs, as vectorized Arrow evaluators.
+
+Entry point: ``compile_function(node, scope, compile_arg) -> Fn | None``, asked by
+``expressions._compile`` for every function call it does not know itself (None: not one of
+these). Each evaluator is a few ``pyarrow.compute`` kernel calls per batch (numpy for index
+arithmetic), never a Python loop over rows:
+
+* ``DATE_FORMAT(ts, 'yyyy-MM-dd HH:mm:ss.SSS')`` — a Java ``SimpleDateFormat`` pattern, turned
+  into ``strftime`` pieces once, at planning (``SSS`` and unpadded ``d``/``H``/… are their own
+  pieces); TIMESTAMP of any precision or BIGINT epoch milliseconds, formatted as UTC. Times are
+  floored to the finest unit the pattern shows and, when a batch repeats them (a stream's
+  usually does), each distinct one is formatted once and taken by index: strftime costs ~1 µs
+  a value, the hash ~10 ns.
+* ``REGEXP_EXTRACT(s, 'pattern'[, group])`` — group 0 (default) is the whole match; NULL when
+  nothing matches. The pattern's groups are renamed ``(?P<gN>…)`` for Arrow's RE2 kernel.
+* ``SPLIT_INDEX(s, 'delim', i)`` — the i-th (0-based) piece; NULL when i is out of range, i < 0,
+  or s is '' (as Flink's ``splitByWholeSeparatorPreserveAllTokens``).
+* ``PROCTIME()`` — the wall-clock time (UTC) when the batch is processed, TIMESTAMP(3).
+* ``YEAR``, ``MONTH``, ``DAYOFMONTH``/``DAY``, ``HOUR``, ``MINUTE``, ``SECOND`` of a time.
+* a Python UDF registered on the connection (``laminardb/udf.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeAlias
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from laminardb import udf as udfs
+from laminardb.sql.exceptions import SqlTypeError, UnsupportedSqlError
+from laminardb.sql.types import type_name
+
+Value: TypeAlias = pa.Array | pa.ChunkedArray | pa.Scalar
+Fn: TypeAlias = Callable[[pa.RecordBatch], Value]
+CompileArg: TypeAlias = Callable[[exp.Expression], Fn]
+
+#: the functions of this module, for error messages (expressions.FUNCTIONS has the rest)
+FUNCTIONS = ("DATE_FORMAT", "DAYOFMONTH", "DAY", "HOUR", "MINUTE", "MONTH", "PROCTIME",
+             "REGEXP_EXTRACT", "SECOND", "SPLIT_INDEX", "YEAR")
+
+_TIME_PARTS: dict[type, str] = {
+    exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day",
+    exp.Hour: "hour", exp.Minute: "minute", exp.Second: "second",
+}
+_NAMED_PARTS = {"YEAR": "year", "MONTH": "month", "DAY": "day", "DAYOFMONTH": "day", "DAY_OF_MONTH": "day",
+                "HOUR": "hour", "MINUTE": "minute", "SECOND": "second"}
+
+
+def compile_function(node: exp.Expression, scope, compile_arg: CompileArg) -> Fn | None:
+    """The evaluator of ``node`` if it is one of this module's functions or a UDF, else None."""
+    if isinstance(node, exp.RegexpExtract):
+        return _regexp_extract(node, compile_arg)
+    for cls, part in _TIME_PARTS.items():
+        if type(node) is cls:
+            return _time_part(node.sql(), part, compile_arg(node.this))
+    if not isinstance(node, exp.Anonymous):
+        return None
+    name = node.name.upper()
+    args = list(node.expressions)
+    if name == "DATE_FORMAT":
+        _arity(node, args, 2, 2)
+        return _date_format(node, compile_arg(args[0]), args[1])
+    if name == "SPLIT_INDEX":
+        _arity(node, args, 3, 3)
+        return _split_index(node, compile_arg(args[0]), args[1], compile_arg(args[2]))
+    if name == "PROCTIME":
+        _arity(node, args, 0, 0)
+        return _proctime
+    if name in _NAMED_PARTS:
+        _arity(node, args, 1, 1)
+        return _time_part(node.sql(), _NAMED_PARTS[name], compile_arg(args[0]))
+    udf = udfs.lookup(node.name)
+    if udf is not None:
+        return _udf_call(udf, node.sql(), [compile_arg(a) for a in args])
+    return None
+
+
+def _arity(node: exp.Expression, args: list, lo: int, hi: int) -> None:
+    if not lo <= len(args) <= hi:
+        want = str(lo) if lo == hi else f"{lo} to {hi}"
+        raise SqlTypeError(f"{node.sql()}: {node.name.upper()} takes {want} argument{'s' if hi != 1 else ''}")
+
+
+def _broadcast(v: Value, n: int) -> pa.Array:
+    if isinstance(v, pa.Scalar):
+        return pa.repeat(v, n) if v.is_valid else pa.nulls(n, v.type)
+    if isinstance(v, pa.ChunkedArray):
+        return v.combine_chunks()
+    return v
+
+
+def _string_literal(node: exp.Expression, what: str) -> str:
+    if isinstance(node, exp.Literal) and node.is_string:
+        return node.this
+    raise UnsupportedSqlError(f"{what} must be a string literal such as 'yyyy-MM-dd' (got {node.sql()})")
+
+
+def _as_string(v: pa.Array, sql: str) -> pa.Array:
+    if pa.types.is_string(v.type) or pa.types.is_large_string(v.type):
+        return v
+    if pa.types.is_null(v.type):
+        return pa.nulls(len(v), pa.string())
+    raise SqlTypeError(f"{sql}: expected VARCHAR, got {type_name(v.type)}; CAST it to VARCHAR first")
+
+
+# --------------------------------------------------------------------------- time
+
+
+def _proctime(b: pa.RecordBatch) -> pa.Scalar:
+    return pa.scalar(time.time_ns() // 1_000_000, pa.timestamp("ms"))
+
+
+def _as_timestamp(v: pa.Array, sql: str) -> pa.Array:
+    """TIMESTAMP as is; BIGINT as epoch milliseconds; anything else is a type error."""
+    if pa.types.is_timestamp(v.type):
+        return v
+    if pa.types.is_integer(v.type):
+        return pc.cast(pc.cast(v, pa.int64()), pa.timestamp("ms"))
+    if pa.types.is_null(v.type):
+        return pa.nulls(len(v), pa.timestamp("ms"))
+    raise SqlTypeError(f"{sql}: expected TIMESTAMP or BIGINT epoch milliseconds, got {type_name(v.type)}")
+
+
+def _time_part(sql: str, part: str, arg: Fn) -> Fn:
+    kernel = getattr(pc, part)
+
+    def fn(b):
+        ts = _as_timestamp(_broadcast(arg(b), b.num_rows), sql)
+        return pc.cast(kernel(ts), pa.int64())
+
+    return fn
+
+
+# Java SimpleDateFormat letter (and count) → strftime; counts not listed are refused.
+_PADDED = {"y": {2: "%y"}, "M": {2: "%m", 3: "%b"}, "d": {2: "%d"}, "H": {2: "%H"}, "h": {2: "%I"},
+           "m": {2: "%M"}, "s": {2: "%S"}, "a": {1: "%p"}, "E": {1: "%a", 2: "%a", 3: "%a"}, "D": {3: "%j"}}
+_UNPADDED = {"M": "%m", "d": "%d", "H": "%H", "h": "%I", "m": "%M", "s": "%S"}  # count 1: no leading zero
+_SUPPORTED = ("yyyy, yy, MM, M, MMM, MMMM, dd, d, HH, H, hh, h, mm, m, ss, s, SSS, a, EEE, EEEE, DDD, "
+              "and text in '…'")
+
+
+def _java_letter(letter: str, count: int, pattern: str) -> tuple[str, str]:
+    """One pattern field → ("fmt", strftime text) | ("unpad", strftime code) | ("ms", "")."""
+    if letter == "y" and count != 2:
+        return "fmt", "%Y"
+    if letter == "M" and count >= 4:
+        return "fmt", "%B"
+    if letter == "E" and count >= 4:
+        return "fmt", "%A"
+    if letter == "S" and count == 3:
+        return "ms", ""
+    if count == 1 and letter in _UNPADDED:
+        return "unpad", _UNPADDED[letter]
+    code = _PADDED.get(letter, {}).get(count)
+    if code is None:
+        raise UnsupportedSqlError(f"DATE_FORMAT pattern {pattern!r}: {letter * count!r} is not supported; "
+                                  f"supported: {_SUPPORTED}")
+    return "fmt", code
+
+
+def java_pattern(pattern: str) -> list[tuple[str, str]]:
+    """A SimpleDateFormat pattern → pieces ("fmt", strftime) / ("unpad", code) / ("ms", "")."""
+    pieces: list[tuple[str, str]] = []
+
+    def fmt(s: str) -> None:  # strftime text: runs of it become one strftime call
+        if pieces and pieces[-1][0] == "fmt":
+            pieces[-1] = ("fmt", pieces[-1][1] + s)
+        else:
+            pieces.append(("fmt", s))
+
+    def text(s: str) -> None:
+        fmt(s.replace("%", "%%"))
+
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "'":
+            if pattern[i + 1 : i + 2] == "'":  # '' is one quote
+                text("'")
+                i += 2
+                continue
+            j, buf = i + 1, []
+            while True:
+                if j >= n:
+                    raise UnsupportedSqlError(f"DATE_FORMAT pattern {pattern!r}: unterminated quote")
+                if pattern[j] == "'":
+                    if pattern[j + 1 : j + 2] == "'":
+                        buf.append("'")
+                        j += 2
+                        continue
+                    break
+                buf.append(pattern[j])
+                j += 1
+            text("".join(buf))
+            i = j + 1
+        elif c.isascii() and c.isalpha():
+            j = i
+            while j < n and pattern[j] == c:
+                j += 1
+            kind, code = _java_letter(c, j - i, pattern)
+            if kind == "fmt":
+                fmt(code)
+            else:
+                pieces.append((kind, code))
+            i = j
+        else:
+            text(c)
+            i += 1
+    return pieces or [("fmt", "")]
+
+
+# the coarsest time unit that still keeps every strftime code exact (finest first)
+_UNIT_OF = (("second", "%S"), ("minute", "%M"), ("hour", "%H%I%p"), ("day", "%d%a%A%j"), ("month", "%m%b%B"))
+_MS_TEXT = pa.array([f"{i:03d}" for i in range(1000)])  # SSS: 000 … 999, taken by index
+
+
+def _granularity(pieces: list[tuple[str, str]]) -> str:
+    codes = "".join(code for kind, code in pieces if kind != "ms").replace("%%", "")
+    for unit, marks in _UNIT_OF:
+        if any(f"%{c}" in codes for c in marks.replace("%", "")):
+            return unit
+    return "year"
+
+
+def _date_format(node: exp.Expression, arg: Fn, pattern_node: exp.Expression) -> Fn:
+    pattern = _string_literal(pattern_node, "DATE_FORMAT's pattern")
+    pieces = java_pattern(pattern)
+    unit = _granularity(pieces)
+    sql = node.sql()
+
+    def fn(b):
+        ts = _as_timestamp(_broadcast(arg(b), b.num_rows), sql)
+        # floored to what the pattern shows (whole seconds at least: strftime prints %S with the
+        # fraction of a finer unit); rows share few such values, so each is formatted once
+        floored = pc.cast(pc.floor_temporal(ts, unit=unit), pa.timestamp("s", ts.type.tz))
+        values = pc.unique(floored)
+        dense = 2 * len(values) < len(floored)
+        index = pc.index_in(floored, value_set=values) if dense else None
+        base = values if dense else floored
+        parts: list[pa.Array] = []
+        for kind, code in pieces:
+            if kind == "ms":  # SSS: milliseconds of the second, 000-999
+                parts.append(pc.take(_MS_TEXT, pc.millisecond(ts)))
+                continue
+            text = pc.strftime(base, format=code)
+            if kind == "unpad":
+                text = pc.replace_substring_regex(text, pattern=r"^0(\d)$", replacement=r"\1")
+            parts.append(pc.take(text, index) if dense else text)
+        return parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, "")
+
+    return fn
+
+
+# --------------------------------------------------------------------------- strings
+
+
+def name_groups(pattern: str) -> tuple[str, int]:
+    """Rename the capturing groups of a (Java/RE2) pattern to ``(?P<g1>…)``, ``(?P<g2>…)`` … in
+    order of their opening parenthesis, wrap the whole as ``(?P<g0>…)``; return it with the
+    number of groups. Escapes, ``\\Q…\\E`` and character classes are skipped."""
+    out: list[str] = []
+    groups = 0
+    i, n = 0, len(pattern)
+    in_class = False
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if pattern[i + 1 : i + 2] == "Q":
+                end = pattern.find("\\E", i + 2)
+                end = n if end < 0 else end + 2
+                out.append(pattern[i:end])
+                i = end
+                continue
+            out.append(pattern[i : i + 2])
+            i += 2
+            continue
+        if in_class:
+            if c == "]":
+                in_class = False
+            out.append(c)
+            i += 1
+            continue
+        if c == "[":
+            in_class = True
+            out.append(c)
+            i += 1
+            if pattern[i : i + 1] == "^":
+                out.append("^")
+                i += 1
+            if pattern[i : i + 1] == "]":  # a leading ] is a literal
+                out.append("]")
+                i += 1
+            continue
+        if c == "(":
+            rest = pattern[i + 1 : i + 4]
+            if rest.startswith("?P<") or (rest.startswith("?<") and pattern[i + 3 : i + 4] not in ("=", "!")):
+                groups += 1  # a named group is numbered too (Java, RE2)
+                close = pattern.find(">", i)
+                out.append(f"(?P<g{groups}>")
+                i = close + 1
+                continue
+            if rest.startswith("?"):
+                out.append(c)
+                i += 1
+                continue
+            groups += 1
+            out.append(f"(?P<g{groups}>")
+            i += 1
+            continue
+        out.append(c)
+        i += 1
+    return f"(?P<g0>{''.join(out)})", groups
+
+
+def _regexp_extract(node: exp.RegexpExtract, compile_arg: CompileArg) -> Fn:
+    sql = node.sql()
+    pattern = _string_literal(node.expression, "REGEXP_EXTRACT's pattern")
+    group_node = node.args.get("group") or node.args.get("position")
+    group = 0
+    if group_node is not None:
+        if not (isinstance(group_node, exp.Literal) and not group_node.is_string and group_node.this.isdigit()):
+            raise UnsupportedSqlError(f"{sql}: the group index must be an integer literal (0: the whole match)")
+        group = int(group_node.this)
+    for extra in ("occurrence", "parameters"):
+        if node.args.get(extra) is not None:
+            raise UnsupportedSqlError(f"{sql}: REGEXP_EXTRACT takes (string, pattern[, group])")
+    named, count = name_groups(pattern)
+    if group > count:
+        raise SqlTypeError(f"{sql}: group {group} does not exist; the pattern has {count} group"
+                           f"{'s' if count != 1 else ''} (0 is the whole match)")
+    try:
+        pc.extract_regex(pa.array([], pa.string()), pattern=named)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise UnsupportedSqlError(f"{sql}: the pattern is not valid RE2 syntax ({str(e).splitlines()[0]}); "
+                                  "look-around and back-references are not supported") from None
+    arg = compile_arg(node.this)
+
+    def fn(b):
+        s = _as_string(_broadcast(arg(b), b.num_rows), sql)
+        return pc.struct_field(pc.extract_regex(s, pattern=named), [group])
+
+    return fn
+
+
+def _split_index(node: exp.Expression, arg: Fn, delim_node: exp.Expression, index: Fn) -> Fn:
+    sql = node.sql()
+    delim = _string_literal(delim_node, "SPLIT_INDEX's delimiter")
+    if not delim:
+        raise UnsupportedSqlError(f"{sql}: the delimiter must not be empty")
+
+    def fn(b):
+        n = b.num_rows
+        s = _as_string(_broadcast(arg(b), n), sql)
+        iv = index(b)
+        if not (pa.types.is_integer(iv.type) or pa.types.is_null(iv.type)):
+            raise SqlTypeError(f"{sql}: the index must be an integer, got {type_name(iv.type)}")
+        lists = pc.split_pattern(s, pattern=delim)
+        if isinstance(lists, pa.ChunkedArray):
+            lists = lists.combine_chunks()
+        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
+        starts = np.asarray(lists.offsets)[:-1].astype(np.int64)
+        if isinstance(iv, pa.Scalar):
+            idx = np.full(n, iv.as_py() if iv.is_valid else -1, dtype=np.int64)
+        else:
+            iv = _broadcast(iv, n)
+            idx = pc.fill_null(pc.cast(iv, pa.int64()), -1).to_numpy(zero_copy_only=False)
+        # Flink splits '' into no pieces at all (commons-lang splitByWholeSeparatorPreserveAllTokens)
+        empty = pc.fill_null(pc.equal(pc.utf8_length(s), 0), True).to_numpy(zero_copy_only=False)
+        ok = (idx >= 0) & (idx < lengths) & ~empty
+        take = pa.array(np.where(ok, starts + idx, 0), type=pa.int64(), mask=~ok)
+        return pc.take(lists.values, take)
+
+    return fn
+
+
+# --------------------------------------------------------------------------- UDFs
+
+
+def _udf_call(udf: udfs.ScalarUdf, sql: str, args: list[Fn]) -> Fn:
+    def fn(b):
+        n = b.num_rows
+        return udf.call([_broadcast(a(b), n) for a in args], n, sql)
+
+    return fn

@@ -1,0 +1,302 @@
+"""Plan ``ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) AS rn`` filtered by ``rn`` above it.
+
+Entry point: ``plan_over(sel, subquery, ctx, batch)``, called by the planner for a SELECT whose
+FROM is one subquery: ``None`` when that subquery selects no OVER window, else the outer
+SELECT (its ``rn`` bound taken out of WHERE), the relation it reads and the ``plan.TopN`` node.
+
+Flink runs a row number only in this shape — an outer ``WHERE rn <= N`` (``rn < N``, ``rn = 1``)
+over an inner ``SELECT …, ROW_NUMBER() OVER (…) AS rn`` — and plans it as Top-N, or as a
+deduplication when it orders by event time with ``N = 1``; so does laminardb. The inner block
+is planned as any SELECT, with the row number as a BIGINT placeholder column (the operator
+writes the numbers in) and the PARTITION BY / ORDER BY expressions as hidden trailing columns,
+so that they may use anything the inner block can compute (a join's qualified columns, its
+aggregates) and the operator reads plain columns.
+
+Everything else with OVER is refused with LDB-1002 (the ``_checks`` message): other window
+functions (RANK, LAG, LEAD, running aggregates), a frame clause, a row number with no bound.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from laminardb.sql.binder import _and, _conjuncts
+from laminardb.sql.exceptions import UnsupportedSqlError
+from laminardb.sql.plan import TopN
+
+_BOUND_OPS = (exp.LTE, exp.LT, exp.EQ, exp.GTE, exp.GT)
+_HIDDEN = "__over_"
+
+
+def _window_items(sel: exp.Select) -> list[tuple[int, exp.Expression]]:
+    return [(i, e) for i, e in enumerate(sel.expressions)
+            if isinstance(e.this if isinstance(e, exp.Alias) else e, exp.Window)]
+
+
+def _is_rn(node: exp.Expression, rn: str) -> bool:
+    return isinstance(node, exp.Column) and (node.name == rn or node.name.lower() == rn.lower())
+
+
+def _int_literal(node: exp.Expression) -> int | None:
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return int(node.this)
+        except ValueError:
+            return None
+    return None
+
+
+def _bound(c: exp.Expression, rn: str) -> int | None:
+    """N of a conjunct ``rn <= N`` (``rn < N``, ``rn = 1``, or written the other way round)."""
+    if not isinstance(c, _BOUND_OPS):
+        return None
+    left, right, op = c.this, c.expression, type(c)
+    if _is_rn(right, rn) and not _is_rn(left, rn):
+        left, right = right, left
+        op = {exp.LTE: exp.GTE, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.GT: exp.LT}.get(op, op)
+    value = _int_literal(right)
+    if not _is_rn(left, rn) or value is None:
+        return None
+    if op is exp.LTE:
+        return value
+    if op is exp.LT:
+        return value - 1
+    if op is exp.EQ:
+        if value != 1:
+            raise UnsupportedSqlError(f"{c.sql()}: a row number equal to {value} is not supported yet; "
+                                      f"bound it from above (WHERE {rn} <= N, or {rn} = 1)")
+        return 1
+    return None  # rn > k / rn >= k: a filter over the Top-N rows, kept in WHERE
+
+
+def _uses(nodes: list[exp.Expression], rn: str) -> bool:
+    for node in nodes:
+        if isinstance(node, exp.Star) or (isinstance(node, exp.Column) and isinstance(node.this, exp.Star)):
+            return True
+        if any(_is_rn(c, rn) for c in node.find_all(exp.Column)):
+            return True
+    return False
+
+
+def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
+    """(outer SELECT, RelationInfo, TopN) for ``SELECT … FROM (SELECT …, ROW_NUMBER() OVER (…)
+    AS rn …) WHERE rn <= N``; None when the subquery selects no OVER window."""
+    from laminardb.sql.planner import RelationInfo, _plan_subquery
+
+    inner = subquery.this
+    if not isinstance(inner, exp.Select):
+        return None
+    items = _window_items(inner)
+    if not items:
+        return None
+    if len(items) > 1:
+        raise UnsupportedSqlError("one OVER window per SELECT is supported yet (ROW_NUMBER() OVER (…) AS rn, "
+                                  "bounded by WHERE rn <= N in the query around it)")
+    pos, item = items[0]
+    win = item.this if isinstance(item, exp.Alias) else item
+    func = win.this
+    text = win.sql()
+    if not isinstance(func, exp.RowNumber):
+        raise UnsupportedSqlError(
+            f"{func.sql()} OVER (…) is not supported yet: of the OVER windows laminardb runs ROW_NUMBER() "
+            "(Top-N and deduplication: ROW_NUMBER() OVER (PARTITION BY k ORDER BY x) AS rn, then WHERE rn <= N "
+            "around it); LAG, LEAD, RANK and running aggregates are not")
+    if batch:
+        raise UnsupportedSqlError(f"{text}: OVER windows run in streams (CREATE STREAM … AS), not in ad-hoc "
+                                  "queries; an ad-hoc query takes ORDER BY … LIMIT n")
+    if not isinstance(item, exp.Alias):
+        raise UnsupportedSqlError(f"{text}: name the row number (… AS rn) and bound it in the query around it: "
+                                  "WHERE rn <= N")
+    if win.args.get("spec") is not None:
+        raise UnsupportedSqlError(f"{text}: ROW_NUMBER() takes no frame (ROWS/RANGE BETWEEN …)")
+    order = win.args.get("order")
+    if order is None or not order.expressions:
+        raise UnsupportedSqlError(f"{text}: ROW_NUMBER() needs ORDER BY inside OVER (…), e.g. "
+                                  "OVER (PARTITION BY k ORDER BY price DESC)")
+    rn = item.alias
+
+    # the outer WHERE: rn <= N is the Top-N's bound; every other conjunct stays a filter
+    where = sel.args.get("where")
+    rest: list[exp.Expression] = []
+    n = None
+    for c in _conjuncts(where.this if where else None):
+        b = _bound(c, rn)
+        if b is None:
+            rest.append(c)
+        else:
+            n = b if n is None else min(n, b)
+    if n is None:
+        raise UnsupportedSqlError(
+            f"{text} AS {rn}: an unbounded row number is not supported yet (every row's number could change "
+            f"with each new row); bound it in the query around it: WHERE {rn} <= N")
+    if n < 1:
+        raise UnsupportedSqlError(f"WHERE {rn} <= {n} keeps no row; bound the row number by 1 or more")
+
+    parts = list(win.args.get("partition_by") or [])
+    orders = list(order.expressions)
+    body = inner.copy()
+    exprs = list(body.expressions)
+    exprs[pos] = exp.alias_(exp.cast(exp.Literal.number(0), "BIGINT"), item.args["alias"].copy())
+    exprs += [exp.alias_(p.copy(), f"{_HIDDEN}p{i}", quoted=True) for i, p in enumerate(parts)]
+    exprs += [exp.alias_(o.this.copy(), f"{_HIDDEN}o{i}", quoted=True) for i, o in enumerate(orders)]
+    body.set("expressions", exprs)
+    child = _plan_subquery(body, ctx)
+    if child.changelog:
+        raise UnsupportedSqlError(f"{text} over a changelog (an input that retracts rows: EMIT CHANGES, an outer "
+                                  "join) is not supported yet; apply it to an append-only input")
+    hidden = len(parts) + len(orders)
+    width = len(child.output_schema) - hidden
+    names = list(child.names)
+    node = TopN(child, [width + i for i in range(len(parts))],
+                [(width + len(parts) + j, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
+                 for j, o in enumerate(orders)],
+                n, names.index(rn), hidden, sql=f"{text} AS {rn}, {rn} <= {n}")
+    outer = sel.copy()
+    outer.set("where", exp.Where(this=_and(rest)) if rest else None)
+    node.rank_used = _uses(list(outer.expressions) + rest + [outer.args[k] for k in ("group", "having")
+                                                            if outer.args.get(k) is not None], rn)
+    time_of_order = child.time_cols.get(f"{_HIDDEN}o0") if len(orders) == 1 else None
+    if n == 1 and time_of_order is not None:
+        if orders[0].args.get("desc"):
+            node.ties_last = True  # Flink's keep-last-row deduplication: the later of equal times wins
+        else:
+            node.mode, node.time_map = "first", time_of_order
+    alias = subquery.args.get("alias")
+    name = alias.this.name if isinstance(alias, exp.TableAlias) and alias.this is not None else "__over"
+    rel = RelationInfo(name, node.schema, node.time_col, node.changelog, node.time_cols, kind="subquery")
+    return outer, rel, node
+
+
+# --------------------------------------------------------------------------- LAG / LEAD
+def _lag_lead_only(sel: exp.Select) -> list[exp.Window] | None:
+    wins = [w for e in sel.expressions for w in e.find_all(exp.Window)]
+    if not wins or not all(isinstance(w.this, exp.Lag | exp.Lead) for w in wins):
+        return None
+    return wins
+
+
+def plan_lag_lead(sel: exp.Select, query, ctx, *, top: bool):
+    """``SELECT …, LAG(x[, k[, default]]) OVER (PARTITION BY p ORDER BY ts) …`` (also LEAD) as an
+    ``Over`` node between the block that reads FROM (``L``: its columns plus the hidden PARTITION
+    BY / ORDER BY / argument / default columns) and the SELECT list (``U``); None when the
+    SELECT has no OVER window or one that is not LAG/LEAD."""
+    from dataclasses import replace
+
+    from laminardb.sql.plan import Over, OverFunc
+    from laminardb.sql.planner import RelationInfo, _is_agg, _output_name, _plan_block, _plan_select
+
+    wins = _lag_lead_only(sel)
+    if wins is None or (sel.args.get("from_") or sel.args.get("from")) is None:
+        return None
+    first = wins[0].sql()
+    if ctx.batch:
+        raise UnsupportedSqlError(f"{first}: OVER windows run in streams (CREATE STREAM … AS), not in ad-hoc queries")
+    if sel.args.get("joins"):
+        raise UnsupportedSqlError(f"{first} over a join is not supported yet: create a stream for the join and "
+                                  "apply LAG/LEAD to it")
+    if (sel.args.get("group") or sel.args.get("having") or sel.args.get("distinct")
+            or any(_is_agg(n) for e in sel.expressions for n in e.walk())):
+        raise UnsupportedSqlError(f"{first} with GROUP BY or aggregates is not supported yet: aggregate in a stream "
+                                  "and apply LAG/LEAD to it")
+    frm = sel.args.get("from_") or sel.args.get("from")
+    if query is not None and query.tvf is not None and isinstance(frm.this, exp.Table):
+        raise UnsupportedSqlError(f"{first} over a window TVF is not supported yet; GROUP BY the window in a stream "
+                                  "and apply LAG/LEAD to it")
+    shapes = {(tuple(p.sql() for p in w.args.get("partition_by") or []),
+               w.args["order"].sql() if w.args.get("order") else "") for w in wins}
+    if len(shapes) > 1:
+        raise UnsupportedSqlError("the OVER windows of one SELECT must be the same window (PARTITION BY and "
+                                  "ORDER BY), as in Flink; compute the others in another stream")
+    w0 = wins[0]
+    order = w0.args.get("order")
+    if any(w.args.get("spec") is not None for w in wins):
+        raise UnsupportedSqlError(f"{first}: LAG and LEAD take no frame (ROWS/RANGE BETWEEN …)")
+    if order is None or len(order.expressions) != 1 or order.expressions[0].args.get("desc"):
+        raise UnsupportedSqlError(f"{first}: a streaming OVER window orders by one event-time column, ascending "
+                                  "(OVER (PARTITION BY k ORDER BY ts)), as in Flink")
+    parts = list(w0.args.get("partition_by") or [])
+    hidden = [exp.alias_(p.copy(), f"{_HIDDEN}p{i}", quoted=True) for i, p in enumerate(parts)]
+    hidden.append(exp.alias_(order.expressions[0].this.copy(), f"{_HIDDEN}o", quoted=True))
+    unique: dict[str, int] = {}
+    specs = []
+    for w in wins:
+        if w.sql() in unique:
+            continue
+        f = w.this
+        off = f.args.get("offset")
+        k = 1 if off is None else _int_literal(off)
+        if k is None or k < 0:
+            raise UnsupportedSqlError(f"{w.sql()}: the offset of {f.sql_name()} is a whole number literal ≥ 0")
+        j = len(unique)
+        unique[w.sql()] = j
+        hidden.append(exp.alias_(f.this.copy(), f"{_HIDDEN}a{j}", quoted=True))
+        default = f.args.get("default")
+        if default is not None:
+            hidden.append(exp.alias_(default.copy(), f"{_HIDDEN}d{j}", quoted=True))
+        specs.append(("lag" if isinstance(f, exp.Lag) else "lead", j, k, default is not None, w.sql()))
+
+    lower = sel.copy()
+    lower.set("expressions", [exp.Star()] + hidden)
+    child = _plan_select(lower, query, ctx, top=top)
+    if child.changelog:
+        raise UnsupportedSqlError(f"{first} over a changelog (an input that retracts rows) is not supported yet")
+    names = list(child.names)
+    width = len(names) - len(hidden)
+    time_map = child.time_cols.get(f"{_HIDDEN}o")
+    if time_map is None:
+        col = order.expressions[0].this.sql()
+        raise UnsupportedSqlError(f"{first}: ORDER BY {col} must name an event-time column (a column with a "
+                                  "watermark), as in Flink: rows are taken in event-time order as the watermark "
+                                  "passes them")
+    funcs = []
+    for kind, j, k, has_default, text in specs:
+        arg = names.index(f"{_HIDDEN}a{j}")
+        dflt = names.index(f"{_HIDDEN}d{j}") if has_default else None
+        if dflt is not None:
+            _check_default(child.output_schema.field(arg).type, child.output_schema.field(dflt).type, text)
+        funcs.append(OverFunc(kind, arg, k, dflt, f"{_HIDDEN}w{j}"))  # type: ignore[arg-type]
+    node = Over(child, [width + i for i in range(len(parts))], names.index(f"{_HIDDEN}o"), funcs, len(hidden),
+                time_map, sql=", ".join(dict.fromkeys(w.sql() for w in wins)))
+
+    def swap(n: exp.Expression) -> exp.Expression:
+        if isinstance(n, exp.Window):
+            return exp.column(f"{_HIDDEN}w{unique[n.sql()]}", quoted=True)
+        return n
+
+    upper_items: list[exp.Expression] = []
+    for i, e in enumerate(sel.expressions):
+        if isinstance(e, exp.Star):
+            upper_items += [exp.column(n, quoted=True) for n in names[:width]]
+        elif isinstance(e, exp.Alias):
+            upper_items.append(e.copy().transform(swap))
+        else:
+            upper_items.append(exp.alias_(e.copy().transform(swap), _output_name(e, i), quoted=True))
+    upper = sel.copy()
+    upper.set("expressions", upper_items)
+    upper.set("where", None)
+    alias = frm.this.args.get("alias")
+    name = (alias.this.name if isinstance(alias, exp.TableAlias) and alias.this is not None else
+            frm.this.name if isinstance(frm.this, exp.Table) else "__over")
+    rel = RelationInfo(name, node.schema, node.time_col, False, node.time_cols, kind="subquery")
+    upper_query = replace(query, tvf=None) if query is not None else None
+    if upper_query is None:
+        from laminardb.sql.ddl import Query
+
+        upper_query = Query(upper, upper.sql())
+    return _plan_block(upper, upper_query, rel, node, ctx.batch)
+
+
+def _check_default(arg, default, text: str) -> None:
+    import pyarrow as pa
+
+    from laminardb.sql.exceptions import SqlTypeError
+    from laminardb.sql.types import type_name
+
+    def num(t):
+        return pa.types.is_integer(t) or pa.types.is_floating(t)
+
+    if arg == default or pa.types.is_null(default) or (num(arg) and num(default)) or (
+            pa.types.is_string(arg) or pa.types.is_large_string(arg)) and (
+            pa.types.is_string(default) or pa.types.is_large_string(default)):
+        return
+    raise SqlTypeError(f"{text}: the default is {type_name(default)}, the value {type_name(arg)}; CAST the default")

@@ -1,0 +1,319 @@
+"""The logical plan tree: plain dataclasses a query compiles to, below its top SELECT block.
+
+Entry points: ``Scan``, ``Filter``, ``Join``, ``UnionAll``, ``TopN`` and ``planner.QueryPlan`` (one SELECT
+block: filter → aggregate → HAVING → project, fused because it runs as one operator and the
+Delta mode partitions it by its aggregate key). ``leaves(node)`` lists the relations a tree
+reads; ``explain_node(node)`` renders it. Every node knows its output ``schema``, whether that
+output is a Z-set changelog (``changelog``: rows carry ``__weight``) or append-only, and its
+event-time columns (``time_cols``: column → ``WatermarkMap`` from the root watermark).
+
+Inside a multi-input query the "root watermark" is the query's own: the minimum of its inputs'
+watermarks (the reactor keeps it). Every map is monotone, so a column's map applied to that
+minimum never runs ahead of the column's true watermark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import pyarrow as pa
+
+from laminardb.sql.expressions import Expr
+from laminardb.sql.watermarks import WatermarkMap
+
+if TYPE_CHECKING:
+    pass
+
+JoinKind = Literal["inner", "left", "right", "full"]
+
+
+@dataclass(frozen=True)
+class Shift:
+    """A watermark step: ``wm + ticks`` (an interval join holds its output's watermark back)."""
+
+    ticks: int
+
+    def __call__(self, wm: int) -> int:
+        return wm + self.ticks
+
+    def describe(self) -> str:
+        return f"shifted by {self.ticks} ticks (interval join)"
+
+
+@dataclass
+class Scan:
+    """Read a named source, stream or view: its batches enter the tree here."""
+
+    name: str
+    schema: pa.Schema
+    changelog: bool = False
+    time_col: str | None = None
+    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
+
+    @property
+    def children(self) -> list:
+        return []
+
+
+@dataclass
+class Filter:
+    """Keep the rows where ``predicate`` holds (a WHERE/ON conjunct pushed below a join)."""
+
+    child: PlanNode
+    predicate: Expr
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.child.schema
+
+    @property
+    def changelog(self) -> bool:
+        return self.child.changelog
+
+    @property
+    def time_col(self) -> str | None:
+        return self.child.time_col
+
+    @property
+    def time_cols(self) -> dict[str, WatermarkMap]:
+        return self.child.time_cols
+
+    @property
+    def children(self) -> list:
+        return [self.child]
+
+
+@dataclass
+class IntervalBounds:
+    """``lo ≤ left.ts − right.ts ≤ hi`` (ticks), the time condition of an interval join.
+
+    ``left_col``/``right_col`` index the event-time column in each side's schema; ``left_map`` /
+    ``right_map`` give those columns' watermarks from the query's root watermark.
+    """
+
+    left_col: int
+    right_col: int
+    lo: int
+    hi: int
+    left_map: WatermarkMap
+    right_map: WatermarkMap
+
+
+@dataclass
+class Join:
+    """An equi-join of two inputs (inner, left, right or full outer).
+
+    ``left_keys``/``right_keys`` are compiled over each side's schema (same types, pairwise);
+    ``residual`` over the joined schema (left columns, then right ones). ``interval``: the time
+    condition that bounds state (rows expire once the other side's watermark has passed them);
+    ``ttl``: for unbounded joins, drop a stored row once its side's watermark has passed its
+    event time + ttl (ticks; ``ttl_maps`` give each side's (time column, map)). The output is a
+    changelog when an input is one, or for an outer join without a time bound (a row emitted
+    NULL-padded is retracted when its first match arrives); an interval join emits a padded row
+    once, when it expires unmatched, so its output stays append-only.
+    """
+
+    kind: JoinKind
+    left: PlanNode
+    right: PlanNode
+    left_keys: list[Expr]
+    right_keys: list[Expr]
+    residual: Expr | None
+    schema: pa.Schema
+    interval: IntervalBounds | None = None
+    ttl: int | None = None
+    ttl_cols: tuple[tuple[int, WatermarkMap] | None, tuple[int, WatermarkMap] | None] = (None, None)
+    time_col: str | None = None
+    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
+    condition_sql: str = ""
+
+    @property
+    def changelog(self) -> bool:
+        if self.left.changelog or self.right.changelog:
+            return True
+        return self.kind != "inner" and self.interval is None
+
+    @property
+    def children(self) -> list:
+        return [self.left, self.right]
+
+
+@dataclass
+class UnionAll:
+    """The rows of every input, in the first input's column names and types."""
+
+    inputs: list[PlanNode]
+    schema: pa.Schema
+    time_col: str | None = None
+    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
+
+    @property
+    def changelog(self) -> bool:
+        return any(i.changelog for i in self.inputs)
+
+    @property
+    def children(self) -> list:
+        return list(self.inputs)
+
+
+@dataclass
+class TopN:
+    """``ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) AS rn`` bounded by ``WHERE rn <= n`` above
+    it, as Flink plans it: the first ``n`` rows of each partition in ``order``.
+
+    ``child`` is the inner SELECT block with the row number as a placeholder column
+    (``rank_index``) and the PARTITION BY / ORDER BY values as hidden trailing columns
+    (``hidden`` of them; ``partition``/``order`` index them, ``order`` as (column, descending,
+    nulls first)). ``mode``: ``"topn"`` keeps the top ``n`` and emits a changelog (a row that
+    leaves the top is retracted; with ``rank_used``, so is every row whose number changes);
+    ``"first"`` (``ORDER BY <event time> ASC`` with ``n = 1``: deduplication keeping the first
+    row) emits each partition's first row once, when the watermark of ``time_map`` has passed
+    it, so the output stays append-only; ``ties_last``: equal sort keys rank the later arrival
+    first (Flink's keep-last-row deduplication, ``ORDER BY <event time> DESC``, ``n = 1``).
+    """
+
+    child: object
+    partition: list[int]
+    order: list[tuple[int, bool, bool]]
+    n: int
+    rank_index: int
+    hidden: int
+    mode: Literal["topn", "first"] = "topn"
+    rank_used: bool = True
+    ties_last: bool = False
+    time_map: WatermarkMap | None = None
+    sql: str = ""
+
+    @property
+    def schema(self) -> pa.Schema:
+        inner = self.child.schema
+        return pa.schema(list(inner)[: len(inner) - self.hidden])
+
+    @property
+    def changelog(self) -> bool:
+        return self.mode == "topn"
+
+    @property
+    def time_cols(self) -> dict[str, WatermarkMap]:
+        names = set(self.schema.names)
+        return {c: m for c, m in self.child.time_cols.items() if c in names}
+
+    @property
+    def time_col(self) -> str | None:
+        tc = self.child.time_col
+        return tc if tc in self.time_cols else next(iter(self.time_cols), None)
+
+    @property
+    def children(self) -> list:
+        return [self.child]
+
+
+@dataclass(frozen=True)
+class OverFunc:
+    """One ``LAG``/``LEAD(arg, offset, default)`` of an ``Over`` node: column indices in its child."""
+
+    kind: Literal["lag", "lead"]
+    arg: int
+    offset: int
+    default: int | None
+    name: str
+
+
+@dataclass
+class Over:
+    """``LAG``/``LEAD`` ``OVER ([PARTITION BY …] ORDER BY <event time>)``, as Flink runs OVER in
+    streams: rows are taken in event-time order once the watermark (``time_map``) has passed
+    them, and each row is emitted once with its function values appended (append-only).
+
+    ``child`` is the SELECT block below with the PARTITION BY values, the ORDER BY column and the
+    functions' arguments and defaults as hidden trailing columns (``hidden`` of them). A row with
+    a ``LEAD`` waits for that many later rows of its partition (or the end of input), so the
+    output carries no event time on then (its rows come behind the watermark).
+    """
+
+    child: object
+    partition: list[int]
+    order_col: int
+    funcs: list[OverFunc]
+    hidden: int
+    time_map: WatermarkMap
+    sql: str = ""
+
+    @property
+    def schema(self) -> pa.Schema:
+        inner = self.child.schema
+        fields = list(inner)[: len(inner) - self.hidden]
+        return pa.schema(fields + [pa.field(f.name, inner.field(f.arg).type) for f in self.funcs])
+
+    @property
+    def changelog(self) -> bool:
+        return False
+
+    @property
+    def time_cols(self) -> dict[str, WatermarkMap]:
+        if any(f.kind == "lead" for f in self.funcs):
+            return {}
+        names = set(self.schema.names)
+        return {c: m for c, m in self.child.time_cols.items() if c in names}
+
+    @property
+    def time_col(self) -> str | None:
+        tc = self.child.time_col
+        return tc if tc in self.time_cols else next(iter(self.time_cols), None)
+
+    @property
+    def children(self) -> list:
+        return [self.child]
+
+
+PlanNode = "Scan | Filter | Join | UnionAll | TopN | Over | QueryPlan"
+
+
+def leaves(node) -> list[str]:
+    """The relations a tree reads, each once, in the order of first appearance."""
+    out: list[str] = []
+
+    def walk(n) -> None:
+        if isinstance(n, Scan):
+            if n.name not in out:
+                out.append(n.name)
+            return
+        for c in n.children:
+            walk(c)
+
+    walk(node)
+    return out
+
+
+def explain_node(node, depth: int = 0) -> list[str]:
+    """Indented lines, one or more per node, children below their parent."""
+    pad = "  " * depth
+    if isinstance(node, Scan):
+        return [f"{pad}Scan: {node.name}{' (changelog)' if node.changelog else ''}"]
+    if isinstance(node, Filter):
+        return [f"{pad}Filter: {node.predicate.sql}"] + explain_node(node.child, depth + 1)
+    if isinstance(node, Join):
+        extra = ""
+        if node.interval is not None:
+            iv = node.interval
+            extra = f" interval=[{iv.lo}, {iv.hi}] ticks (state expires with the watermark)"
+        elif node.ttl is not None:
+            extra = f" state_ttl={node.ttl} ticks"
+        else:
+            extra = " (unbounded state: set WITH ('state_ttl' = '…') to bound it)"
+        out = "changelog" if node.changelog else "append-only"
+        lines = [f"{pad}Join[{node.kind}, {out}]: {node.condition_sql}{extra}"]
+        return lines + explain_node(node.left, depth + 1) + explain_node(node.right, depth + 1)
+    if isinstance(node, TopN):
+        what = ("Deduplicate[keep first, append-only]" if node.mode == "first" else
+                f"TopN[n={node.n}, changelog{', ties: last arrival first' if node.ties_last else ''}]")
+        return [f"{pad}{what}: {node.sql}"] + explain_node(node.child, depth + 1)
+    if isinstance(node, Over):
+        return [f"{pad}Over[append-only, in event-time order]: {node.sql}"] + explain_node(node.child, depth + 1)
+    if isinstance(node, UnionAll):
+        lines = [f"{pad}UnionAll{' (changelog)' if node.changelog else ''}"]
+        for c in node.inputs:
+            lines += explain_node(c, depth + 1)
+        return lines
+    return [pad + line for line in node.explain()]  # a SELECT block (QueryPlan)

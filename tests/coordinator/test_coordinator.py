@@ -1,0 +1,125 @@
+"""The coordinator driving a fake database head through real FILE (Parquet) and Delta Lake
+sinks, in-process: normal epochs, a failed prepare, a failed sink, restarts from the
+registry. Crashes of the coordinator's process are in test_crash.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from laminardb.checkpoint.exceptions import CheckpointPrepareError, UnknownDatabaseError
+from laminardb.checkpoint.spark_coordinator import CheckpointCoordinator
+from tests._services.procs import wait_until
+from tests.coordinator._fake_head import FakeHead
+from tests.coordinator._oracle import assert_exactly_once, delta_rows, file_rows
+
+pytest.importorskip("deltalake")
+
+
+def sinks_sql(tmp_path) -> dict[str, str]:
+    return {
+        "out_file": f"CREATE SINK out_file INTO FILE (path = '{tmp_path / 'out_file'}', "
+                    "format = 'parquet') AS SELECT * FROM src",
+        "out_even": f"CREATE SINK out_even INTO DELTA_LAKE (path = '{tmp_path / 'lake'}') "
+                    "AS SELECT * FROM src WHERE id % 2 = 0",
+    }
+
+
+@pytest.fixture
+def make(tmp_path, spark):
+    """Factory: (head, coordinator) over the test's directories; coordinators are stopped."""
+    made = []
+
+    def build(head: FakeHead | None = None, **head_kw):
+        head = head or FakeHead(tmp_path / "head", sinks_sql(tmp_path), **head_kw)
+        # the default Spark: the session's (started by the fixture), or a new one after a JVM died
+        coord = CheckpointCoordinator(tmp_path / "state", head_resolver=lambda name: head)
+        made.append(coord)
+        return head, coord
+
+    yield build
+    for c in made:
+        c.stop()
+
+
+def register(coord, tmp_path, interval_s=None) -> None:
+    coord.register("db1", interval_s=interval_s, checkpoint_dir=str(tmp_path / "ckpt"))
+
+
+def check_output(tmp_path, head: FakeHead) -> None:
+    upto = head.state()["committed_upto"]
+    assert_exactly_once(file_rows(tmp_path / "out_file"), "out_file", upto)
+    assert_exactly_once(delta_rows(tmp_path / "lake"), "out_even", upto)
+
+
+def test_epochs_commit_every_sink_once(make, tmp_path) -> None:
+    head, coord = make(rows_per_epoch=500)
+    register(coord, tmp_path)
+    assert [coord.checkpoint_now("db1") for _ in range(3)] == [1, 2, 3]
+    head.rows_per_epoch = 0  # an epoch without rows: nothing staged, nothing written
+    assert coord.checkpoint_now("db1") == 4
+    st = head.state()
+    assert st["committed_upto"] == 1500 and st["last_committed"] == 4 and st["pending"] == {}
+    check_output(tmp_path, head)
+    s = coord.status("db1")
+    assert s["checkpoints"] == 4 and s["last_epoch"] == 4 and s["failures"] == 0
+    assert s["last_rows"] == 0 and s["sinks"] == ["out_even", "out_file"]
+    assert 0.0 < s["spark_share"] < 1.0 and s["duration_p50_s"] <= s["duration_p99_s"]
+    # one Delta commit per epoch with rows, each tagged with its epoch
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(str(tmp_path / "lake"))
+    assert dt.version() == 2 and dt.transaction_version("laminardb-out_even-0") == 3
+
+
+def test_failed_prepare_aborts_the_epoch_and_the_next_one_restages(make, tmp_path) -> None:
+    head, coord = make(rows_per_epoch=300)
+    register(coord, tmp_path)
+    coord.checkpoint_now("db1")
+    head.fail_prepare = 1
+    with pytest.raises(CheckpointPrepareError, match="did not prepare checkpoint 2"):
+        coord.checkpoint_now("db1")
+    assert ("abort", 2) in head.calls
+    assert coord.checkpoint_now("db1") == 3
+    check_output(tmp_path, head)
+    assert coord.status("db1")["failures"] == 1
+
+
+def test_a_sink_failing_after_prepare_aborts_every_sink(make, tmp_path) -> None:
+    head, coord = make(rows_per_epoch=200)
+    register(coord, tmp_path)
+    coord.checkpoint_now("db1")
+    # a sink the coordinator cannot build: out_even and out_file come first and stage epoch 2
+    head.sinks["z_bad"] = "CREATE SINK z_bad INTO NOWHERE (path = 'x') AS SELECT * FROM src"
+    with pytest.raises(Exception, match="NOWHERE"):
+        coord.checkpoint_now("db1")
+    assert head.state()["pending"] == {} and ("abort", 2) in head.calls
+    assert not list((tmp_path / "out_file" / "_staging").glob("part-*"))
+    del head.sinks["z_bad"]
+    assert coord.checkpoint_now("db1") == 3
+    check_output(tmp_path, head)
+
+
+def test_a_restarted_coordinator_resumes_from_its_registry(make, tmp_path) -> None:
+    head, coord = make(rows_per_epoch=100)
+    register(coord, tmp_path, interval_s=0.2)
+    wait_until(lambda: coord.status("db1")["checkpoints"] >= 2, timeout=60, what="2 timed checkpoints")
+    coord.stop()
+    last = head.state()["last_committed"]
+    _, again = make(head)
+    assert again.databases() == ["db1"]
+    again.start()
+    wait_until(lambda: again.status("db1")["last_epoch"] > last, timeout=60,
+               what="a checkpoint after the restart")
+    again.stop()
+    check_output(tmp_path, head)
+
+
+def test_register_is_idempotent_and_unknown_databases_are_refused(make, tmp_path) -> None:
+    head, coord = make()
+    register(coord, tmp_path)
+    register(coord, tmp_path)  # a second client connecting: same spec, nothing restarts
+    assert coord.databases() == ["db1"]
+    with pytest.raises(UnknownDatabaseError):
+        coord.checkpoint_now("nope")
+    coord.unregister("db1")
+    assert coord.databases() == [] and coord.status() == {}
