@@ -45,7 +45,11 @@ class Cluster:
     """The actors of one connection and how to call them."""
 
     def __init__(self, n_actors: int, vnodes: int, raft: RaftConfig | None = None, *,
-                 call_timeout: float = _CALL_TIMEOUT_S, ownership_source: str | None = None) -> None:
+                 call_timeout: float = _CALL_TIMEOUT_S, ownership_source: str | None = None,
+                 survivors: Cluster | None = None) -> None:
+        """``survivors``: the cluster of an engine given up after an actor loss — its live
+        actors are kept (recovery then only starts the replacements); it must not be used
+        again."""
         import ray
 
         from laminardb.actors.reactor_actor import actor_class
@@ -56,9 +60,12 @@ class Cluster:
         # says DEAD) — never inferred from a slow answer
         self.dead: dict[int, str] = {}
         self.slow: set[int] = set()  # live actors whose last call outran its timeout
-        self.actors, self.info = self._start_actors(actor_class(), n_actors)
         tag = uuid.uuid4().hex[:8]  # several connections may share one control plane
         self.members = [f"reactor-{tag}-{i}" for i in range(n_actors)]
+        if survivors is None:
+            self.actors, self.info = self._start_actors(actor_class(), n_actors)
+        else:
+            self._take_survivors(survivors, actor_class())
         addresses = [f"{i['node_id'][:12]}/pid{i['pid']}/core{i['core']}" for i in self.info]
         try:
             extra = {} if ownership_source is None else {"source": ownership_source}
@@ -71,14 +78,16 @@ class Cluster:
                  for a in self.actors], timeout=_START_TIMEOUT_S)
 
     @staticmethod
-    def _start_actors(cls, n_actors: int):
-        """Start the actors; a start the raylet cancelled (it happens while another Ray
-        session on the machine is still shutting down) is retried, a bounded number of times."""
+    def _start_actors(cls, n_actors: int, indexes: list[int] | None = None):
+        """Start the actors (``indexes``: only those places); a start the raylet cancelled (it
+        happens while another Ray session on the machine is still shutting down) is retried,
+        a bounded number of times."""
         import ray
         from ray.exceptions import ActorDiedError
 
+        indexes = list(range(n_actors)) if indexes is None else indexes
         for attempt in range(_START_ATTEMPTS):
-            actors = [cls.remote(i, n_actors) for i in range(n_actors)]
+            actors = [cls.remote(i, n_actors) for i in indexes]
             try:
                 return actors, ray.get([a.ready.remote() for a in actors], timeout=_START_TIMEOUT_S)
             except ActorDiedError:
@@ -90,6 +99,48 @@ class Cluster:
                         "check `ray status` for free CPUs and the raylet logs"
                     ) from None
         raise AssertionError("unreachable")
+
+    def _take_survivors(self, old: Cluster, cls) -> None:
+        """Keep ``old``'s actors that answer now; start new ones in the places of the others
+        (a lost actor's member leaves Raft, so its vnodes' epochs rise and it is fenced)."""
+        import ray
+
+        keep = [i for i in range(self.n_actors)
+                if i not in old.dead and i not in old.slow and not _gcs_says_dead(old.actors[i])]
+        if keep:
+            pings = [old.actors[i].ready.remote() for i in keep]
+            done, _ = ray.wait(pings, num_returns=len(pings), timeout=_METRICS_TIMEOUT_S * 5)
+            done_ids = {f.hex() for f in done}
+            keep = [i for i, f in zip(keep, pings, strict=True) if f.hex() in done_ids]
+        lost = [i for i in range(self.n_actors) if i not in keep]
+        old.release_members(lost, kill=True)
+        self.actors = list(old.actors)
+        self.info = list(old.info)
+        for i in keep:
+            self.members[i] = old.members[i]
+        if lost:
+            fresh, info = self._start_actors(cls, self.n_actors, lost)
+            for i, a, inf in zip(lost, fresh, info, strict=True):
+                self.actors[i], self.info[i] = a, inf
+        if old.ownership.raft is not None:
+            old.ownership.raft.close()
+
+    def release_members(self, indexes: list[int], *, kill: bool) -> None:
+        """Deregister these actors in Raft (their vnodes' epochs rise) and kill them."""
+        import ray
+
+        raft = self.ownership.raft
+        for i in indexes:
+            if raft is not None:
+                try:
+                    raft.deregister_node(self.members[i])
+                except Exception:  # noqa: BLE001 - the voters may be electing; the epochs rise on the next plan
+                    pass
+            if kill:
+                try:
+                    ray.kill(self.actors[i])
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
 
     def single_owner(self) -> int:
         return int(self.routing.owner[0])
@@ -302,9 +353,11 @@ class ClusterConnection(Connection):
             self._durable.log_insert = logged
         self._drainer = _Drainer(self) if max_in_flight > 0 else None
 
-    def abandon(self) -> None:
+    def abandon(self, *, keep_actors: bool = False) -> None:
         """Let go of everything without a last checkpoint: an actor died, so the state on
-        the actors is not whole; the database head recovers from the directory instead."""
+        the actors is not whole; the database head recovers from the directory instead.
+        ``keep_actors``: leave the actors running (the next engine keeps the live ones,
+        ``Cluster(survivors=…)``)."""
         if self._closed:
             return
         if self._drainer is not None:
@@ -323,7 +376,8 @@ class ClusterConnection(Connection):
                         pass
         if self._ring is not None:
             self._ring.close()
-        self.cluster.shutdown()
+        if not keep_actors:
+            self.cluster.shutdown()
 
     def _setup_reactor(self) -> None:
         self._reactor.make_operator = self._operator
@@ -561,22 +615,9 @@ def connect_in_process(address: str = "ray://auto", *, actors: int | None = None
     ``local_global``: keyed window aggregates emitted on close aggregate on every actor and
     merge the closed windows (no exchange of rows); False routes every row to its key's owner.
     """
-    try:
-        import ray
-    except ImportError:
-        raise ClusterStartError(
-            "connect() needs Ray: pip install 'laminardb[cluster]'"
-        ) from None
-    if not address.startswith("ray://"):
-        raise ClusterStartError(f"connect({address!r}): use ray://auto, ray://local or ray://host:port")
-    target = address[len("ray://"):]
-    if not ray.is_initialized():
-        if target == "local":
-            ray.init(num_cpus=actors or None, include_dashboard=False, log_to_driver=False)
-        elif target == "auto":
-            ray.init(address="auto", log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+    from laminardb.actors.remote import init_ray
+
+    ray = init_ray(address, actors)
     n = actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
     # the actors of a connection closed just before are released asynchronously: wait a little
     deadline = time.monotonic() + _FREE_CPU_WAIT_S

@@ -109,7 +109,7 @@ class DatabaseHead:
         self._watchdog.start()
 
     # ------------------------------------------------------------------ lifecycle
-    def _open(self, on_restored=None):
+    def _open(self, on_restored=None, survivors=None):
         from laminardb.actors.client import Cluster, ClusterConnection
         from laminardb.actors.ownership import RaftConfig
         from laminardb.operators.warmup import warm_kernels
@@ -124,7 +124,7 @@ class DatabaseHead:
         timeout = float(self.config.get("actor_call_timeout", 30.0))
         self._publish_recorded(raft)
         cluster = Cluster(self.n_actors, self.vnodes, raft, call_timeout=timeout,
-                          ownership_source=f"db/{self.database}")
+                          ownership_source=f"db/{self.database}", survivors=survivors)
         path = self.directory or ":memory:"
         try:
             conn = ClusterConnection(cluster, config=self._engine_config(), path=path,
@@ -474,17 +474,22 @@ class DatabaseHead:
         t0 = time.perf_counter()
         old = self.conn
         running = bool(old._runners) if old is not None else False
+        survivors = None
         if old is not None:
-            old.abandon()
+            old.abandon(keep_actors=True)
+            survivors = old.cluster  # live actors are kept: only the lost ones restart
         self.conn = None
         error: Exception | None = None
         for _ in range(_RECOVERY_ATTEMPTS):
             try:
-                self.conn = self._open(on_restored=self._resubscribe)
+                self.conn = self._open(on_restored=self._resubscribe, survivors=survivors)
                 break
             except Exception as exc:  # noqa: BLE001 - e.g. CPUs of the dead actor not yet free
                 error = exc
                 log.warning("database %s: recovery attempt failed: %s", self.database, exc)
+                if survivors is not None:  # start over with fresh actors
+                    survivors.shutdown()
+                    survivors = None
                 time.sleep(1.0)
         if self.conn is None:
             raise error  # type: ignore[misc]

@@ -272,7 +272,7 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
     from laminardb.actors.head import SESSION_DIR, get_or_create_head
     from laminardb.actors.routing import DEFAULT_VNODES
 
-    ray = _init_ray(address, actors)
+    ray = init_ray(address, actors)
     config = dict(config or {})
     root = config.get("checkpoint_dir")
     if root is None:
@@ -308,7 +308,8 @@ def _raft_spec(raft) -> dict | None:
     return {"voters": list(raft.voters), "secret": raft.secret}
 
 
-def _init_ray(address: str, actors: int | None):
+def init_ray(address: str, actors: int | None):
+    """``ray.init`` for a ``ray://`` address (unless this process is connected already)."""
     try:
         import ray
     except ImportError:

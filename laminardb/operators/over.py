@@ -1,22 +1,26 @@
-"""LAG / LEAD over event time: ``OVER ([PARTITION BY …] ORDER BY <event time>)`` in a stream.
+"""LAG / LEAD and aggregates over event time: ``OVER ([PARTITION BY …] ORDER BY <event time>)``.
 
 Entry point: ``OverOperator(node)`` for a ``plan.Over``; ``process(batch, wm_before)``,
 ``on_watermark(wm)``, ``snapshot() -> StateImage``, ``restore(blob, *, vnodes=None)`` and
 ``late_dropped``.
 
 As Flink runs OVER in a stream: a row waits (``pending``) until the watermark of the ORDER BY
-column has reached its time — no row that precedes it can come after that — then the rows
-released together are sorted by (partition, time, arrival) behind the tail each partition kept
-from before, and each row gets ``LAG(x, k)`` = ``x`` of the row ``k`` before it in its partition
-(``LEAD``: ``k`` after it), or the default (NULL). A row with a ``LEAD`` is emitted once ``k``
-later rows of its partition are released, or at the end of input. Each row is emitted once:
-the output is append-only. Rows behind the watermark are late: dropped and counted.
+column has reached its time — no row that precedes it can come after that (past it, for a
+RANGE frame: no row of equal time can follow) — then the rows released together are sorted by
+(partition, time, arrival) behind the tail each partition kept from before, and each row gets
+``LAG(x, k)`` = ``x`` of the row ``k`` before it in its partition (``LEAD``: ``k`` after it), or
+the default (NULL), and each aggregate over its frame: the ``n`` rows before it (``ROWS n
+PRECEDING``, from the tail) or all rows so far (a count and an accumulator per partition). A row
+with a ``LEAD`` is emitted once ``k`` later rows of its partition are released, or at the end of
+input. Each row is emitted once: the output is append-only. Rows behind the watermark are late:
+dropped and counted.
 
-A partition keeps its last (largest LAG offset + largest LEAD offset) rows, in a
+A partition keeps its last (largest LAG offset or ROWS frame + largest LEAD offset) rows, in a
 ``topn._Store`` whose slots find a batch's partitions' tails without scanning the others. The
-index arithmetic is one numba kernel over the sorted partition ids; the values move with
-Arrow ``take`` (any column type). Snapshot (kind ``"over"``): ``pending`` and ``tail``, each row
-with ``__vnode`` = the stable hash of its partition key.
+index arithmetic and the frames are numba kernels over the sorted partition ids; LAG/LEAD
+values move with Arrow ``take`` (any column type). Snapshot (kind ``"over"``): ``pending``,
+``tail`` and ``acc`` (the unbounded aggregates), each row with ``__vnode`` = the stable hash of
+its partition key.
 """
 
 from __future__ import annotations
@@ -55,8 +59,67 @@ def _places(kid_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return before, after
 
 
+_AGG_CODE = {"sum": 0, "count": 0, "count_star": 0, "avg": 0, "min": 1, "max": 2}
+
+
+@njit(cache=True, nogil=True)
+def _frame_agg(code, kid, ts, vals, valid, emit, before, n, peers, st_cnt, st_acc, out_cnt, out_acc):
+    """Count and sum/min/max (``code`` 0/1/2) of the valid values in each emitted row's frame:
+    the ``n`` rows before it in its partition and itself, or (``n`` < 0) every row of the
+    partition so far, carried in ``st_cnt``/``st_acc`` per partition; ``peers``: rows of equal
+    time take the value of the last of them (RANGE)."""
+    m = len(kid)
+    if n >= 0:
+        for i in range(m):
+            if not emit[i]:
+                continue
+            c = 0
+            a = st_acc[0]
+            for j in range(i - min(n, before[i]), i + 1):
+                if valid[j]:
+                    v = vals[j]
+                    if c == 0:
+                        a = v
+                    elif code == 0:
+                        a = a + v
+                    elif code == 1:
+                        a = min(a, v)
+                    else:
+                        a = max(a, v)
+                    c += 1
+            out_cnt[i] = c
+            out_acc[i] = a
+        return
+    for i in range(m):
+        if not emit[i]:
+            continue
+        k = kid[i]
+        if valid[i]:
+            v = vals[i]
+            if st_cnt[k] == 0:
+                st_acc[k] = v
+            elif code == 0:
+                st_acc[k] = st_acc[k] + v
+            elif code == 1:
+                st_acc[k] = min(st_acc[k], v)
+            else:
+                st_acc[k] = max(st_acc[k], v)
+            st_cnt[k] += 1
+        out_cnt[i] = st_cnt[k]
+        out_acc[i] = st_acc[k]
+    if peers:
+        for i in range(m - 2, -1, -1):
+            if emit[i] and emit[i + 1] and kid[i] == kid[i + 1] and ts[i] == ts[i + 1]:
+                out_cnt[i] = out_cnt[i + 1]
+                out_acc[i] = out_acc[i + 1]
+
+
+def _acc_dtype(t: pa.DataType):
+    return np.float64 if pa.types.is_floating(t) else np.int64
+
+
 class OverOperator:
-    """LAG/LEAD in event-time order, append-only; see the module docstring."""
+    """LAG/LEAD and OVER aggregates in event-time order, append-only; see the module docstring."""
 
     def __init__(self, node: Over) -> None:
         self.node = node
@@ -66,15 +129,31 @@ class OverOperator:
         self.state_schema = pa.schema(list(self.in_schema) + [  # of ``pending``
             pa.field(_KID, pa.int64()), pa.field(_TS, pa.int64()), pa.field(_SEQ, pa.int64())])
         self.interner = Interner([self.in_schema.field(i).type for i in node.partition]) if node.partition else None
-        self.lags = max([f.offset for f in node.funcs if f.kind == "lag"], default=0)
+        self.lags = max([0] + [f.offset for f in node.funcs if f.kind != "lead"])  # LAG k, ROWS k PRECEDING
         self.leads = max([f.offset for f in node.funcs if f.kind == "lead"], default=0)
         self.pending = _Pending(self.state_schema)  # rows the watermark has not reached yet
         self.store = _Store(self.in_schema, self.lags + self.leads)  # each partition's tail
         self.seq = 0
         self.late_dropped = 0
+        # per unbounded aggregate: (count, accumulator) per partition
+        self.acc: dict[int, tuple[np.ndarray, np.ndarray]] = {
+            j: (np.zeros(1024, np.int64), np.zeros(1024, self._dtype(f)))
+            for j, f in enumerate(node.funcs) if f.kind not in ("lag", "lead") and f.offset < 0}
+
+    def _dtype(self, f):
+        return np.int64 if f.arg < 0 else _acc_dtype(self.in_schema.field(f.arg).type)
 
     def _kids(self, cols: list[pa.Array], n: int) -> np.ndarray:
-        return np.zeros(n, np.int64) if self.interner is None else self.interner.intern(cols)
+        if self.interner is None:
+            return np.zeros(n, np.int64)
+        kid = self.interner.intern(cols)
+        if self.acc and len(self.interner) > len(next(iter(self.acc.values()))[0]):
+            cap = max(2 * len(next(iter(self.acc.values()))[0]), len(self.interner))
+            for j, (cnt, acc) in self.acc.items():
+                c2, a2 = np.zeros(cap, cnt.dtype), np.zeros(cap, acc.dtype)
+                c2[: len(cnt)], a2[: len(acc)] = cnt, acc
+                self.acc[j] = (c2, a2)
+        return kid
 
     def process(self, batch: pa.RecordBatch, wm_before: int = NO_WATERMARK) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:
@@ -106,7 +185,8 @@ class OverOperator:
         if wm == NO_WATERMARK:
             return []
         st = self.store
-        now = self.pending.take_ready(END_OF_TIME if final else wm)
+        # a RANGE frame takes a row once the watermark is past it: no row of equal time can follow
+        now = self.pending.take_ready(END_OF_TIME if final else wm - 1 if self.node.strict else wm)
         kid_now = now.column(_KID).to_numpy()
         if final:  # the end of input: every partition's waiting rows go out
             touched = np.union1d(np.flatnonzero((st.slots >= 0).any(axis=1)), kid_now)
@@ -132,7 +212,7 @@ class OverOperator:
         kid, ts, seq, done, ids = kid[order], ts[order], seq[order], done[order], ids[order]
         before, after = _places(kid)
         emit = ~done & ((after >= self.leads) | final)
-        out = [self._rows(cols, emit, before, after)] if emit.any() else []
+        out = [self._rows(cols, emit, before, after, kid, ts)] if emit.any() else []
         # the tails: the last (LAG + LEAD) rows of each partition stay, the rest of the old ones die
         keep = after < self.lags + self.leads
         was_old = ids >= 0
@@ -155,11 +235,15 @@ class OverOperator:
     def _n_keys(self) -> int:
         return 1 if self.interner is None else len(self.interner)
 
-    def _rows(self, cols: list[pa.Array], emit: np.ndarray, before: np.ndarray, after: np.ndarray) -> pa.RecordBatch:
+    def _rows(self, cols: list[pa.Array], emit: np.ndarray, before: np.ndarray, after: np.ndarray,
+              kid: np.ndarray, ts: np.ndarray) -> pa.RecordBatch:
         at = np.flatnonzero(emit)
         sel = pa.array(at)
         out = [cols[i].take(sel) for i in range(self.width)]
-        for f in self.node.funcs:
+        for j, f in enumerate(self.node.funcs):
+            if f.kind not in ("lag", "lead"):
+                out.append(self._aggregate(j, f, cols, emit, before, kid, ts).take(sel))
+                continue
             if f.kind == "lag":
                 ok = before[at] >= f.offset
                 src = at - f.offset
@@ -176,6 +260,27 @@ class OverOperator:
             out.append(vals)
         return pa.RecordBatch.from_arrays(out, schema=self.schema)
 
+    def _aggregate(self, j, f, cols, emit, before, kid, ts) -> pa.Array:
+        m = len(kid)
+        if f.arg < 0:  # COUNT(*)
+            vals, valid = np.zeros(m, np.int64), np.ones(m, np.bool_)
+        else:
+            col = cols[f.arg]
+            vals = numeric_view(col) if len(col) else np.zeros(0, self._dtype(f))
+            vals = vals.astype(self._dtype(f), copy=False)
+            valid = col.is_valid().to_numpy(zero_copy_only=False) if col.null_count else np.ones(m, np.bool_)
+        st_cnt, st_acc = self.acc.get(j, (np.zeros(1, np.int64), np.zeros(1, vals.dtype)))
+        out_cnt, out_acc = np.zeros(m, np.int64), np.zeros(m, vals.dtype)
+        _frame_agg(_AGG_CODE[f.kind], kid, ts, vals, valid, emit, before, f.offset, f.peers, st_cnt, st_acc,
+                   out_cnt, out_acc)
+        if f.kind in ("count", "count_star"):
+            return pa.array(out_cnt)
+        empty = out_cnt == 0
+        if f.kind == "avg":
+            return pa.array(out_acc / np.maximum(out_cnt, 1), pa.float64(), mask=empty)
+        res = pa.array(out_acc, mask=empty)
+        return res if res.type == f.out_type else pc.cast(res, f.out_type)
+
     # ------------------------------------------------------------------ state
     def state_rows(self) -> int:
         return self.pending.num_rows + self.store.n_live
@@ -188,7 +293,7 @@ class OverOperator:
     def fingerprint(self) -> dict:
         n = self.node
         return {"types": [str(f.type) for f in self.in_schema], "partition": list(n.partition),
-                "order": n.order_col, "funcs": [[f.kind, f.arg, f.offset, f.default] for f in n.funcs]}
+                "order": n.order_col, "funcs": [[f.kind, f.arg, f.offset, f.default, f.peers] for f in n.funcs]}
 
     def snapshot(self) -> StateImage:
         """``pending`` (immutable Arrow chunks, only ever replaced) and the tails (stored chunks
@@ -199,6 +304,13 @@ class OverOperator:
         tail = partial(_tail_rows, list(st.chunks), list(st.starts), st.schema, ids, st.ts[ids], st.seq[ids],
                        st.done[ids], pos, part)
         tables = {"pending": partial(_with_vnode, self.pending.table().drop_columns([_KID]), part), "tail": tail}
+        if self.acc:  # unbounded aggregates: (count, accumulator) per partition key
+            n = self._n_keys()
+            keys = self.interner.take(np.arange(n)) if self.interner is not None and n else []
+            cols = {f"k{i}": k for i, k in enumerate(keys)}
+            for j, (cnt, acc) in self.acc.items():
+                cols[f"c{j}"], cols[f"a{j}"] = pa.array(cnt[:n].copy()), pa.array(acc[:n].copy())
+            tables["acc"] = partial(_with_vnode, pa.table(cols), list(range(len(keys))))
         return StateImage("over", meta={"plan": self.fingerprint}, counters={"late_dropped": self.late_dropped},
                           tables=tables)
 
@@ -227,6 +339,16 @@ class OverOperator:
             ids = st.append(batch, kid, seq, np.zeros(len(kid), np.int64), t.column(_TS).to_numpy(),
                             t.column(_DONE).to_numpy(zero_copy_only=False))
             st.slots[kid, t.column("__pos").to_numpy() - 1] = ids
+        acc = snap.tables.get("acc")
+        if acc is not None and acc.num_rows:
+            if self.interner is None:
+                kid = np.zeros(acc.num_rows, np.int64)
+            else:
+                kid = self._kids([acc.column(f"k{i}").combine_chunks() for i in range(len(self.node.partition))],
+                                 acc.num_rows)
+            for j, (cnt, arr) in self.acc.items():
+                cnt[kid] = acc.column(f"c{j}").to_numpy()
+                arr[kid] = acc.column(f"a{j}").to_numpy()
         if snap.counters is not None:
             self.late_dropped += int(snap.counters["late_dropped"])
 

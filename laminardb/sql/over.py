@@ -1,7 +1,8 @@
-"""Plan ``ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) AS rn`` filtered by ``rn`` above it.
+"""Plan OVER windows: ``ROW_NUMBER() … AS rn`` bounded by ``rn`` above it, LAG/LEAD, aggregates.
 
-Entry point: ``plan_over(sel, subquery, ctx, batch)``, called by the planner for a SELECT whose
-FROM is one subquery: ``None`` when that subquery selects no OVER window, else the outer
+Entry points: ``plan_over(sel, subquery, ctx, batch)`` and ``plan_window_functions(sel, query,
+ctx, top=…)``, both called by the planner's ``_plan_select``. ``plan_over`` takes a SELECT
+whose FROM is one subquery: ``None`` when that subquery selects no OVER window, else the outer
 SELECT (its ``rn`` bound taken out of WHERE), the relation it reads and the ``plan.TopN`` node.
 
 Flink runs a row number only in this shape — an outer ``WHERE rn <= N`` (``rn < N``, ``rn = 1``)
@@ -12,8 +13,10 @@ writes the numbers in) and the PARTITION BY / ORDER BY expressions as hidden tra
 so that they may use anything the inner block can compute (a join's qualified columns, its
 aggregates) and the operator reads plain columns.
 
-Everything else with OVER is refused with LDB-1002 (the ``_checks`` message): other window
-functions (RANK, LAG, LEAD, running aggregates), a frame clause, a row number with no bound.
+``plan_window_functions`` plans LAG, LEAD and aggregates OVER (… ORDER BY <event time>
+[ROWS|RANGE frame ending at the current row]) in a SELECT list as a ``plan.Over`` node. Everything else with
+OVER is refused with LDB-1002: RANK and other window functions, other frames, a row number
+with no bound.
 """
 
 from __future__ import annotations
@@ -167,25 +170,47 @@ def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
     return outer, rel, node
 
 
-# --------------------------------------------------------------------------- LAG / LEAD
-def _lag_lead_only(sel: exp.Select) -> list[exp.Window] | None:
+# --------------------------------------------------------------------------- LAG / LEAD / aggregates
+_AGGS = {exp.Sum: "sum", exp.Count: "count", exp.Avg: "avg", exp.Min: "min", exp.Max: "max"}
+
+
+def _over_funcs_only(sel: exp.Select) -> list[exp.Window] | None:
     wins = [w for e in sel.expressions for w in e.find_all(exp.Window)]
-    if not wins or not all(isinstance(w.this, exp.Lag | exp.Lead) for w in wins):
+    if not wins or not all(isinstance(w.this, exp.Lag | exp.Lead) or type(w.this) in _AGGS for w in wins):
         return None
     return wins
 
 
-def plan_lag_lead(sel: exp.Select, query, ctx, *, top: bool):
-    """``SELECT …, LAG(x[, k[, default]]) OVER (PARTITION BY p ORDER BY ts) …`` (also LEAD) as an
-    ``Over`` node between the block that reads FROM (``L``: its columns plus the hidden PARTITION
-    BY / ORDER BY / argument / default columns) and the SELECT list (``U``); None when the
-    SELECT has no OVER window or one that is not LAG/LEAD."""
+def _frame(w: exp.Window) -> tuple[int, bool]:
+    """(rows before the current one, -1: all; RANGE peers) of an aggregate's frame."""
+    spec = w.args.get("spec")
+    if spec is None:
+        return -1, True  # with ORDER BY: RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW
+    kind = (spec.args.get("kind") or "").upper()
+    start, side, end = spec.args.get("start"), (spec.args.get("start_side") or "").upper(), spec.args.get("end")
+    end_text = end.upper() if isinstance(end, str) else (end.sql().upper() if end is not None else "CURRENT ROW")
+    if end_text == "CURRENT ROW" and side == "PRECEDING":
+        if isinstance(start, str) and start.upper() == "UNBOUNDED":
+            return -1, kind == "RANGE"
+        n = _int_literal(start) if isinstance(start, exp.Expression) else None
+        if kind == "ROWS" and n is not None and n >= 0:
+            return n, False
+    raise UnsupportedSqlError(f"{w.sql()}: the frames supported are ROWS BETWEEN n PRECEDING AND CURRENT ROW and "
+                              "ROWS|RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW (RANGE with an INTERVAL and "
+                              "frames reaching past the current row are not yet)")
+
+
+def plan_window_functions(sel: exp.Select, query, ctx, *, top: bool):
+    """``SELECT …, LAG(x[, k[, default]]) OVER (PARTITION BY p ORDER BY ts) …`` (also LEAD and
+    aggregates over a frame) as an ``Over`` node between the block that reads FROM (``lower``: its
+    columns plus the hidden PARTITION BY / ORDER BY / argument / default columns) and the SELECT
+    list (``upper``); None when the SELECT has no OVER window or one that is neither."""
     from dataclasses import replace
 
     from laminardb.sql.plan import Over, OverFunc
     from laminardb.sql.planner import RelationInfo, _is_agg, _output_name, _plan_block, _plan_select
 
-    wins = _lag_lead_only(sel)
+    wins = _over_funcs_only(sel)
     if wins is None or (sel.args.get("from_") or sel.args.get("from")) is None:
         return None
     first = wins[0].sql()
@@ -193,15 +218,15 @@ def plan_lag_lead(sel: exp.Select, query, ctx, *, top: bool):
         raise UnsupportedSqlError(f"{first}: OVER windows run in streams (CREATE STREAM … AS), not in ad-hoc queries")
     if sel.args.get("joins"):
         raise UnsupportedSqlError(f"{first} over a join is not supported yet: create a stream for the join and "
-                                  "apply LAG/LEAD to it")
+                                  "apply the OVER window to it")
     if (sel.args.get("group") or sel.args.get("having") or sel.args.get("distinct")
-            or any(_is_agg(n) for e in sel.expressions for n in e.walk())):
+            or any(_is_agg(n) and not isinstance(n.parent, exp.Window) for e in sel.expressions for n in e.walk())):
         raise UnsupportedSqlError(f"{first} with GROUP BY or aggregates is not supported yet: aggregate in a stream "
-                                  "and apply LAG/LEAD to it")
+                                  "and apply the OVER window to it")
     frm = sel.args.get("from_") or sel.args.get("from")
     if query is not None and query.tvf is not None and isinstance(frm.this, exp.Table):
         raise UnsupportedSqlError(f"{first} over a window TVF is not supported yet; GROUP BY the window in a stream "
-                                  "and apply LAG/LEAD to it")
+                                  "and apply the OVER window to it")
     shapes = {(tuple(p.sql() for p in w.args.get("partition_by") or []),
                w.args["order"].sql() if w.args.get("order") else "") for w in wins}
     if len(shapes) > 1:
@@ -209,7 +234,7 @@ def plan_lag_lead(sel: exp.Select, query, ctx, *, top: bool):
                                   "ORDER BY), as in Flink; compute the others in another stream")
     w0 = wins[0]
     order = w0.args.get("order")
-    if any(w.args.get("spec") is not None for w in wins):
+    if any(w.args.get("spec") is not None for w in wins if isinstance(w.this, exp.Lag | exp.Lead)):
         raise UnsupportedSqlError(f"{first}: LAG and LEAD take no frame (ROWS/RANGE BETWEEN …)")
     if order is None or len(order.expressions) != 1 or order.expressions[0].args.get("desc"):
         raise UnsupportedSqlError(f"{first}: a streaming OVER window orders by one event-time column, ascending "
@@ -223,11 +248,24 @@ def plan_lag_lead(sel: exp.Select, query, ctx, *, top: bool):
         if w.sql() in unique:
             continue
         f = w.this
+        j = len(unique)
+        if type(f) in _AGGS:
+            unique[w.sql()] = j
+            n, peers = _frame(w)
+            arg = f.this
+            if isinstance(arg, exp.Distinct):
+                raise UnsupportedSqlError(f"{w.sql()}: DISTINCT in an OVER aggregate is not supported yet")
+            kind = _AGGS[type(f)]
+            if kind == "count" and (arg is None or isinstance(arg, exp.Star)):
+                kind = "count_star"
+            else:
+                hidden.append(exp.alias_(arg.copy(), f"{_HIDDEN}a{j}", quoted=True))
+            specs.append((kind, j, n, peers, w.sql()))
+            continue
         off = f.args.get("offset")
         k = 1 if off is None else _int_literal(off)
         if k is None or k < 0:
             raise UnsupportedSqlError(f"{w.sql()}: the offset of {f.sql_name()} is a whole number literal ≥ 0")
-        j = len(unique)
         unique[w.sql()] = j
         hidden.append(exp.alias_(f.this.copy(), f"{_HIDDEN}a{j}", quoted=True))
         default = f.args.get("default")
@@ -250,13 +288,20 @@ def plan_lag_lead(sel: exp.Select, query, ctx, *, top: bool):
                                   "passes them")
     funcs = []
     for kind, j, k, has_default, text in specs:
+        if kind not in ("lag", "lead"):
+            funcs.append(_agg_func(kind, j, k, has_default, text, names, child.output_schema))
+            continue
         arg = names.index(f"{_HIDDEN}a{j}")
         dflt = names.index(f"{_HIDDEN}d{j}") if has_default else None
         if dflt is not None:
             _check_default(child.output_schema.field(arg).type, child.output_schema.field(dflt).type, text)
         funcs.append(OverFunc(kind, arg, k, dflt, f"{_HIDDEN}w{j}"))  # type: ignore[arg-type]
+    strict = any(f.peers for f in funcs)
+    if strict and any(f.kind == "lead" for f in funcs):
+        raise UnsupportedSqlError(f"{first}: LEAD beside a RANGE frame (an aggregate OVER (… ORDER BY ts) without "
+                                  "ROWS) is not supported yet; write ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW")
     node = Over(child, [width + i for i in range(len(parts))], names.index(f"{_HIDDEN}o"), funcs, len(hidden),
-                time_map, sql=", ".join(dict.fromkeys(w.sql() for w in wins)))
+                time_map, sql=", ".join(dict.fromkeys(w.sql() for w in wins)), strict=strict)
 
     def swap(n: exp.Expression) -> exp.Expression:
         if isinstance(n, exp.Window):
@@ -300,3 +345,21 @@ def _check_default(arg, default, text: str) -> None:
             pa.types.is_string(default) or pa.types.is_large_string(default)):
         return
     raise SqlTypeError(f"{text}: the default is {type_name(default)}, the value {type_name(arg)}; CAST the default")
+
+
+def _agg_func(kind: str, j: int, n: int, peers: bool, text: str, names: list[str], schema):
+    import pyarrow as pa
+
+    from laminardb.sql.exceptions import SqlTypeError
+    from laminardb.sql.plan import OverFunc
+    from laminardb.sql.types import type_name
+
+    if kind == "count_star":
+        return OverFunc("count_star", -1, n, None, f"{_HIDDEN}w{j}", pa.int64(), peers)
+    arg = names.index(f"{_HIDDEN}a{j}")
+    t = schema.field(arg).type
+    if kind != "count" and not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        raise SqlTypeError(f"{text}: {kind.upper()} OVER (…) needs a numeric argument, got {type_name(t)}")
+    out = {"count": pa.int64(), "avg": pa.float64(),
+           "sum": pa.float64() if pa.types.is_floating(t) else pa.int64()}.get(kind, t)
+    return OverFunc(kind, arg, n, None, f"{_HIDDEN}w{j}", out, peers)  # type: ignore[arg-type]

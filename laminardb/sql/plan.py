@@ -211,19 +211,25 @@ class TopN:
 
 @dataclass(frozen=True)
 class OverFunc:
-    """One ``LAG``/``LEAD(arg, offset, default)`` of an ``Over`` node: column indices in its child."""
+    """One function of an ``Over`` node, its arguments as column indices in the child:
+    ``LAG``/``LEAD(arg, offset, default)``, or an aggregate (``sum``, ``count``, ``count_star``
+    (``arg`` -1), ``avg``, ``min``, ``max``) over a frame ending at the current row: the
+    ``offset`` rows before it (``ROWS BETWEEN offset PRECEDING``), or all of them (``offset``
+    -1, unbounded) with ``peers``: RANGE, rows of equal time share one value."""
 
-    kind: Literal["lag", "lead"]
+    kind: Literal["lag", "lead", "sum", "count", "count_star", "avg", "min", "max"]
     arg: int
     offset: int
     default: int | None
     name: str
+    out_type: pa.DataType | None = None  # None: the argument's type (LAG/LEAD)
+    peers: bool = False
 
 
 @dataclass
 class Over:
-    """``LAG``/``LEAD`` ``OVER ([PARTITION BY …] ORDER BY <event time>)``, as Flink runs OVER in
-    streams: rows are taken in event-time order once the watermark (``time_map``) has passed
+    """``LAG``/``LEAD`` and aggregates ``OVER ([PARTITION BY …] ORDER BY <event time> [frame])``,
+    as Flink runs OVER in streams: rows are taken in event-time order once the watermark (``time_map``) has passed
     them, and each row is emitted once with its function values appended (append-only).
 
     ``child`` is the SELECT block below with the PARTITION BY values, the ORDER BY column and the
@@ -239,12 +245,13 @@ class Over:
     hidden: int
     time_map: WatermarkMap
     sql: str = ""
+    strict: bool = False  # RANGE frames: take rows only once the watermark is past them (no peer can follow)
 
     @property
     def schema(self) -> pa.Schema:
         inner = self.child.schema
         fields = list(inner)[: len(inner) - self.hidden]
-        return pa.schema(fields + [pa.field(f.name, inner.field(f.arg).type) for f in self.funcs])
+        return pa.schema(fields + [pa.field(f.name, f.out_type or inner.field(f.arg).type) for f in self.funcs])
 
     @property
     def changelog(self) -> bool:

@@ -282,10 +282,10 @@ def _union(parts: list) -> UnionAll:
 def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> QueryPlan:
     """Plan one SELECT block over its FROM (a relation, a subquery, or joins)."""
     if any(isinstance(n, exp.Window) for e in sel.expressions for n in e.walk()):
-        # LAG/LEAD OVER (…): an Over node below the SELECT list
-        from laminardb.sql.over import plan_lag_lead
+        # LAG/LEAD/aggregates OVER (…): an Over node below the SELECT list
+        from laminardb.sql.over import plan_window_functions
 
-        planned = plan_lag_lead(sel, query, ctx, top=top)
+        planned = plan_window_functions(sel, query, ctx, top=top)
         if planned is not None:
             return planned
     check_supported(sel)

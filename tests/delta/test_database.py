@@ -98,3 +98,34 @@ db.insert("t", batch(0))
     time.sleep(0.5)
     db = database("script")
     assert db.query("SELECT sum(c) AS n FROM per_key_total").to_pylist() == [{"n": 2000}]
+
+
+def test_plan_tree_queries_give_the_embedded_results(database):
+    """Joins, OVER and Top-N (plan trees) run in the database's head, over the same rows as
+    the embedded engine, with the same results."""
+    import laminardb
+    from tests.delta.workload import rows
+
+    ddl = DDL + """
+    CREATE STREAM lagged AS SELECT k, seq, v, LAG(v) OVER (PARTITION BY k ORDER BY ts) AS prev FROM t;
+    CREATE STREAM top2 AS SELECT * FROM (SELECT k, v, ts, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC)
+        AS rn FROM t) WHERE rn <= 2;
+    CREATE STREAM self_join AS SELECT a.k, a.seq, b.v FROM t a JOIN t b ON a.k = b.k AND a.seq = b.seq
+        AND a.ts BETWEEN b.ts - INTERVAL '1' SECOND AND b.ts;
+    """
+    names = ("lagged", "top2", "self_join")
+
+    def run(db):
+        db.execute(ddl)
+        subs = {n: db.subscribe_stream(n) for n in names}
+        for i in range(6):
+            db.insert("t", batch(i))
+        db.finish()
+        return {n: subs[n].to_arrow() for n in names}
+
+    with laminardb.open() as ref:
+        expected = run(ref)
+    got = run(database("trees"))
+    for n in names:
+        assert got[n].num_rows > 0
+        assert rows(got[n]) == rows(expected[n]), n

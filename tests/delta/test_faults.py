@@ -16,7 +16,18 @@ import pytest
 
 from tests._services.fixtures import kafka_broker, raft_cluster  # noqa: F401
 from tests._services.procs import repo_env, wait_until
-from tests.delta.workload import DDL, STREAMS, assert_exactly_once, batch
+from tests.delta.workload import (
+    DDL,
+    KAFKA_DDL,
+    KAFKA_ROWS,
+    SENTINEL_TS,
+    STREAMS,
+    assert_exactly_once,
+    batch,
+    expected_windows,
+    kafka_rows,
+    produce,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -112,49 +123,6 @@ def _alive(pid: int) -> bool:
 
 # -- Kafka → Kafka: the pipeline lives in the cluster ---------------------------------------
 
-KAFKA_DDL = """
-CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL,
-                      WATERMARK FOR ts AS ts - INTERVAL '0' SECOND)
-    FROM KAFKA (brokers = '{brokers}', topic = '{src}', format = 'json', idle_timeout_ms = '60000');
-CREATE STREAM per_key AS SELECT k, window_start, count(*) AS c, sum(v) AS s
-    FROM trades GROUP BY k, tumble(ts, INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE;
-CREATE SINK out FROM per_key INTO KAFKA (brokers = '{brokers}', topic = '{dst}', format = 'json',
-                                         delivery.guarantee = 'exactly-once');
-"""
-KAFKA_ROWS = 6_000
-SENTINEL_TS = 10**9  # closes every window before it
-
-
-def _produce(bootstrap: str, topic: str, rows: list[dict], partitions: int = 2) -> None:
-    from kafka import KafkaProducer
-
-    p = KafkaProducer(bootstrap_servers=bootstrap, value_serializer=lambda r: json.dumps(r).encode())
-    try:
-        for r in rows:
-            p.send(topic, r, partition=r["k"] % partitions)
-        p.flush(timeout=30)
-    finally:
-        p.close(timeout=10)
-
-
-def _kafka_rows(lo: int, hi: int) -> list[dict]:
-    b = batch(0, rows=KAFKA_ROWS)  # the same deterministic rows as the insert tests
-    return b.slice(lo, hi - lo).to_pylist()
-
-
-def _expected_windows() -> list[tuple]:
-    import laminardb
-
-    with laminardb.open() as ref:
-        ref.execute("CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL, "
-                    "WATERMARK FOR ts AS ts - INTERVAL '0' SECOND); CREATE STREAM per_key AS SELECT k, "
-                    "window_start, count(*) AS c, sum(v) AS s FROM trades GROUP BY k, tumble(ts, "
-                    "INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE")
-        sub = ref.subscribe_stream("per_key")
-        ref.insert("trades", _kafka_rows(0, KAFKA_ROWS))
-        ref.finish()
-        return sorted((r["k"], r["window_start"], r["c"], r["s"]) for r in sub.to_arrow().to_pylist())
-
 
 def test_kafka_pipeline_outlives_its_killed_client_and_an_actor_kill(database, ray_cluster, kafka_broker,  # noqa: F811
                                                               tmp_path):
@@ -190,19 +158,19 @@ time.sleep(600)  # the test SIGKILLs this client while its pipeline runs
         proc.kill()  # SIGKILL: no close(), no finalizer — the pipeline must not notice
         proc.wait(timeout=30)
     watcher = database("kafka-pipe")  # attaches to the running pipeline
-    _produce(bootstrap, src, _kafka_rows(0, KAFKA_ROWS // 2))
+    produce(bootstrap, src, kafka_rows(0, KAFKA_ROWS // 2))
     wait_until(lambda: watcher.metrics()["events_ingested"] >= KAFKA_ROWS // 2, timeout=60)
     time.sleep(1.5)  # a checkpoint covers part of the input
     os.kill(_pids(watcher)[1], signal.SIGKILL)
-    _produce(bootstrap, src, _kafka_rows(KAFKA_ROWS // 2, KAFKA_ROWS))
-    _produce(bootstrap, src, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)])
-    expected = _expected_windows()
+    produce(bootstrap, src, kafka_rows(KAFKA_ROWS // 2, KAFKA_ROWS))
+    produce(bootstrap, src, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)])
+    expected = expected_windows()
 
     def out() -> list[tuple]:
         return sorted((r["k"], r["window_start"], r["c"], r["s"])
                       for r in (json.loads(rec["value"]) for rec in committed(bootstrap, dst)))
 
-    wait_until(lambda: len(out()) >= len(expected), timeout=120, interval=0.5)
+    wait_until(lambda: len(out()) >= len(expected), timeout=300, interval=0.5)
     time.sleep(2)  # later checkpoints must not add duplicates
     assert out() == expected
     assert len(watcher.metrics()["database"]["recoveries"]) >= 1
@@ -222,20 +190,20 @@ def test_broker_paused_for_five_seconds(database, kafka_broker):  # noqa: F811
     db.execute(KAFKA_DDL.split("CREATE SINK")[0].format(brokers=bootstrap, src=src))
     sub = db.subscribe_stream("per_key")
     db.start()
-    _produce(bootstrap, src, _kafka_rows(0, KAFKA_ROWS // 2))
+    produce(bootstrap, src, kafka_rows(0, KAFKA_ROWS // 2))
     os.kill(kafka_broker.proc.pid, signal.SIGSTOP)
     try:
         time.sleep(5)
     finally:
         os.kill(kafka_broker.proc.pid, signal.SIGCONT)
-    _produce(bootstrap, src, _kafka_rows(KAFKA_ROWS // 2, KAFKA_ROWS))
-    _produce(bootstrap, src, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)])
-    expected = _expected_windows()
+    produce(bootstrap, src, kafka_rows(KAFKA_ROWS // 2, KAFKA_ROWS))
+    produce(bootstrap, src, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)])
+    expected = expected_windows()
 
     def got() -> list[tuple]:
         return sorted((r["k"], r["window_start"], r["c"], r["s"]) for r in sub.to_arrow().to_pylist())
 
-    wait_until(lambda: len(got()) >= len(expected), timeout=90, interval=0.5)
+    wait_until(lambda: len(got()) >= len(expected), timeout=300, interval=0.5)
     assert got() == expected
 
 

@@ -1,4 +1,4 @@
-"""LAG / LEAD OVER (PARTITION BY … ORDER BY <event time>) in a stream, against DuckDB's window
+"""LAG / LEAD and aggregates OVER (PARTITION BY … ORDER BY <event time> [frame]) in a stream, against DuckDB's window
 functions over the same rows (ties in time broken by arrival, ``seq``): append-only, rows taken
 in event-time order as the watermark passes them; state survives snapshot → restore."""
 
@@ -31,6 +31,22 @@ CASES = {
     "no_partition": ("SELECT seq, LAG(seq) OVER (ORDER BY ts) AS p, LEAD(seq, 1, -1) OVER (ORDER BY ts) AS n FROM s",
                      "SELECT seq, LAG(seq) OVER (ORDER BY ts, seq) AS p, LEAD(seq, 1, -1) OVER (ORDER BY ts, seq) AS n "
                      "FROM s"),
+    "rows_frames": (
+        f"SELECT k, seq, SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS s3, "
+        f"COUNT(*) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS c, "
+        f"MIN(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS mn, "
+        f"MAX(seq) OVER (PARTITION BY k ORDER BY ts ROWS 1 PRECEDING) AS mg, LAG(v) {W} AS p FROM s",
+        f"SELECT k, seq, SUM(v) OVER (PARTITION BY k ORDER BY ts, seq ROWS BETWEEN 3 PRECEDING AND CURRENT ROW) AS s3, "
+        f"COUNT(*) OVER (PARTITION BY k ORDER BY ts, seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS c, "
+        f"MIN(v) OVER (PARTITION BY k ORDER BY ts, seq ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) AS mn, "
+        f"MAX(seq) OVER (PARTITION BY k ORDER BY ts, seq ROWS 1 PRECEDING) AS mg, LAG(v) {WD} AS p FROM s"),
+    "range_running_totals": (
+        "SELECT k, g, seq, AVG(v) OVER (PARTITION BY k, g ORDER BY ts) AS a, MAX(v) OVER (PARTITION BY k, g ORDER BY "
+        "ts) AS mx, COUNT(v) OVER (PARTITION BY k, g ORDER BY ts) AS cv, SUM(v) OVER (PARTITION BY k, g ORDER BY ts "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS sv FROM s",
+        "SELECT k, g, seq, AVG(v) OVER (PARTITION BY k, g ORDER BY ts) AS a, MAX(v) OVER (PARTITION BY k, g ORDER BY "
+        "ts) AS mx, COUNT(v) OVER (PARTITION BY k, g ORDER BY ts) AS cv, SUM(v) OVER (PARTITION BY k, g ORDER BY ts, "
+        "seq ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS sv FROM s"),
     "over_window_bars": (
         "SELECT k, ws, c, c - LAG(c, 1, 0) OVER (PARTITION BY k ORDER BY ws) AS dc FROM (SELECT window_start AS ws, "
         "k, count(*) AS c FROM TABLE(TUMBLE(TABLE s, DESCRIPTOR(ts), INTERVAL '5' SECOND)) "
@@ -78,7 +94,8 @@ def test_late_rows_are_dropped_and_counted():
 
 
 @pytest.mark.parametrize("split", [False, True])
-@pytest.mark.parametrize("name", ["lag_offsets_defaults_expressions", "lead_and_lag", "no_partition"])
+@pytest.mark.parametrize("name", ["lag_offsets_defaults_expressions", "lead_and_lag", "no_partition", "rows_frames",
+                                  "range_running_totals"])
 def test_restore_mid_stream_gives_the_same_output(name, split):
     query, duck_sql = CASES[name]
     batches = make_batches(11)
@@ -136,8 +153,15 @@ def test_a_durable_database_resumes_from_its_checkpoint(tmp_path):
     ("SELECT k, LAG(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) AS p FROM s",
      "no frame"),
     ("SELECT k, LAG(g, 1, 0) OVER (PARTITION BY k ORDER BY ts) AS p FROM s", "CAST the default"),
-    ("SELECT k, RANK() OVER (PARTITION BY k ORDER BY ts) AS r FROM s", "LAG, LEAD, RANK"),
-    ("SELECT k, SUM(v) OVER (PARTITION BY k ORDER BY ts) AS r FROM s", "running totals"),
+    ("SELECT k, RANK() OVER (PARTITION BY k ORDER BY ts) AS r FROM s", "RANK and other window functions are not"),
+    ("SELECT k, SUM(v) OVER (PARTITION BY k ORDER BY ts RANGE BETWEEN INTERVAL '1' SECOND PRECEDING AND CURRENT "
+     "ROW) AS r FROM s", "the frames supported are"),
+    ("SELECT k, SUM(v) OVER (PARTITION BY k ORDER BY ts ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS r FROM s",
+     "the frames supported are"),
+    ("SELECT k, SUM(g) OVER (PARTITION BY k ORDER BY ts) AS r FROM s", "needs a numeric argument"),
+    ("SELECT k, COUNT(DISTINCT v) OVER (PARTITION BY k ORDER BY ts) AS r FROM s", "DISTINCT"),
+    ("SELECT k, SUM(v) OVER (PARTITION BY k ORDER BY ts) AS r, LEAD(v) OVER (PARTITION BY k ORDER BY ts) AS n FROM s",
+     "LEAD beside a RANGE frame"),
 ])
 def test_other_forms_are_refused_with_a_typed_error(sql, fragment):
     db = laminardb.open()
@@ -149,7 +173,7 @@ def test_other_forms_are_refused_with_a_typed_error(sql, fragment):
     db.close()
 
 
-@pytest.mark.parametrize("name", ["lag_offsets_defaults_expressions", "lead_and_lag"])
+@pytest.mark.parametrize("name", ["lag_offsets_defaults_expressions", "lead_and_lag", "rows_frames"])
 def test_compacting_the_tails_keeps_the_values(name, monkeypatch):
     from laminardb.operators import topn
 

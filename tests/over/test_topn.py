@@ -44,6 +44,11 @@ CASES = {
         "SECOND)) GROUP BY window_start, window_end, k) WHERE rn <= 2",
         "SELECT ws, k, c, rn FROM (SELECT ws, k, c, ROW_NUMBER() OVER (PARTITION BY ws ORDER BY c DESC, k NULLS "
         "FIRST) AS rn FROM (SELECT ts // 5000 * 5000 AS ws, k, count(*) AS c FROM s GROUP BY ALL)) WHERE rn <= 2"),
+    "over_a_lag_stream": (  # Top-N over LAG's output, which comes in event-time order (ts, then arrival)
+        "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY d DESC) AS rn FROM (SELECT k, ts, seq, "
+        "v - LAG(v, 1, 0) OVER (PARTITION BY k ORDER BY ts) AS d FROM s) AS x) WHERE rn <= 2",
+        "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY d DESC NULLS LAST, ts, seq) AS rn FROM "
+        "(SELECT k, ts, seq, v - LAG(v, 1, 0) OVER (PARTITION BY k ORDER BY ts, seq) AS d FROM s) AS x) WHERE rn <= 2"),
     "over_an_interval_join": (
         "SELECT * FROM (SELECT a.k, a.seq AS sa, b.seq AS sb, ROW_NUMBER() OVER (PARTITION BY a.k ORDER BY "
         "a.v + b.v DESC, a.seq, b.seq) AS rn FROM s AS a JOIN s AS b ON a.k = b.k AND a.ts BETWEEN "
