@@ -1,0 +1,15 @@
+"""Errors of the autoscaler (LDB-801x, in the cluster range)."""
+
+from __future__ import annotations
+
+from laminardb.errors import ClusterError
+
+__all__ = ["AutoscaleConfigError"]
+
+
+class AutoscaleConfigError(ClusterError, ValueError):
+    """An autoscaling key of the database config has a wrong type or value (``min_actors`` above
+    ``max_actors``, a ``catch_up_time`` that is not a duration, a utilization outside (0, 1], …).
+    Raised when the config is read, before any actor is started or moved."""
+
+    code = "LDB-8010"
