@@ -664,8 +664,8 @@ def print_table(report: dict, args) -> None:
         print(f"  {r['groups']:>9,}  {when:<11}  {r['checkpoint_s']:>9.2f}s {r['detected_s']:>8.2f}s {r['restored_s']:>8.2f}s "
               f"{r['caught_up_s']:>9.2f}s {r['restore_replay_s'] or 0:>14.2f}s {r['wal_records_replayed']:>9}  {r['cause']}")
     a = report.get("actor_start_s") or [0.0]
-    print(f"  starting 2 fresh actors alone (no state): {min(a):.2f}–{max(a):.2f} s — the head replaces "
-          f"every actor, so this is the floor of 'restored'")
+    print(f"  starting 2 fresh actors alone (no state): {min(a):.2f}–{max(a):.2f} s — recovery starts one "
+          f"replacement (the live actor is kept), which bounds 'restored' from below")
     if sp:
         t = sp["throughput"]
         print(f"\nThroughput with checkpointing, same workload (laminardb {rows:,} rows; Spark {t['rows']:,})")

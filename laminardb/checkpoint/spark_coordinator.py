@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -232,11 +233,16 @@ class CheckpointCoordinator:
         except Exception as exc:  # noqa: BLE001 - retried by the first checkpoint
             db.stats.last_error = f"{type(exc).__name__}: {exc}"
             log.warning("database %s: settling failed (retried): %s", db.spec.database, exc)
-        while interval is not None and not db.stop.wait(interval):
+        # start to start, as Flink's interval: a checkpoint that took t waits interval − t
+        # (at least a tenth of the interval, so a slow sink epoch cannot starve the engine)
+        wait = interval
+        while interval is not None and not db.stop.wait(wait):
+            started = time.monotonic()
             try:
                 db.checkpoint()
             except Exception:  # noqa: BLE001 - counted in status(); retried next interval
                 pass
+            wait = max(interval - (time.monotonic() - started), interval / 10)
 
     def _stop(self, db: CoordinatedDatabase) -> None:
         db.stop.set()
