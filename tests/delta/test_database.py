@@ -129,3 +129,21 @@ def test_plan_tree_queries_give_the_embedded_results(database):
     for n in names:
         assert got[n].num_rows > 0
         assert rows(got[n]) == rows(expected[n]), n
+
+
+def test_cluster_status_lists_databases_and_drop_ends_one(database, ray_cluster):
+    """`laminardb cluster status --ray` shows the database, its actors and vnodes;
+    `laminardb cluster drop NAME` stops it."""
+    from laminardb.actors.head import list_databases
+
+    db = database("cli-db", coordinator="local")
+    db.execute(DDL)
+    cli = [sys.executable, "-m", "laminardb.cli", "cluster"]
+    status = subprocess.run([*cli, "status", "--ray", ray_cluster], env=repo_env(), capture_output=True,
+                            text=True, timeout=120)
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert "cli-db: head pid" in status.stdout and status.stdout.count("128 vnodes") == 2
+    dropped = subprocess.run([*cli, "drop", "cli-db", "--ray", ray_cluster], env=repo_env(),
+                             capture_output=True, text=True, timeout=120)
+    assert dropped.returncode == 0 and "dropped database cli-db" in dropped.stdout, dropped.stderr[-2000:]
+    assert "cli-db" not in list_databases()
