@@ -74,7 +74,7 @@ class Cluster:
             self.shutdown()
             raise
         self.routing = self.ownership.routing
-        ray.get([a.set_ownership.remote(self.routing.owner.tobytes(), self.ownership.epochs.tobytes())
+        ray.get([a.set_ownership.remote(self.routing.owner.tobytes(), self.ownership.epochs.tobytes(), n_actors)
                  for a in self.actors], timeout=_START_TIMEOUT_S)
 
     @staticmethod
@@ -105,7 +105,7 @@ class Cluster:
         (a lost actor's member leaves Raft, so its vnodes' epochs rise and it is fenced)."""
         import ray
 
-        keep = [i for i in range(self.n_actors)
+        keep = [i for i in range(min(self.n_actors, old.n_actors))
                 if i not in old.dead and i not in old.slow and not _gcs_says_dead(old.actors[i])]
         if keep:
             pings = [old.actors[i].ready.remote() for i in keep]
@@ -113,9 +113,10 @@ class Cluster:
             done_ids = {f.hex() for f in done}
             keep = [i for i, f in zip(keep, pings, strict=True) if f.hex() in done_ids]
         lost = [i for i in range(self.n_actors) if i not in keep]
-        old.release_members(lost, kill=True)
-        self.actors = list(old.actors)
-        self.info = list(old.info)
+        # scale-in: the actors beyond the new count go; lost ones are replaced
+        old.release_members([i for i in range(old.n_actors) if i not in keep], kill=True)
+        self.actors = [old.actors[i] if i < old.n_actors else None for i in range(self.n_actors)]
+        self.info = [old.info[i] if i < old.n_actors else None for i in range(self.n_actors)]
         for i in keep:
             self.members[i] = old.members[i]
         if lost:
@@ -397,7 +398,8 @@ class ClusterConnection(Connection):
 
     def _operator(self, name: str, plan) -> DistributedOperator:
         op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight,
-                                 local_global=self._local_global, ring=self._ring)
+                                 local_global=self._local_global, ring=self._ring,
+                                 scalable=self._durable is not None)
         if self._max_in_flight > 0:
             op.deliver = lambda outs, late: self._reactor.deliver(name, outs, late)
             op.can_defer = lambda: self._reactor.feeds_no_query(name)

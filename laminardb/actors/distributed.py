@@ -77,13 +77,14 @@ class DistributedOperator:
 
     def __init__(self, name: str, plan: QueryPlan, cluster, *,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True,
-                 ring: ShmRing | None = None) -> None:
+                 ring: ShmRing | None = None, scalable: bool = False) -> None:
         self.name = name
         self.plan = plan
         self.cluster = cluster
         self.schema = output_schema(plan)
-        # one actor exchanges nothing: local-global aggregation would only add the merge
-        self.mode = partition_mode(plan, local_global=local_global and cluster.n_actors > 1)
+        # one actor exchanges nothing: local-global aggregation would only add the merge — unless
+        # the database may be rescaled, whose checkpointed state must not change form with the count
+        self.mode = partition_mode(plan, local_global=local_global and (cluster.n_actors > 1 or scalable))
         self.late_dropped = 0
         self.max_in_flight = max_in_flight
         self.ring = ring
@@ -355,11 +356,12 @@ class DistributedOperator:
             raise SnapshotFormatError(f"query {self.name!r}: not a cluster state snapshot (format "
                                       f"{doc.get('format')!r} v{doc.get('version')!r})")
         parts = doc["actors"]
-        if parts and len(parts) != self.cluster.n_actors:
-            raise SnapshotFormatError(
-                f"query {self.name!r}: the checkpoint was taken on {len(parts)} actors and the cluster now "
-                f"has {self.cluster.n_actors}; reconnect with actors={len(parts)}")
         partial = self.merger is not None
+        if partial and len(parts) > self.cluster.n_actors:  # scale-in would have to add partials up
+            raise SnapshotFormatError(
+                f"query {self.name!r}: its partial aggregates were checkpointed on {len(parts)} actors and "
+                f"the cluster now has {self.cluster.n_actors}; scaling in a database with unkeyed or "
+                "local-global aggregates is not supported yet")
         targets, futures = [], []
         if self.mode == "keyed":  # by vnode: the owners may have changed (Raft re-planned them)
             owner = self.cluster.routing.owner

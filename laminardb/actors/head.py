@@ -387,6 +387,34 @@ class DatabaseHead:
             return None
 
     @_answer
+    def scale(self, n: int) -> dict:
+        """Run on ``n`` actors: a checkpoint, then the engine rebuilt on ``n`` actors from it —
+        the recovery path, so state moves by vnode and every result stays exactly-once; the
+        live actors are kept. Returns the pause it caused."""
+        from laminardb.actors.distributed import DistributedOperator
+        from laminardb.errors import ConfigError
+
+        n = int(n)
+        if n < 1:
+            raise ConfigError(f"scale({n}): a database needs at least one actor")
+        with self._lock:
+            conn = self._conn()
+            if conn._durable is None:
+                raise ConfigError(f"database {self.database!r} keeps no checkpoints (checkpoint_dir ':memory:'); "
+                                  "it cannot move its state to another number of actors")
+            if n < self.n_actors and any(isinstance(nd.op, DistributedOperator) and nd.op.merger is not None
+                                         for nd in conn._reactor.nodes.values()):
+                raise ConfigError(f"scale({n}): this database has unkeyed or local-global aggregates, whose "
+                                  "partial state cannot be scaled in yet; scale out, or drop those queries")
+            if n == self.n_actors:
+                return {"actors": n, "pause_s": 0.0}
+            t0 = time.perf_counter()
+            conn.checkpoint()
+            old, self.n_actors = self.n_actors, n
+            self._recover(f"scale {old} -> {n}")
+            return {"actors": n, "pause_s": round(time.perf_counter() - t0, 3)}
+
+    @_answer
     def urls(self) -> dict:
         conn = self._conn()
         return {"metrics": conn.metrics_url, "dashboard": conn.dashboard_url}

@@ -69,9 +69,12 @@ class ReactorActorImpl:
         return {"index": self.index, "pid": os.getpid(), "core": self.core,
                 "node_id": ray.get_runtime_context().get_node_id()}
 
-    def set_ownership(self, owner: bytes, epochs: bytes) -> None:
-        """The owner of every vnode (this actor routes the rows it reads itself) and the
-        committed epochs (the fencing tokens of the vnodes it owns)."""
+    def set_ownership(self, owner: bytes, epochs: bytes, n_actors: int | None = None) -> None:
+        """The owner of every vnode (this actor routes the rows it reads itself), the
+        committed epochs (the fencing tokens of the vnodes it owns) and, after a rescale, how
+        many actors there are now (row ranges are shares of that many)."""
+        if n_actors is not None:
+            self.n_actors = n_actors
         self.owner = np.frombuffer(owner, dtype=np.int64).copy()
         self.owned = self.owner == self.index
         self.epochs = np.frombuffer(epochs, dtype=np.int64).copy()

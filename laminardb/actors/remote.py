@@ -143,6 +143,11 @@ class RemoteConnection:
     def status(self) -> dict[str, Any]:
         return self._call("status")
 
+    def scale(self, actors: int) -> dict[str, Any]:
+        """Move the database to ``actors`` reactor actors (state and Kafka partitions follow
+        the vnodes; output stays exactly-once). Returns ``{"actors", "pause_s"}``."""
+        return self._call("scale", actors)
+
     @property
     def metrics_url(self) -> str | None:
         """The Prometheus endpoint the head serves (``config["metrics_port"]``), or None."""

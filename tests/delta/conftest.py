@@ -29,11 +29,11 @@ def database(ray_cluster, tmp_path, request):
 
     names: list[str] = []
 
-    def open_db(name: str | None = None, *, raft=None, **config):
+    def open_db(name: str | None = None, *, raft=None, actors: int = 2, **config):
         name = name or f"{request.node.name[:40]}-{len(names)}"
         names.append(name)
         config.setdefault("checkpoint_dir", str(tmp_path / "ckpt"))
-        return laminardb.connect("ray://auto", database=name, actors=2, raft=raft, config=config)
+        return laminardb.connect("ray://auto", database=name, actors=actors, raft=raft, config=config)
 
     yield open_db
     for name in names:
