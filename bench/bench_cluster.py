@@ -57,6 +57,16 @@ TARGET_SCALING = 1.8
 
 
 # ---------------------------------------------------------------------------- one run
+
+def warm_up(db, warm: list[pa.RecordBatch]) -> None:
+    """numba kernels loaded in every actor process, on a source dropped before timing."""
+    db.execute(WARM_SOURCE)
+    db.execute(WARM_AGG)
+    for b in warm:
+        db.insert("warm_trades", b)
+    db.execute("DROP STREAM warm_agg")
+    db.execute("DROP SOURCE warm_trades")
+
 def open_engine(actors: int):
     import laminardb
 
@@ -77,12 +87,7 @@ def run_once(actors: int, batches: list[pa.RecordBatch], warm: list[pa.RecordBat
     t_open = time.perf_counter()
     db = open_engine(actors)
     open_s = time.perf_counter() - t_open
-    db.execute(WARM_SOURCE)
-    db.execute(WARM_AGG)
-    for b in warm:
-        db.insert("warm_trades", b)
-    db.execute("DROP STREAM warm_agg")
-    db.execute("DROP SOURCE warm_trades")
+    warm_up(db, warm)
     db.execute(SOURCE_DDL)
     db.execute(AGG_DDL)
     sub = db.subscribe_stream("agg")

@@ -76,8 +76,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bench_spark  # noqa: E402
-from bench_cluster import WARM_AGG, WARM_SOURCE  # noqa: E402
 from bench_cluster import verify as verify_windows  # noqa: E402
+from bench_cluster import warm_up  # noqa: E402
 from bench_durability import fill_groups, shifted  # noqa: E402
 from bench_engine import AGG_DDL, N_SYMBOLS, SOURCE_DDL, load, machine_info, make_batches  # noqa: E402
 
@@ -114,16 +114,6 @@ def connect(name: str, root: Path, **config):
     if config.get("checkpoint_dir") != ":memory:":
         config.setdefault("checkpoint_dir", str(root / "ckpt"))
     return laminardb.connect("ray://auto", database=name, actors=_ACTORS, config=config)
-
-
-def warm_up(db, warm: list[pa.RecordBatch]) -> None:
-    """numba kernels loaded in both new actor processes, on a source dropped before timing."""
-    db.execute(WARM_SOURCE)
-    db.execute(WARM_AGG)
-    for b in warm:
-        db.insert("warm_trades", b)
-    db.execute("DROP STREAM warm_agg")
-    db.execute("DROP SOURCE warm_trades")
 
 
 def read_sink(path: Path, columns: list[str] | None = None) -> pa.Table | None:

@@ -13,7 +13,7 @@ def _ray(address: str):
     import ray
 
     if not ray.is_initialized():
-        ray.init(address=address if address != "auto" else "auto", log_to_driver=False,
+        ray.init(address=address, log_to_driver=False,
                  logging_level="ERROR")
     return ray
 

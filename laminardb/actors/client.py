@@ -326,7 +326,6 @@ class ClusterConnection(Connection):
         #: recovery calls ``on_restored(self)`` once the checkpoint is restored, before the WAL
         #: is replayed (the database head re-attaches its subscribers there)
         self._on_restored = None if on_restored is None else (lambda: on_restored(self))
-        self.last_logged_rows = 0  # rows of the last insert the WAL took (the head's retry rule)
         self._shutdown_on_close = shutdown_on_close
         self._max_in_flight = max_in_flight
         self._local_global = local_global
@@ -345,13 +344,6 @@ class ClusterConnection(Connection):
         super().__init__(path, config=config)
         if self._durable is not None:
             self._durable.before_barrier = lambda: [op.drain() for op in self._operators()]
-            log_insert = self._durable.log_insert
-
-            def logged(source: str, batch) -> int:
-                self.last_logged_rows = batch.num_rows
-                return log_insert(source, batch)
-
-            self._durable.log_insert = logged
         self._drainer = _Drainer(self) if max_in_flight > 0 else None
 
     def abandon(self, *, keep_actors: bool = False) -> None:

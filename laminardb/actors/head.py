@@ -307,7 +307,7 @@ class DatabaseHead:
         from laminardb.actors._wire import decode_rows, to_ipc_table
 
         data = decode_rows(payload)
-        n = self._call(lambda c: c.insert(source, data, on_error=on_error), logged=lambda c: c.last_logged_rows)
+        n = self._call(lambda c: c.insert(source, data, on_error=on_error), logged=lambda c: c._durable.last_logged_rows)
         rejected = getattr(n, "rejected_rows", None)
         return {"accepted": int(n), "rejected": None if rejected is None else to_ipc_table(rejected),
                 "result": rejected is not None}
@@ -318,7 +318,7 @@ class DatabaseHead:
 
         method = {"json": "insert_json", "csv": "insert_csv"}[kind]
         n = self._call(lambda c: getattr(c, method)(source, data, on_error=on_error),
-                       logged=lambda c: c.last_logged_rows)
+                       logged=lambda c: c._durable.last_logged_rows)
         rejected = getattr(n, "rejected_rows", None)
         return {"accepted": int(n), "rejected": None if rejected is None else to_ipc_table(rejected),
                 "result": rejected is not None}

@@ -102,6 +102,7 @@ class LocalCoordinator:
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         self._last_marks: tuple[int, int, bool] | None = None
+        self.last_logged_rows = 0
         self._prepared: dict[int, tuple] = {}  # epoch → (sinks, seconds, bytes) until published
         self.stats: dict[str, Any] = {
             "checkpoints": 0, "failures": 0, "last_epoch": 0, "last_duration_s": None,
@@ -111,6 +112,7 @@ class LocalCoordinator:
 
     # ------------------------------------------------------------------ journal
     def log_insert(self, source: str, batch) -> int:
+        self.last_logged_rows = batch.num_rows  # what replay will apply (the cluster head's retry rule)
         return self.wal.append_insert(source, batch)
 
     def log_ddl(self, sql: str) -> None:

@@ -157,8 +157,22 @@ class UnionAll:
         return list(self.inputs)
 
 
+class _OverChild:
+    """What TopN and Over share: one child, whose event-time column stays theirs while it
+    is still among their time columns."""
+
+    @property
+    def time_col(self) -> str | None:
+        tc = self.child.time_col
+        return tc if tc in self.time_cols else next(iter(self.time_cols), None)
+
+    @property
+    def children(self) -> list:
+        return [self.child]
+
+
 @dataclass
-class TopN:
+class TopN(_OverChild):
     """``ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) AS rn`` bounded by ``WHERE rn <= n`` above
     it, as Flink plans it: the first ``n`` rows of each partition in ``order``.
 
@@ -199,14 +213,6 @@ class TopN:
         names = set(self.schema.names)
         return {c: m for c, m in self.child.time_cols.items() if c in names}
 
-    @property
-    def time_col(self) -> str | None:
-        tc = self.child.time_col
-        return tc if tc in self.time_cols else next(iter(self.time_cols), None)
-
-    @property
-    def children(self) -> list:
-        return [self.child]
 
 
 @dataclass(frozen=True)
@@ -227,7 +233,7 @@ class OverFunc:
 
 
 @dataclass
-class Over:
+class Over(_OverChild):
     """``LAG``/``LEAD`` and aggregates ``OVER ([PARTITION BY …] ORDER BY <event time> [frame])``,
     as Flink runs OVER in streams: rows are taken in event-time order once the watermark (``time_map``) has passed
     them, and each row is emitted once with its function values appended (append-only).
@@ -264,14 +270,6 @@ class Over:
         names = set(self.schema.names)
         return {c: m for c, m in self.child.time_cols.items() if c in names}
 
-    @property
-    def time_col(self) -> str | None:
-        tc = self.child.time_col
-        return tc if tc in self.time_cols else next(iter(self.time_cols), None)
-
-    @property
-    def children(self) -> list:
-        return [self.child]
 
 
 PlanNode = "Scan | Filter | Join | UnionAll | TopN | Over | QueryPlan"
