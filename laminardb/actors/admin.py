@@ -1,6 +1,7 @@
-"""Operator views of the databases in a Ray cluster: ``laminardb cluster status --ray`` and
-``laminardb cluster drop NAME``. Entry points: ``databases_status(address)``,
-``format_databases(status)``, ``drop(address, name)``."""
+"""Operator views of the databases in a Ray cluster: ``laminardb cluster status --ray``,
+``laminardb cluster scale NAME N`` and ``laminardb cluster drop NAME``. Entry points:
+``databases_status(address)``, ``format_databases(status)``, ``scale(address, name, n)``,
+``drop(address, name)``."""
 
 from __future__ import annotations
 
@@ -51,7 +52,42 @@ def format_databases(status: dict[str, Any]) -> str:
         for m in (st.get("cluster") or {}).get("members", []):
             lines.append(f"    actor {m['index']} pid {m['pid']} node {m['node_id'][:12]} {m['state']}: "
                          f"{m['vnodes']} vnodes, max epoch {m['max_epoch']}")
+        lines += _autoscale_lines(st.get("autoscale") or {})
     return "\n".join(lines)
+
+
+def _autoscale_lines(auto: dict[str, Any]) -> list[str]:
+    """The autoscaler's inputs, its last decision and why, and the last rescales."""
+    lines = [f"    autoscale: {'on' if auto.get('enabled') else 'off'}"]
+    inputs = auto.get("inputs")
+    if inputs:
+        busy = ", ".join(f"{b:.0%}" for b in inputs.get("busy") or [])
+        lines.append(f"      lag {inputs.get('lag')} rows (checkpointed {inputs.get('checkpoint_lag')}), "
+                     f"arrival {inputs.get('arrival_rate')} rows/s, busy [{busy}], "
+                     f"{inputs.get('partitions')} partitions, {inputs.get('free_cpus')} free CPUs")
+    last = auto.get("last")
+    if last:
+        util = (last.get("inputs") or {}).get("utilization")
+        lines.append(f"      last decision: {last['action']} → {last['actors']} actor(s)"
+                     f"{'' if util is None else f', utilization {util:.2f}'}: {last['reason']}")
+    for r in auto.get("rescales") or []:
+        lines.append(f"      rescaled {r['previous']} → {r['actors']} by {r['by']} in {r['pause_s']} s: {r['reason']}")
+    return lines
+
+
+def scale(address: str, name: str, n: int) -> dict[str, Any]:
+    """Move database ``name`` to ``n`` actors (``RemoteConnection.scale``): the rescale's record."""
+    from laminardb.actors.head import NAMESPACE, head_name
+    from laminardb.actors.remote import raise_remote
+    from laminardb.errors import ConfigError
+
+    ray = _ray(address)
+    try:
+        head = ray.get_actor(head_name(name), namespace=NAMESPACE)
+    except ValueError:
+        raise ConfigError(f"no database {name!r} in this Ray cluster; `laminardb cluster status --ray` "
+                          "lists them") from None
+    return raise_remote(ray.get(head.scale.remote(n), timeout=600))
 
 
 def drop(address: str, name: str) -> bool:

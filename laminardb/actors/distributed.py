@@ -357,11 +357,7 @@ class DistributedOperator:
                                       f"{doc.get('format')!r} v{doc.get('version')!r})")
         parts = doc["actors"]
         partial = self.merger is not None
-        if partial and len(parts) > self.cluster.n_actors:  # scale-in would have to add partials up
-            raise SnapshotFormatError(
-                f"query {self.name!r}: its partial aggregates were checkpointed on {len(parts)} actors and "
-                f"the cluster now has {self.cluster.n_actors}; scaling in a database with unkeyed or "
-                "local-global aggregates is not supported yet")
+        n = self.cluster.n_actors
         targets, futures = [], []
         if self.mode == "keyed":  # by vnode: the owners may have changed (Raft re-planned them)
             owner = self.cluster.routing.owner
@@ -372,13 +368,14 @@ class DistributedOperator:
         elif self.mode == "single":  # one actor holds the whole query: all of it goes there
             a = self.cluster.single_owner()
             targets, futures = [a], [self.cluster.actors[a].restore_state.remote(self.name, parts, partial, None)]
-        else:  # partials are per actor, whatever rows it read: each takes its own back
-            targets = list(range(len(parts)))
-            futures = [self.cluster.actors[a].restore_state.remote(self.name, [part], partial, None)
-                       for a, part in enumerate(parts)]
+        else:  # partials are per actor, whatever rows it read: each takes its own back, and
+            # after a scale-in actor a also takes the parts of the actors a + n, a + 2n, … (added up)
+            targets = list(range(min(len(parts), n)))
+            futures = [self.cluster.actors[a].restore_state.remote(self.name, parts[a::n], partial, None)
+                       for a in targets]
         self.cluster.gather(targets, futures, "restore_state")
         if doc.get("merger") is not None and hasattr(self.merger, "state"):
-            self.merger.state = {int(ws): {int(a): tuple(t) for a, t in per.items()}
+            self.merger.state = {int(ws): self.merger.regroup({int(a): tuple(t) for a, t in per.items()}, n)
                                  for ws, per in doc["merger"].items()}
         self.late_dropped = int(doc.get("late_dropped", 0))
 

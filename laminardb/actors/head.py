@@ -102,11 +102,13 @@ class DatabaseHead:
         # the Delta checkpoint coordinator (a PySpark application, ``spark_coordinator.py``)
         # drives the checkpoints of a database with a directory unless config says "local"
         self.coordinated = bool(directory) and self.config.get("coordinator", "spark") == "spark"
+        self.rescales: list[dict] = []  # every rescale: when, from, to, by whom, why, the pause
         self.conn = self._open()
         self._registered = self._register() if self.coordinated else None
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="laminardb-head-watchdog", daemon=True)
         self._watchdog.start()
+        self.autoscaler = self._start_autoscaler()
 
     # ------------------------------------------------------------------ lifecycle
     def _open(self, on_restored=None, survivors=None):
@@ -167,6 +169,19 @@ class DatabaseHead:
             store.publish(int(manifest["epoch"]))
             log.warning("database %s: published checkpoint %s, recorded by the coordinator before "
                         "this head's restart", self.database, manifest["epoch"])
+
+    def _start_autoscaler(self):
+        """The autoscaling loop (``autoscale/driver.py``) of a database with checkpoints (only
+        those can move state). With ``autoscale`` off it still observes and decides, so
+        ``metrics()`` shows what it would do."""
+        from laminardb.autoscale import AutoscaleConfig
+        from laminardb.autoscale.driver import AutoscaleDriver
+
+        if not self.directory:
+            return None
+        driver = AutoscaleDriver(self, AutoscaleConfig.from_config(self.config))
+        driver.start()
+        return driver
 
     def _engine_config(self) -> dict[str, Any]:
         config = {k: v for k, v in self.config.items() if k not in ("checkpoint_dir", "coordinator")}
@@ -269,6 +284,8 @@ class DatabaseHead:
     def drop(self) -> None:
         """Stop the actors and remove the database's state (``drop_database``)."""
         self._stop.set()
+        if self.autoscaler is not None:
+            self.autoscaler.stop()
         if self.coordinated and getattr(self, "coordinator", None) is not None:
             import ray
 
@@ -372,7 +389,15 @@ class DatabaseHead:
                          "clients": len(self.clients), "subscriptions": len(self.subs),
                          "recoveries": list(self.recoveries), "uptime_s": round(time.time() - self.started_at, 1),
                          "coordinator": self._coordinator_status()}
+        m["autoscale"] = self._autoscale_status()
         return m
+
+    def _autoscale_status(self) -> dict:
+        """The autoscaler's knobs, inputs, last decisions and why, and every rescale's pause."""
+        out = self.autoscaler.metrics() if self.autoscaler is not None else {"enabled": False}
+        out["actors_now"] = self.n_actors
+        out["rescales_done"] = list(self.rescales[-32:])
+        return out
 
     def _coordinator_status(self) -> dict | None:
         """The checkpoint coordinator's view of this database (epochs, barrier → manifest
@@ -388,13 +413,22 @@ class DatabaseHead:
 
     @_answer
     def scale(self, n: int) -> dict:
+        """``db.scale(n)`` / ``laminardb cluster scale``: see ``rescale``."""
+        done = self.rescale(int(n), by="manual", reason=f"asked for {int(n)} actor(s)")
+        if self.autoscaler is not None:
+            self.autoscaler.rescaled()
+        return done
+
+    def rescale(self, n: int, *, by: str, reason: str) -> dict:
         """Run on ``n`` actors: a checkpoint, then the engine rebuilt on ``n`` actors from it —
-        the recovery path, so state moves by vnode and every result stays exactly-once; the
-        live actors are kept. Returns the pause it caused."""
-        from laminardb.actors.distributed import DistributedOperator
+        the recovery path, so keyed state moves by vnode, partial aggregates are added up on
+        the actors that stay, Kafka partitions follow, the old owners' epochs are fenced and
+        every result stays exactly-once; the live actors are kept. Returns the record of the
+        rescale with the pause it caused. If the new actors cannot start, the database goes
+        back to its old count and the error is raised."""
+        from laminardb.autoscale.observe import _free_cpus
         from laminardb.errors import ConfigError
 
-        n = int(n)
         if n < 1:
             raise ConfigError(f"scale({n}): a database needs at least one actor")
         with self._lock:
@@ -402,17 +436,42 @@ class DatabaseHead:
             if conn._durable is None:
                 raise ConfigError(f"database {self.database!r} keeps no checkpoints (checkpoint_dir ':memory:'); "
                                   "it cannot move its state to another number of actors")
-            if n < self.n_actors and any(isinstance(nd.op, DistributedOperator) and nd.op.merger is not None
-                                         for nd in conn._reactor.nodes.values()):
-                raise ConfigError(f"scale({n}): this database has unkeyed or local-global aggregates, whose "
-                                  "partial state cannot be scaled in yet; scale out, or drop those queries")
-            if n == self.n_actors:
-                return {"actors": n, "pause_s": 0.0}
+            old = self.n_actors
+            if n == old:
+                return {"actors": n, "previous": old, "pause_s": 0.0, "by": by, "reason": reason}
+            free = _free_cpus()
+            if n > old and free is not None and free < n - old:
+                self._ask_ray_for(n)
+                from laminardb.autoscale.exceptions import ScaleCapacityError
+
+                raise ScaleCapacityError(
+                    f"scale({n}): {n - old} more actor(s) need {n - old} CPU(s); the Ray cluster has {free} free. "
+                    "Ray's autoscaler was asked for them: try again once `ray status` shows them, or ask for fewer")
             t0 = time.perf_counter()
             conn.checkpoint()
-            old, self.n_actors = self.n_actors, n
-            self._recover(f"scale {old} -> {n}")
-            return {"actors": n, "pause_s": round(time.perf_counter() - t0, 3)}
+            self.n_actors = n
+            try:
+                self._recover(f"{by} scale {old} -> {n}")
+            except Exception:
+                self.n_actors = old
+                self._recover(f"scale to {n} failed: back to {old}")
+                raise
+            record = {"at": time.time(), "previous": old, "actors": n, "by": by, "reason": reason,
+                      "pause_s": round(time.perf_counter() - t0, 3),
+                      "restore_s": self.recoveries[-1].get("restore_s")}
+            self.rescales.append(record)
+            log.warning("database %s: rescaled %d -> %d in %.2f s (%s: %s)", self.database, old, n,
+                        record["pause_s"], by, reason)
+            return record
+
+    @staticmethod
+    def _ask_ray_for(n: int) -> None:
+        try:
+            from ray.autoscaler.sdk import request_resources
+
+            request_resources(bundles=[{"CPU": 1}] * n)
+        except Exception:  # noqa: BLE001 - no autoscaler: the error says what to do
+            pass
 
     @_answer
     def urls(self) -> dict:
@@ -429,6 +488,10 @@ class DatabaseHead:
             out["cluster"] = conn.cluster.status()
             out["checkpoints"] = conn._durable.metrics() if conn._durable is not None else None
             out["streams"] = conn.list_streams()
+        auto = self._autoscale_status()
+        out["autoscale"] = {"enabled": auto.get("enabled"), "last": auto.get("last"),
+                            "inputs": auto.get("inputs"), "rescales": auto["rescales_done"][-5:],
+                            "pending_rescale": auto.get("pending_rescale")}
         return out
 
     # ------------------------------------------------------------------ subscriptions

@@ -127,24 +127,48 @@ class PartialMerger:
         return [(int(ws[i]), tuple(c[i] for c in rest)) for i in range(len(ws))]
 
     def _merge(self, parts: list[tuple]) -> tuple[int, list]:
-        """Combine partial tuples (rows, then per-aggregate arrays in `_partials` order)."""
-        rows = int(sum(t[0] for t in parts))
+        """Combine partial tuples (rows, then per-aggregate arrays in `_partials` order) into
+        the row count and the final value of each aggregate."""
+        t = self._add(parts)
         vals: list = []
         pos = 1
         for s in self.specs:
             if s.kind in ("count_star", "count"):
-                vals.append(int(sum(t[pos] for t in parts)))
+                vals.append(t[pos])
                 pos += 1
             elif s.kind in ("sum", "avg"):
-                tot = sum(t[pos] for t in parts)
-                cnt = int(sum(t[pos + 1] for t in parts))
+                tot, cnt = t[pos], t[pos + 1]
                 vals.append(None if cnt <= 0 else (tot / cnt if s.kind == "avg" else tot))
                 pos += 2
             else:
-                have = [t[pos] for t in parts if t[pos + 1]]
-                vals.append(None if not have else (max(have) if s.kind == "max" else min(have)))
+                vals.append(t[pos] if t[pos + 1] else None)
                 pos += 2
-        return rows, vals
+        return t[0], vals
+
+    def regroup(self, per_actor: dict[int, tuple], n_actors: int) -> dict[int, tuple]:
+        """A window's latest partials after a rescale to ``n_actors``: actor a's state now
+        holds the parts of a, a + n, a + 2n, … (``DistributedOperator.restore``)."""
+        out: dict[int, list[tuple]] = {}
+        for actor, tup in per_actor.items():
+            out.setdefault(actor % n_actors, []).append(tup)
+        return {a: (ts[0] if len(ts) == 1 else self._add(ts)) for a, ts in out.items()}
+
+    def _add(self, parts: list[tuple]) -> tuple:
+        """Partial tuples added up into one, in the same layout (`_partials` order)."""
+        out: list = [int(sum(t[0] for t in parts))]
+        pos = 1
+        for s in self.specs:
+            if s.kind in ("count_star", "count"):
+                out.append(int(sum(t[pos] for t in parts)))
+                pos += 1
+            elif s.kind in ("sum", "avg"):
+                out += [sum(t[pos] for t in parts), int(sum(t[pos + 1] for t in parts))]
+                pos += 2
+            else:
+                have = [t[pos] for t in parts if t[pos + 1]]
+                out += [(max(have) if s.kind == "max" else min(have)) if have else parts[0][pos], bool(have)]
+                pos += 2
+        return tuple(out)
 
     def _group_batch(self, wss: list[int], merged: list[tuple[int, list]]) -> pa.RecordBatch:
         schema = self.finisher.agg.schema

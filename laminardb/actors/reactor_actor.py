@@ -43,6 +43,8 @@ class ReactorActorImpl:
         self.rows_in = 0
         self.busy_s = 0.0  # seconds spent running batches and watermarks (utilisation)
         self.cpu_s = 0.0  # of which on the CPU (busy_s − cpu_s: waiting for a core)
+        self.polled_rows = 0  # Kafka records this actor read (the autoscaler's processed rows)
+        self.poll_cpu_s = 0.0  # CPU seconds of fetching and decoding them (busy, for the autoscaler)
         self.kafka: dict = {}
         self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
         self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
@@ -60,8 +62,8 @@ class ReactorActorImpl:
         self.images = {}
         self.conn = laminardb.open()
         self.conn._reactor.connectors_enabled = False
-        self.rows_in = 0
-        self.busy_s = self.cpu_s = 0.0
+        self.rows_in = self.polled_rows = 0
+        self.busy_s = self.cpu_s = self.poll_cpu_s = 0.0
 
     def ready(self) -> dict:
         import ray
@@ -197,11 +199,13 @@ class ReactorActorImpl:
             from laminardb.actors.partial import PartialState
 
             self.partial[node] = PartialState(self._op(node).plan)
+        loaded = 0
         for blob in blobs:
             if blob is None:
                 continue
-            if partial:
-                self.partial[node].agg.restore(blob, vnodes=vnodes)
+            if partial:  # several parts (a scale-in) add up per (window, key)
+                self.partial[node].agg.restore(blob, vnodes=vnodes, add=loaded > 0)
+                loaded += 1
             else:
                 self._op(node).restore(blob, vnodes=vnodes)
 
@@ -233,11 +237,14 @@ class ReactorActorImpl:
         from laminardb.operators._buffers import numeric_view
 
         src = self.kafka[source]
+        c0 = time.thread_time()  # CPU only: a poll that waits for records is not busy
         batch, _ = src.poll(timeout_ms)
+        self.poll_cpu_s += time.thread_time() - c0
         states = src.partition_watermarks()
         position = src.checkpoint_state()
         if batch is None or batch.num_rows == 0:
             return {"rows": 0}, states, position
+        self.polled_rows += batch.num_rows
         with self._busy():
             time_col = self.conn._reactor.nodes[source].time_col
             top = int(numeric_view(batch.column(time_col)).max()) if time_col is not None else None
@@ -255,6 +262,12 @@ class ReactorActorImpl:
         src = self.kafka.pop(source, None)
         if src is not None:
             src.close()
+
+    def load_sample(self) -> dict:
+        """The autoscaler's counters (cheap, unlike ``metrics``): seconds busy running batches
+        plus CPU seconds reading Kafka, and the rows read from Kafka and run in batches."""
+        return {"busy_s": self.busy_s + self.poll_cpu_s, "polled_rows": self.polled_rows,
+                "rows_in": self.rows_in}
 
     def metrics(self) -> dict:
         m = self.conn.metrics()

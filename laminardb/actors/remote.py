@@ -145,7 +145,9 @@ class RemoteConnection:
 
     def scale(self, actors: int) -> dict[str, Any]:
         """Move the database to ``actors`` reactor actors (state and Kafka partitions follow
-        the vnodes; output stays exactly-once). Returns ``{"actors", "pause_s"}``."""
+        the vnodes; output stays exactly-once). Returns the rescale's record: ``actors``,
+        ``previous``, ``pause_s`` (checkpoint to running again), ``by``, ``reason``. Raises
+        ``ScaleCapacityError`` (LDB-8011) when the cluster lacks the CPUs, moving nothing."""
         return self._call("scale", actors)
 
     @property
@@ -276,9 +278,14 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
     from laminardb.actors.distributed import DEFAULT_MAX_IN_FLIGHT
     from laminardb.actors.head import SESSION_DIR, get_or_create_head
     from laminardb.actors.routing import DEFAULT_VNODES
+    from laminardb.autoscale import AutoscaleConfig
+    from laminardb.errors import ConfigError
 
-    ray = init_ray(address, actors)
     config = dict(config or {})
+    if AutoscaleConfig.from_config(config).enabled and config.get("checkpoint_dir") == ":memory:":
+        raise ConfigError("autoscale needs checkpoints (a rescale moves the state through one): "
+                          "drop checkpoint_dir=':memory:' or autoscale=True")
+    ray = init_ray(address, actors)
     root = config.get("checkpoint_dir")
     if root is None:
         directory = SESSION_DIR  # the head resolves it: the Ray session's directory on its node

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from laminardb.errors import ClusterError
 
-__all__ = ["AutoscaleConfigError"]
+__all__ = ["AutoscaleConfigError", "ScaleCapacityError"]
 
 
 class AutoscaleConfigError(ClusterError, ValueError):
@@ -13,3 +13,12 @@ class AutoscaleConfigError(ClusterError, ValueError):
     Raised when the config is read, before any actor is started or moved."""
 
     code = "LDB-8010"
+
+
+class ScaleCapacityError(ClusterError):
+    """``db.scale(n)`` / ``laminardb cluster scale`` asked for more actors than the Ray cluster
+    has free CPUs (one each). Nothing moved; Ray's autoscaler (a ``ray up`` cluster with
+    ``max_workers``) has been asked for the CPUs: try again once ``ray status`` shows them, or
+    ask for fewer actors."""
+
+    code = "LDB-8011"

@@ -104,6 +104,10 @@ class LocalCoordinator:
         self._last_marks: tuple[int, int, bool] | None = None
         self.last_logged_rows = 0
         self._prepared: dict[int, tuple] = {}  # epoch → (sinks, seconds, bytes) until published
+        self._sources_at: dict[int, dict] = {}  # epoch → connector positions, until committed
+        #: the connector positions (Kafka offsets) of the last committed checkpoint: what a
+        #: restore resumes from (the autoscaler shows end − these as the checkpoint lag)
+        self.source_positions: dict[str, Any] = {}
         self.stats: dict[str, Any] = {
             "checkpoints": 0, "failures": 0, "last_epoch": 0, "last_duration_s": None,
             "last_stall_s": None, "max_stall_s": 0.0, "last_bytes": 0, "last_error": None,
@@ -156,6 +160,7 @@ class LocalCoordinator:
                 log.warning("checkpoint failed: %s", exc)
                 raise
             self.epoch = epoch
+            self.source_positions = self._sources_at.pop(epoch, {})
             self._commit_sinks(epoch, sinks)
             self._prune(epoch)
             dt = time.perf_counter() - t0
@@ -194,6 +199,7 @@ class LocalCoordinator:
                 nodes=nodes, counters={"events_ingested": r.events_ingested,
                                        "events_emitted": r.events_emitted, "late_routed": r.late_routed})
             images["connectors.msgpack"] = msgpack.packb(connectors, use_bin_type=True)
+            self._sources_at[epoch] = connectors
             images["sinks.msgpack"] = msgpack.packb(sink_info, use_bin_type=True)
             self._last_marks = self._marks()
             stall = time.perf_counter() - t0
@@ -243,6 +249,7 @@ class LocalCoordinator:
             sinks, took, nbytes = self._prepared.pop(epoch, (self.sinks(), None, 0))
             if epoch > self.epoch:
                 self.epoch = epoch
+                self.source_positions = self._sources_at.pop(epoch, self.source_positions)
                 self._commit_sinks(epoch, sinks)
                 self._prune(epoch)
                 self.stats.update(checkpoints=self.stats["checkpoints"] + 1, last_epoch=epoch,
@@ -253,6 +260,7 @@ class LocalCoordinator:
         """The coordinator aborted ``epoch``: its pending checkpoint and staged sink rows go."""
         with self._ckpt_lock:
             sinks, _, _ = self._prepared.pop(epoch, (self.sinks(), None, 0))
+            self._sources_at.pop(epoch, None)
             if epoch > self.epoch:
                 self.store.discard(epoch)
                 with self.reactor.lock:  # sinks take rows under it: roll the epoch back in between

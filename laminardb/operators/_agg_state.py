@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from laminardb.checkpoint.exceptions import SnapshotFormatError
 from laminardb.operators._interner import Interner
 from laminardb.operators.aggregates import Accumulator, CountAcc
 from laminardb.operators.snapshot import Column, Snapshot, StateImage, decode, mismatch
@@ -66,9 +67,14 @@ def load_keys(keys: Interner | None, snap: Snapshot) -> np.ndarray:
     return keys.intern(cols)[ref]
 
 
-def load_accumulators(snap: Snapshot, slots: np.ndarray, rows: CountAcc, accs: list[Accumulator]) -> None:
-    """Write each group's hidden row count and accumulator fields into its new slot."""
+def load_accumulators(snap: Snapshot, slots: np.ndarray, rows: CountAcc, accs: list[Accumulator], *,
+                      add: bool = False) -> None:
+    """Write each group's hidden row count and accumulator fields into its new slot; with
+    ``add``, fold them into what the slot holds (``add_partials``)."""
     groups = snap.tables["groups"]
+    if add:
+        add_partials(groups, slots, rows, accs)
+        return
     rows.counts[slots] = groups.column("__rows").to_numpy()
     for j, acc in enumerate(accs):
         prefix = f"__a{j}."
@@ -78,19 +84,48 @@ def load_accumulators(snap: Snapshot, slots: np.ndarray, rows: CountAcc, accs: l
             acc.load_pairs(slots[pairs.column("__group").to_numpy()], pairs.column("value"))
 
 
+def add_partials(groups: pa.Table, slots: np.ndarray, rows: CountAcc, accs: list[Accumulator]) -> None:
+    """Fold another actor's partial state into ``slots`` (scale-in of partial aggregates: the
+    actors that go hand their parts to those that stay). Only the mergeable accumulators of
+    partial aggregation (COUNT, SUM/AVG, numeric MIN/MAX; ``actors.partial``) can be added;
+    a fresh slot holds zeros, so adding into it is loading."""
+    from laminardb.operators.aggregates import MinMaxAcc, SumAcc, _numpy
+
+    rows.counts[slots] += groups.column("__rows").to_numpy()
+    for j, acc in enumerate(accs):
+        cols = {c[len(f"__a{j}."):]: groups.column(c) for c in groups.column_names if c.startswith(f"__a{j}.")}
+        if type(acc) in (CountAcc, SumAcc):
+            for name in acc._arrays:
+                arr = getattr(acc, name)
+                arr[slots] += _numpy(cols[name], arr.dtype)
+        elif type(acc) is MinMaxAcc and acc.domain.interner is None:
+            best, has = _numpy(cols["best"], acc.best.dtype), _numpy(cols["has"], np.bool_)
+            cur, cur_has = acc.best[slots], acc.has[slots]
+            better = has & (~cur_has | ((best > cur) if acc.is_max else (best < cur)))
+            acc.best[slots[better]] = best[better]
+            acc.has[slots] = cur_has | has
+        else:
+            raise SnapshotFormatError(f"{acc.spec.kind} state cannot be added up from several actors' parts")
+
+
 def image(kind: str, agg, meta: dict[str, Any]) -> StateImage:
     """A standalone image of an aggregation (``agg.capture()`` + its fingerprint)."""
     tables, agg_meta = agg.capture()
     return StateImage(kind, meta={**meta, "agg": agg_meta}, tables=tables)
 
 
-def restore(kind: str, agg, blob: bytes | Snapshot, expected: dict[str, Any] | None, vnodes=None) -> Snapshot:
-    """Decode ``blob``, check it belongs to this plan and load its ``vnodes`` into ``agg``."""
+def restore(kind: str, agg, blob: bytes | Snapshot, expected: dict[str, Any] | None, vnodes=None, *,
+            add: bool = False) -> Snapshot:
+    """Decode ``blob``, check it belongs to this plan and load its ``vnodes`` into ``agg``
+    (``add``: fold into the groups it holds already — ``GroupAggregate`` only)."""
     snap = blob if isinstance(blob, Snapshot) else decode(blob, kind=kind)
     found = snap.meta.get("plan")
     if found != expected:
         raise mismatch(kind, found, expected)
     snap = snap.select(vnodes)
     if "groups" in snap.tables:
-        agg.load(snap, snap.meta["agg"])
+        if add:
+            agg.load(snap, snap.meta["agg"], add=True)
+        else:
+            agg.load(snap, snap.meta["agg"])
     return snap

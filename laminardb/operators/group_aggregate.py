@@ -307,9 +307,10 @@ class GroupAggregate:
         """A consistent copy of the state (under the engine lock); ``encode()`` it anywhere."""
         return _agg_state.image("group_aggregate", self, {"plan": self.fingerprint})
 
-    def restore(self, blob: bytes | Snapshot, *, vnodes=None) -> None:
-        """Load a snapshot (only ``vnodes``' groups, if given) into this fresh operator."""
-        _agg_state.restore("group_aggregate", self, blob, self.fingerprint, vnodes)
+    def restore(self, blob: bytes | Snapshot, *, vnodes=None, add: bool = False) -> None:
+        """Load a snapshot (only ``vnodes``' groups, if given) into this fresh operator;
+        ``add``: fold it into the groups loaded already (partials of several actors)."""
+        _agg_state.restore("group_aggregate", self, blob, self.fingerprint, vnodes, add=add)
 
     def capture(self) -> tuple[dict, dict]:
         """The snapshot tables of every live group, and the operator's scalars."""
@@ -321,12 +322,12 @@ class GroupAggregate:
             meta["fired_wm"] = int(self._fired_wm)
         return tables, meta
 
-    def load(self, snap: Snapshot, meta: dict) -> None:
+    def load(self, snap: Snapshot, meta: dict, *, add: bool = False) -> None:
         """Upsert the snapshot's groups (keys re-interned in their original order)."""
         key_ids = _agg_state.load_keys(self.keys, snap)
         ws = snap.tables["groups"].column("__ws").to_numpy()
         slots = self.groups.upsert(key_ids, ws)
-        _agg_state.load_accumulators(snap, slots, self.rows, self.accs)
+        _agg_state.load_accumulators(snap, slots, self.rows, self.accs, add=add)
         self._seq = max(self._seq, int(meta["seq"]))
         self._fired_wm = max(self._fired_wm, int(meta.get("fired_wm", NO_WATERMARK)))
         if self.window is not None and len(ws):

@@ -200,6 +200,16 @@ def _cmd_drop(args: argparse.Namespace) -> int:
     return 0 if found else 1
 
 
+def _cmd_scale(args: argparse.Namespace) -> int:
+    from laminardb.actors.admin import scale
+
+    done = scale(args.ray, args.database, args.actors)
+    print(json.dumps(done, sort_keys=True, default=str) if args.json
+          else f"database {args.database}: {done['previous']} → {done['actors']} actor(s), "
+               f"paused {done['pause_s']} s")
+    return 0
+
+
 def _cmd_evict(args: argparse.Namespace) -> int:
     """Deregister one member through the Raft log (``RaftClient.deregister_node``)."""
     with _client(args) as client:
@@ -310,6 +320,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            help=f"vnode count if the source does not exist yet "
                                 f"(default {DEFAULT_VNODES})")
             p.add_argument("--commit", action="store_true", help="commit the plan through Raft")
+
+    scl = csub.add_parser("scale", help="move a database in the Ray cluster to N reactor actors "
+                                        "(a checkpoint; state moves by vnode; exactly-once)")
+    scl.add_argument("database", help="the database name given to laminardb.connect(database=…)")
+    scl.add_argument("actors", type=int, help="the number of reactor actors to run")
+    scl.add_argument("--ray", default="auto", metavar="ADDRESS", help="Ray address (default auto)")
+    scl.add_argument("--json", action="store_true", help="machine-readable output")
+    scl.set_defaults(func=_cmd_scale)
 
     drop = csub.add_parser("drop", help="stop a database in the Ray cluster: its actors, "
                                         "checkpoints and state are removed")

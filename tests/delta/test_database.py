@@ -149,26 +149,30 @@ def test_cluster_status_lists_databases_and_drop_ends_one(database, ray_cluster)
     assert "cli-db" not in list_databases()
 
 
-def test_scale_out_moves_state_and_stays_exactly_once(database):
-    """1 → 2 actors mid-stream (a checkpoint, then the engine rebuilt on two actors from it):
-    keyed state moves by vnode, partial aggregates keep their parts; the output equals an
-    unbroken embedded run. Scaling in a database with partial aggregates is refused, clearly."""
-    from laminardb.errors import ConfigError
+def test_scale_out_then_in_moves_state_and_stays_exactly_once(database):
+    """1 → 2 → 1 actors mid-stream (each a checkpoint, then the engine rebuilt from it): keyed
+    state moves by vnode; partial and local-global aggregates keep their parts on scale-out and
+    add them up on the actor that stays on scale-in; the output equals an unbroken embedded run."""
     from tests.delta.workload import STREAMS, assert_exactly_once
 
     db = database("scale", actors=1, coordinator="local", checkpoint_interval="off")
     db.execute(DDL)
     subs = {s: db.subscribe_stream(s) for s in STREAMS}
-    for i in range(12):
+    for i in range(8):
         db.insert("t", batch(i))
     done = db.scale(2)
-    assert done["actors"] == 2 and done["pause_s"] > 0
+    assert done["actors"] == 2 and done["previous"] == 1 and done["pause_s"] > 0
     assert len(db.metrics()["cluster"]["members"]) == 2
-    for i in range(12, 24):
+    for i in range(8, 16):
         db.insert("t", batch(i))
-    with pytest.raises(ConfigError, match="scaled in"):
-        db.scale(1)
+    assert all(n > 0 for n in db.metrics()["cluster"]["rows_per_actor"])
+    done = db.scale(1)
+    assert done["actors"] == 1 and done["by"] == "manual"
+    for i in range(16, 24):
+        db.insert("t", batch(i))
     db.finish()
     got = {s: subs[s].to_arrow() for s in STREAMS}
     assert_exactly_once(got, db.query("SELECT * FROM per_key_total").to_arrow(), 24)
-    assert all(n > 0 for n in db.metrics()["cluster"]["rows_per_actor"])
+    m = db.metrics()
+    assert len(m["cluster"]["members"]) == 1
+    assert [(r["previous"], r["actors"]) for r in m["autoscale"]["rescales_done"]] == [(1, 2), (2, 1)]
