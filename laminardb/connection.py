@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from laminardb import catalog
+from laminardb._clock import ProcessingClock
 from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
 from laminardb.ingest import OnError, check_on_error
 from laminardb.reactor import Reactor
@@ -123,6 +124,8 @@ class Connection:
         # Python UDFs (register_udf) and Flink table declarations: what parsing and planning of this
         # connection see (laminardb/udf.py); datagen/filesystem tables are polled sources (flink_ddl.py)
         self._udfs = UdfRegistry.from_config(self.config.get("udfs"))
+        # processing time (PROCTIME(), q12): config["clock"] returns epoch ms; stamped per ingested batch
+        self._udfs.clock = self._reactor.clock = ProcessingClock(self.config.get("clock"))
         self._reactor.make_source_connector = flink_ddl.source_connectors(self._reactor.make_source_connector)
         self._closed = False
         self._started = False

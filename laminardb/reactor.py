@@ -33,7 +33,14 @@ from laminardb.sql.exceptions import (
     UnknownObjectError,
     UnsupportedSqlError,
 )
-from laminardb.sql.planner import WEIGHT, QueryPlan, RelationInfo, lookup_from, plan_query
+from laminardb.sql.planner import (
+    WEIGHT,
+    QueryPlan,
+    RelationInfo,
+    follows_processing_time,
+    lookup_from,
+    plan_query,
+)
 from laminardb.sql.types import ticks_per_ms
 from laminardb.subscription import Subscription
 from laminardb.views import ViewStore, consolidate
@@ -95,6 +102,7 @@ class Node:
     connector_state: dict | None = None  # the connector's position as of the last ingested poll
     rules: EventTimeRules | None = None  # plausible event times (WITH event_time_range, max_future)
     source_connector: str | None = None  # "kafka" for FROM KAFKA (…) / WITH ('connector' = 'kafka')
+    primary_key: tuple[str, ...] = ()  # PRIMARY KEY (…) NOT ENFORCED: a versioned source (temporal joins)
     # event time: every event-time column of a stream → its watermark from the root source's
     # (sources: just time_col); how the watermark came about, for DESCRIBE
     time_cols: dict = field(default_factory=dict)
@@ -129,6 +137,10 @@ class Reactor:
         self.last_lsn = -1  # the WAL record of the last insert (fsynced outside the lock)
         self.connector_restore: dict[str, dict] = {}  # recovery: checkpointed connector state
         self.sink_errors: dict[int, tuple[int, str]] = {}  # id(sink) -> (failed writes, last error)
+        # processing time (laminardb/_clock.py): the connection's clock, stamped once per ingested
+        # batch; the queries whose windows follow it, advanced after every batch of any source
+        self.clock = None
+        self.proc_nodes: list[str] = []
 
     # ------------------------------------------------------------------ catalog
     def relation(self, name: str) -> RelationInfo:
@@ -137,7 +149,7 @@ class Reactor:
             raise UnknownObjectError(f"{name!r} is a sink; queries read sources, streams and views")
         times = node.time_cols if node.kind in ("stream", "view", "late") else None
         return RelationInfo(node.name, node.visible_schema, node.time_col, node.changelog, times,
-                            kind=node.kind, connector=node.source_connector)
+                            kind=node.kind, connector=node.source_connector, primary_key=node.primary_key)
 
     def _node(self, name: str) -> Node:
         if name in self.nodes:
@@ -167,6 +179,7 @@ class Reactor:
                     not_null=frozenset(not_null), delay_ticks=delay, options=stmt.options)
         node.rules = self._event_time_rules(stmt, schema)
         node.source_connector = stmt.connector
+        node.primary_key = stmt.primary_key
         if stmt.watermark_col is not None:
             node.watermark_note = f"max event time - {stmt.watermark_delay_ms} ms (declared)"
         dead = stmt.name + REJECTED_SUFFIX
@@ -220,6 +233,8 @@ class Reactor:
         self.nodes[stmt.name] = node
         for u in upstreams:
             u.downstream.append(stmt.name)
+        if follows_processing_time(plan):
+            self.proc_nodes.append(stmt.name)
         return True
 
     @staticmethod
@@ -308,6 +323,8 @@ class Reactor:
                 sub._end()
             self.nodes.pop(dead.name)
         del self.nodes[stmt.name]
+        if stmt.name in self.proc_nodes:
+            self.proc_nodes.remove(stmt.name)
         return True
 
     # ------------------------------------------------------------------ data path
@@ -385,10 +402,13 @@ class Reactor:
         ``None`` from them means "not placed yet" (a partition has not delivered): hold it.
         """
         n = 0 if batch is None else batch.num_rows
+        if self.clock is not None:
+            self.clock.tick()  # this batch's processing time: every PROCTIME() of it reads this instant
         if n == 0:
             if isinstance(watermark, int) and watermark > node.wm:
                 errors: list[Exception] = []
                 self._advance(node, watermark, errors)
+                self._advance_processing_time(errors)
                 if errors:
                     raise errors[0]
             return 0
@@ -418,9 +438,18 @@ class Reactor:
             node.max_ts = max_ts
             if wm_next is not None:
                 self._advance(node, wm, errors)
+        self._advance_processing_time(errors)
         if errors:
             raise errors[0]
         return n
+
+    def _advance_processing_time(self, errors: list[Exception]) -> None:
+        """Close the processing-time windows the clock has passed (their queries' event-time
+        watermark may not have moved)."""
+        for name in self.proc_nodes:
+            node = self.nodes.get(name)
+            if node is not None and node.wm != NO_WATERMARK:
+                self._guard(errors, self._advance, node, node.wm, errors)
 
     @staticmethod
     def _guard(errors: list[Exception], fn, *args) -> None:

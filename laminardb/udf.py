@@ -148,7 +148,8 @@ def _check_name(name: Any) -> str:
 class UdfRegistry:
     """The UDFs of one connection (``conn._udfs``), by lower-case name.
 
-    It also holds the connection's Flink table declarations (``CREATE TABLE … WITH
+    It also holds the connection's processing-time clock (``clock``, for ``PROCTIME()``) and its
+    Flink table declarations (``CREATE TABLE … WITH
     ('connector' = …)``, read by ``sql/flink_ddl.py`` when a later ``INSERT INTO`` names the
     table), so that the connection carries one context object for both.
     """
@@ -156,6 +157,8 @@ class UdfRegistry:
     def __init__(self) -> None:
         self._functions: dict[str, ScalarUdf] = {}
         self.flink_tables: dict[str, Any] = {}
+        # the connection's processing-time clock (laminardb/_clock.py): PROCTIME() binds it when planned
+        self.clock: Any = None
 
     def register(self, name: str, fn: Callable[..., Any], return_type: str | pa.DataType) -> ScalarUdf:
         """Add (or replace) ``name``; streams planned before keep the function they bound."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from laminardb.nexmark.generator import NexmarkConfig, generate
 from laminardb.nexmark.queries import SOURCES_DDL, query
+from laminardb.nexmark.udfs import UDFS
 
 __all__ = ["RunResult", "run_query"]
 
@@ -47,7 +48,7 @@ def run_query(name: str, *, events: int, seed: int = 0, batch_events: int = 65_5
     import laminardb
 
     q = query(name)
-    db = laminardb.open()
+    db = laminardb.open(config={"udfs": UDFS})  # q14 calls count_char
     try:
         db.execute(SOURCES_DDL)
         db.execute(q.statement())

@@ -1,9 +1,11 @@
 """Aggregate functions: per-slot accumulator state in numpy arrays, updated by numba kernels.
 
-Entry point: ``make_accumulator(spec, capacity)``. An accumulator owns the state of one
-aggregate call for every group slot: ``update`` folds a batch in, ``output`` turns slots
-into an Arrow column, ``reset`` clears freed slots, ``merge`` combines two slots (session
-merges), ``capture``/``load`` move the state of slots through snapshot columns.
+Entry points: ``make_accumulators(specs, capacity)`` (one operator's accumulators) and
+``fold`` (one batch into them). An accumulator owns the state of one aggregate call for every
+group slot: ``update`` folds a batch in, ``output`` turns slots into an Arrow column, ``reset``
+clears freed slots, ``merge`` combines two slots (session merges), ``capture``/``load`` move
+the state of slots through snapshot columns. ``FILTER (WHERE …)`` never reaches them: the
+planner folds it into the argument as NULLs (``sql/_agg_filter.py``).
 """
 
 from __future__ import annotations
@@ -307,23 +309,36 @@ class FirstLastAcc(_ValueAcc):
 
 
 class DistinctCountAcc(Accumulator):
-    """COUNT(DISTINCT x): interned values and an open-addressing set of (slot, value id)."""
+    """COUNT(DISTINCT x): interned values and an open-addressing set of (slot, value id).
+
+    ``interner`` may be shared by the COUNT(DISTINCT) accumulators of one operator whose
+    arguments have one type (``make_accumulators``): a value id is only a name for a value, so
+    sharing changes no result, and ``fold`` then interns each batch's values once for all of
+    them (Nexmark q15 counts distinct bidders four times: in total and per price band)."""
 
     _arrays = ("counts",)
     has_pairs = True
 
+    def __init__(self, spec: AggSpec, capacity: int, interner: Interner | None = None) -> None:
+        self.interner = interner if interner is not None else Interner([spec.arg_type])
+        super().__init__(spec, capacity)
+
     def _init_arrays(self, capacity):
-        self.interner = Interner([self.spec.arg_type])
         self.counts = np.zeros(capacity, dtype=np.int64)
         self.set_slot = np.full(_DISTINCT_INITIAL, -1, dtype=np.int64)
         self.set_val = np.zeros(_DISTINCT_INITIAL, dtype=np.int64)
         self.set_n = np.zeros(1, dtype=np.int64)
 
     def update(self, slots, arr, weights, ts, seqs):
+        self.update_ids(slots, arr, self.interner.intern([arr]))
+
+    def update_ids(self, slots: np.ndarray, arr: pa.Array, ids: np.ndarray) -> None:
+        """Fold in ``arr`` whose values ``self.interner`` gave ``ids`` (NULL rows' ids unread)."""
         valid, has_valid = validity(arr)
-        ids = self.interner.intern([arr])
-        if 2 * (int(self.set_n[0]) + len(slots)) > len(self.set_slot):
-            self._rebuild(None, 4 * (int(self.set_n[0]) + len(slots)))
+        # room for every new pair at most: the rows a FILTER or NULL leaves out add none
+        most = int(self.set_n[0]) + (int(np.count_nonzero(valid)) if has_valid else len(slots))
+        if 2 * most > len(self.set_slot):
+            self._rebuild(None, 4 * most)
         A.acc_distinct(slots, ids, valid, has_valid, self.set_slot, self.set_val, self.set_n, self.counts)
 
     def _rebuild(self, keep: np.ndarray | None, need: int) -> None:
@@ -393,11 +408,60 @@ def fold(rows: Accumulator, accs: list[Accumulator], slots: np.ndarray, args: li
     argument rows behind ``slots`` (window expansion, late rows dropped); None: all, in order."""
     idx = None if take is None else pa.array(take)
     rows.update(slots, None, weights, ts, seqs)
+    interned: dict[tuple, tuple[pa.Array, np.ndarray]] = {}  # this batch's value ids (``_value_ids``)
     for acc, arr in zip(accs, args, strict=True):
         if arr is not None and idx is not None:
             arr = arr.take(idx)
-        acc.update(slots, arr, weights, ts, seqs)
+        if isinstance(acc, DistinctCountAcc):
+            acc.update_ids(slots, arr, _value_ids(acc.interner, arr, interned))
+        else:
+            acc.update(slots, arr, weights, ts, seqs)
+
+
+_FLAT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_timestamp,
+               pa.types.is_date, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
+               pa.types.is_large_binary)
+
+
+def is_flat_type(t: pa.DataType) -> bool:
+    """Whether an array of ``t`` is its validity bitmap then buffers holding the values themselves
+    (no child arrays, no dictionary): a new bitmap over the same buffers is the same values with
+    other NULLs, and arrays with the same value buffers hold the same values wherever valid."""
+    return any(is_t(t) for is_t in _FLAT_TYPES)
+
+
+def _value_ids(interner: Interner, arr: pa.Array, interned: dict[tuple, tuple[pa.Array, np.ndarray]]) -> np.ndarray:
+    """``interner``'s ids of ``arr``'s values, NULLs ignored; arrays of one batch that share value
+    buffers and differ only in their validity (an argument and the same argument under FILTER
+    conditions) are interned once. The ids of NULL rows are those of whatever value the buffer
+    holds there: unread (the accumulators skip NULLs), and the ids never leave the operator."""
+    if not is_flat_type(arr.type):
+        return interner.intern([arr])
+    bufs = arr.buffers()[1:]
+    key = (id(interner), arr.offset, len(arr), *(0 if b is None else b.address for b in bufs))
+    hit = interned.get(key)
+    if hit is not None:
+        return hit[1]
+    values = pa.Array.from_buffers(arr.type, len(arr), [None, *bufs], offset=arr.offset)
+    ids = interner.intern([values])
+    # the entry keeps ``arr`` alive: no later array of this call can reuse its buffers' addresses
+    interned[key] = (arr, ids)
+    return ids
 
 
 def make_accumulator(spec: AggSpec, capacity: int) -> Accumulator:
     return _ACCUMULATORS[spec.kind](spec, capacity)
+
+
+def make_accumulators(specs: list[AggSpec], capacity: int) -> list[Accumulator]:
+    """The accumulators of one operator; its COUNT(DISTINCT)s of one argument type share one
+    interner (see ``DistinctCountAcc``)."""
+    shared: dict[str, Interner] = {}
+    out: list[Accumulator] = []
+    for spec in specs:
+        if spec.kind == "count_distinct":
+            interner = shared.setdefault(str(spec.arg_type), Interner([spec.arg_type]))
+            out.append(DistinctCountAcc(spec, capacity, interner))
+        else:
+            out.append(make_accumulator(spec, capacity))
+    return out

@@ -27,10 +27,12 @@ import pyarrow as pa
 from laminardb.operators import _agg_state
 from laminardb.operators import _kernels as K
 from laminardb.operators._interner import GroupTable, Interner
-from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulator
+from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulators
 from laminardb.operators.snapshot import Snapshot, StateImage
 
 EmitMode = Literal["changes", "close"]
+#: (row, window) pairs a hop expands at once (``_process_in_parts``): 4M pairs, ~200 MB of arrays
+_MAX_PAIRS = 1 << 22
 NO_WATERMARK = np.iinfo(np.int64).min
 _INT64 = pa.int64()
 END_OF_TIME = np.iinfo(np.int64).max
@@ -97,7 +99,7 @@ class GroupAggregate:
         self.groups = GroupTable()
         cap = self.groups.capacity
         self.rows = CountAcc(AggSpec("count_star", None, pa.int64()), cap)
-        self.accs = [make_accumulator(s, cap) for s in specs]
+        self.accs = make_accumulators(specs, cap)
         self.groups.on_grow.append(self._grow)
         self._mark = np.full(cap, -1, dtype=np.int64)
         self._stamp = 0
@@ -131,6 +133,10 @@ class GroupAggregate:
         """Fold one batch in. Returns (changed groups for EMIT CHANGES, late-row mask)."""
         if n == 0:
             return None, None
+        if self.window is not None and self.window.kind == "hop" and self.emit != "changes" and not self.lateness:
+            step = max(1, _MAX_PAIRS // -(-self.window.size // self.window.slide))
+            if n > step:
+                return self._process_in_parts(n, keys, args, ts, weights, wm_before, step)
         key_ids = self.keys.intern(keys) if self.keys is not None else np.zeros(n, np.int64)
         late = None
         rows = None  # row index per (row, window) pair when windows expand rows
@@ -202,6 +208,24 @@ class GroupAggregate:
         if len(gone) and self.window is None:
             self._free(gone)
         return GroupRows(new=None, new_valid=new_valid, old_valid=old_valid, pair=pair), late
+
+    def _process_in_parts(self, n, keys, args, ts, weights, wm_before, step):
+        """A hop expands each row into size/slide windows: a big batch goes in parts of
+        ``step`` rows, so memory stays bounded (300k rows of a 60 s window sliding every
+        100 ms would be 180M (row, window) pairs at once). Windows emit on close, so the
+        parts give the same state and output as the whole."""
+        lates, slots = [], []
+        for i in range(0, n, step):
+            m = min(step, n - i)
+            _, late = self.process(m, [k.slice(i, m) for k in keys],
+                                   [None if a is None else a.slice(i, m) for a in args],
+                                   None if ts is None else ts[i:i + m],
+                                   None if weights is None else weights[i:i + m], wm_before)
+            lates.append(np.zeros(m, np.bool_) if late is None else late)
+            slots.append(self.last_slots)
+        self.last_slots = np.concatenate(slots)
+        late = np.concatenate(lates)
+        return None, (late if late.any() else None)
 
     def _touched(self, slots: np.ndarray) -> np.ndarray:
         self._stamp += 1

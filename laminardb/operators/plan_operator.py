@@ -24,7 +24,9 @@ import msgpack
 import numpy as np
 import pyarrow as pa
 
+from laminardb.operators.asof_join import AsofJoinOperator
 from laminardb.operators.join import JoinOperator
+from laminardb.operators.lookup_join import LookupJoinOperator
 from laminardb.operators.over import OverOperator
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.operators.snapshot import (
@@ -37,7 +39,7 @@ from laminardb.operators.snapshot import (
 )
 from laminardb.operators.topn import TopNOperator
 from laminardb.sql.expressions import evaluate_mask
-from laminardb.sql.plan import Filter, Join, Over, Scan, TopN, UnionAll
+from laminardb.sql.plan import AsofJoin, Filter, Join, LookupJoin, Over, Scan, TopN, UnionAll
 from laminardb.sql.planner import WEIGHT, QueryPlan
 from laminardb.sql.watermarks import NO_WATERMARK
 
@@ -79,8 +81,16 @@ class _Filter(_Node):
 
 
 class _Join(_Node):
-    def __init__(self, node: Join) -> None:
-        self.op = JoinOperator(node)
+    """A two-input join: ``JoinOperator``, ``AsofJoinOperator`` (ASOF, temporal) or
+    ``LookupJoinOperator``; all take (port, batch, root watermark)."""
+
+    def __init__(self, node: Join | AsofJoin | LookupJoin) -> None:
+        if isinstance(node, AsofJoin):
+            self.op = AsofJoinOperator(node)
+        elif isinstance(node, LookupJoin):
+            self.op = LookupJoinOperator(node)
+        else:
+            self.op = JoinOperator(node)
 
     def push(self, batch, port, wm):
         return self.op.process(port, batch, wm)
@@ -134,7 +144,7 @@ class PlanOperator:
             phys: _Node = _Stage(node)
         elif isinstance(node, Filter):
             phys = _Filter(node)
-        elif isinstance(node, Join):
+        elif isinstance(node, Join | AsofJoin | LookupJoin):
             phys = _Join(node)
         elif isinstance(node, UnionAll):
             phys = _Union(node)
@@ -205,8 +215,8 @@ class PlanOperator:
     def rows_of(self, g: pa.RecordBatch) -> pa.RecordBatch:
         return self.root.op.rows_of(g)
 
-    def joins(self) -> list[JoinOperator]:
-        """The join operators of the tree (tests read their state sizes)."""
+    def joins(self) -> list:
+        """The join operators of the tree (tests read their state sizes: ``state_rows()``)."""
         return [n.op for n in self.nodes if isinstance(n, _Join)]
 
     # ------------------------------------------------------------------ snapshot
@@ -251,6 +261,9 @@ class _TreeState:
 
         total = 0
         for j in self._op.joins():
+            if not isinstance(j, JoinOperator):
+                total += j.state_bytes()
+                continue
             for s in j.sides:
                 total += sum(c.nbytes for c in s.chunks)
                 total += sum(getattr(s, a).nbytes for a in ("key", "ts", "w", "match", "alive", "nxt", "mark", "head"))

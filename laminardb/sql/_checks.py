@@ -23,9 +23,10 @@ _NOT_YET = ("laminardb runs SELECT … FROM <sources, streams, views, subqueries
 
 
 def check_supported(sel: exp.Expression) -> None:
-    """Raise for OVER, subqueries outside FROM, CTEs, FILTER and aggregates laminardb does not
-    compute. FROM and its joins are the planner's (``planner._plan_item``, ``binder``): a subquery
-    there is checked as a SELECT of its own; a join's ON condition is checked here."""
+    """Raise for OVER, subqueries outside FROM, CTEs, FILTER on a non-aggregate and aggregates
+    laminardb does not compute. FROM and its joins are the planner's (``planner._plan_item``,
+    ``binder``): a subquery there is checked as a SELECT of its own; a join's ON condition is
+    checked here. ``agg(…) FILTER (WHERE …)`` is planned in ``sql/_agg_filter.py``."""
     if sel.args.get("laterals"):
         raise UnsupportedSqlError(f"LATERAL / UNNEST is not supported yet; {_NOT_YET}")
     if sel.args.get("with_") or sel.args.get("with"):
@@ -50,10 +51,10 @@ def check_supported(sel: exp.Expression) -> None:
         if isinstance(node, exp.Select | exp.Subquery | exp.Exists):
             raise UnsupportedSqlError(f"subqueries are not supported yet: create a stream for the inner query and "
                                       f"read it; {_NOT_YET}")
-        if isinstance(node, exp.Filter):
+        if isinstance(node, exp.Filter) and not isinstance(node.this, exp.AggFunc):
             raise UnsupportedSqlError(
-                f"{node.sql()}: FILTER (WHERE …) on aggregates is not supported; write "
-                "SUM(CASE WHEN cond THEN x END) or COUNT(CASE WHEN cond THEN 1 END)")
+                f"{node.sql()}: FILTER (WHERE …) applies to aggregate functions only ({SUPPORTED_AGGREGATE_NAMES}); "
+                "for a scalar use CASE WHEN cond THEN x END")
         if isinstance(node, exp.WithinGroup):
             name = node.this.sql_name() if isinstance(node.this, exp.Func) else node.this.sql()
             raise UnsupportedAggregateError(f"unsupported aggregate {name}; supported: {SUPPORTED_AGGREGATE_NAMES}")

@@ -3,13 +3,14 @@ and SESSION usable as a function name (legacy Flink ``GROUP BY SESSION(ts, gap)`
 
 Entry point: ``parse_select``. sqlglot is lenient where laminardb is strict: before parsing,
 the tokens are checked for stray commas (``SELECT x,, FROM a``, which sqlglot would read as
-``SELECT x FROM a``) and for JOINs (``ASOF JOIN … MATCH_CONDITION`` is no syntax error but an
-unsupported construct, and is reported as one).
+``SELECT x FROM a``) and for JOINs laminardb does not plan (SEMI, ANTI, LATERAL …: no syntax
+error but an unsupported construct, reported as one). ``MATCH_CONDITION`` is a keyword (as in
+Snowflake's dialect) and ``LEFT ASOF JOIN`` parses as ``ASOF LEFT JOIN``.
 """
 
 from __future__ import annotations
 
-from sqlglot import tokens
+from sqlglot import parser, tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
@@ -19,7 +20,15 @@ from laminardb.sql.exceptions import SqlParseError, UnsupportedJoinError
 class LaminarDialect(Dialect):
     class Tokenizer(tokens.Tokenizer):
         IDENTIFIERS = ['"', "`"]
-        KEYWORDS = {k: v for k, v in tokens.Tokenizer.KEYWORDS.items() if k != "SESSION"}
+        KEYWORDS = {**{k: v for k, v in tokens.Tokenizer.KEYWORDS.items() if k != "SESSION"},
+                    "MATCH_CONDITION": tokens.TokenType.MATCH_CONDITION}  # ASOF JOIN … MATCH_CONDITION(…)
+
+    class Parser(parser.Parser):
+        def _parse_join_parts(self):
+            method, side, kind = super()._parse_join_parts()
+            if method is None and side is not None and self._match(tokens.TokenType.ASOF):
+                method = self._prev  # LEFT ASOF JOIN (LaminarDB's, Spark's order) as ASOF LEFT JOIN
+            return method, side, kind
 
 
 DIALECT = LaminarDialect()
@@ -43,7 +52,7 @@ _AFTER_ITEM = _names("COMMA", "R_PAREN", "FROM", "WHERE", "GROUP_BY", "HAVING", 
                      "UNION", "EXCEPT", "INTERSECT", "WINDOW", "QUALIFY", "SEMICOLON")
 _JOIN_WORDS = {"ASOF", "LEFT", "RIGHT", "FULL", "INNER", "OUTER", "CROSS", "SEMI", "ANTI", "NATURAL",
                "TEMPORAL", "PROBE", "LOOKUP", "GLOBAL", "ANY", "ALL", "LATERAL"}
-_PLANNED_JOIN_WORDS = {"LEFT", "RIGHT", "FULL", "INNER", "OUTER", "CROSS"}  # joins laminardb plans
+_PLANNED_JOIN_WORDS = {"LEFT", "RIGHT", "FULL", "INNER", "OUTER", "CROSS", "ASOF"}  # joins laminardb plans
 
 
 def _where(tok: tokens.Token, base_line: int, base_col: int) -> tuple[int, int]:
@@ -72,15 +81,12 @@ def check_tokens(toks: list[tokens.Token], *, base_line: int = 0, base_col: int 
             while j > 0 and toks[j - 1].text.upper() in _JOIN_WORDS:
                 j -= 1
             kind = " ".join(t.text.upper() for t in toks[j : i + 1])
-            if any(t.text.upper() == "MATCH_CONDITION" for t in toks[i:]):
-                kind += " … MATCH_CONDITION"
-            elif {t.text.upper() for t in toks[j:i]} <= _PLANNED_JOIN_WORDS:
-                continue  # inner/outer/cross joins: the planner (sql/binder.py) takes them
+            if {t.text.upper() for t in toks[j:i]} <= _PLANNED_JOIN_WORDS:
+                continue  # inner/outer/cross/ASOF joins: the planner (sql/binder.py) takes them
             raise UnsupportedJoinError(
-                f"{kind} is not supported: laminardb queries read one source, stream or view, and joins of "
-                "every kind (inner, outer, interval, ASOF, temporal, lookup) are not supported yet. "
-                "Supported: single-input SELECT … FROM <one input> with WHERE, GROUP BY (windows) and "
-                "HAVING; join the data before insert(), or aggregate each input in its own stream")
+                f"{kind} is not supported: laminardb plans inner and LEFT/RIGHT/FULL outer equi-joins (with "
+                "interval bounds), [LEFT] ASOF JOIN … MATCH_CONDITION(…) ON …, and JOIN t FOR SYSTEM_TIME AS OF "
+                "l.time (temporal and lookup joins); write the query with one of those")
 
 
 def parse_select(text: str, *, base_line: int = 0, base_col: int = 0):

@@ -179,6 +179,25 @@ _TVF_KINDS = ("TUMBLE", "HOP", "SESSION", "CUMULATE")
 
 def rewrite_window_tvf(text: str) -> tuple[str, WindowTvf | None]:
     """Replace a Flink window TVF in FROM by its table name; return the window it named."""
+    return _rewrite_one_tvf(text, None)
+
+
+TVF_PLACEHOLDER = "__tvf"  # ``__tvf<i>``: the table of the i-th window TVF, until ddl tags it
+
+
+def rewrite_window_tvfs(text: str) -> tuple[str, list[WindowTvf]]:
+    """Replace every Flink window TVF in FROM (q5 has two) by ``__tvf<i>``, in the order written;
+    ``ddl`` puts each table's name back and tags its ``exp.Table`` with ``meta["tvf"] = i``, so
+    each SELECT block finds its own window wherever it sits."""
+    tvfs: list[WindowTvf] = []
+    while True:
+        text, tvf = _rewrite_one_tvf(text, f"{TVF_PLACEHOLDER}{len(tvfs)}")
+        if tvf is None:
+            return text, tvfs
+        tvfs.append(tvf)
+
+
+def _rewrite_one_tvf(text: str, placeholder: str | None) -> tuple[str, WindowTvf | None]:
     toks = tokenize(text)
     for i in range(len(toks) - 3):
         a, b, c = toks[i], toks[i + 1], toks[i + 2]
@@ -201,7 +220,7 @@ def rewrite_window_tvf(text: str) -> tuple[str, WindowTvf | None]:
                     col=c.col,
                 )
             table = m.group(1).strip()
-            new = text[: a.start] + table + text[toks[close].end + 1 :]
+            new = text[: a.start] + (placeholder or table) + text[toks[close].end + 1 :]
             time_col = d.group(1).strip()
             # Flink writes the descriptor quoted (DESCRIPTOR(`dateTime`), Nexmark's queries): the
             # column is the name inside the quotes, as anywhere else in the query.

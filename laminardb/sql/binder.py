@@ -150,7 +150,8 @@ def _and(parts: list[exp.Expression]) -> exp.Expression | None:
 
 
 def _kind(j: exp.Join) -> JoinKind:
-    if j.args.get("method") or j.args.get("using"):
+    method = (j.args.get("method") or "").upper()
+    if method and method != "ASOF" or j.args.get("using"):
         what = "NATURAL JOIN" if j.args.get("method") else "JOIN … USING (…)"
         raise UnsupportedJoinError(f"{what} is not supported yet; write the condition out: JOIN b ON a.k = b.k")
     side = (j.args.get("side") or "").upper()
@@ -226,9 +227,11 @@ _UNBOUNDED = 1 << 62
 
 
 class _JoinBuilder:
-    def __init__(self, binder: _Binder, ttl_ms: int | None) -> None:
+    def __init__(self, binder: _Binder, ttl_ms: int | None, special: dict | None = None) -> None:
         self.b = binder
         self.ttl_ms = ttl_ms
+        # item k → ("asof", MATCH_CONDITION or None) | ("as_of", FOR SYSTEM_TIME AS OF expression)
+        self.special: dict[int, tuple[str, exp.Expression | None]] = special or {}
 
     def interval(self, c: exp.Expression, k: int, left_times, right_times, lschema, rschema):
         """Bounds on left.ts − right.ts from one conjunct, or None when it is no time bound."""
@@ -283,6 +286,8 @@ class _JoinBuilder:
                 continue
             m = max(refs)
             ok = all(kinds[j] in ("inner", "left") for j in range(m + 1, n))
+            if m in self.special:  # a filter on an ASOF/temporal/lookup match applies after it
+                ok = False
             if m >= 1:
                 ok = ok and (kinds[m] in ("inner", "right") if len(refs) == 1 else kinds[m] == "inner")
             if not ok:
@@ -309,6 +314,11 @@ class _JoinBuilder:
                 lscope = Scope(_side_schema(items[:k]))
                 left = Filter(left, self._compile_bool(self.b.rewrite(_and(left_filters[k])), lscope))
             right = self._item_node(k, pushed[k])
+            if k in self.special:
+                from laminardb.sql._temporal import special_join
+
+                node = special_join(self, k, kinds[k], left, right, residual)
+                continue
             node = self._join(k, kinds[k], left, right, residual)
         return node, remaining
 
@@ -336,6 +346,7 @@ class _JoinBuilder:
         rkeys: list[Expr] = []
         residual: list[exp.Expression] = []
         bounds: list[tuple[str, str, int, int]] = []
+        window_eq: list[tuple[str, str, int, int]] = []
         for c in conds:
             if isinstance(c, exp.EQ):
                 rx, ry = self.b.refs(c.this), self.b.refs(c.expression)
@@ -346,12 +357,19 @@ class _JoinBuilder:
                     t = _key_type(le.type, re_.type, c.sql())
                     lkeys.append(_cast(le, t))
                     rkeys.append(_cast(re_, t))
+                    # equal event times (a window join: a.window_end = b.window_end) also bound
+                    # state, as the interval [0, 0]
+                    same = self.interval(exp.Between(this=c.this, low=c.expression, high=c.expression), k,
+                                         ltimes, rtimes, lschema, rschema)
+                    window_eq += same or []
                     continue
             iv = self.interval(c, k, ltimes, rtimes, lschema, rschema)
             if iv:
                 bounds += iv
                 continue
             residual.append(c)
+        if not bounds and window_eq:  # one pair bounds state; the others stay keys
+            bounds = [b for b in window_eq if b[:2] == window_eq[0][:2]]
         cond_sql = " AND ".join(c.sql() for c in conds)
         if not lkeys:
             raise UnsupportedJoinError(
@@ -417,7 +435,14 @@ def bind_joins(sel: exp.Select, items: list[FromItem], joins: list[exp.Join], op
     ttl = options.get("state_ttl")
     ttl_ms = lateness_ms(ttl, "state_ttl") if ttl is not None else None
     where = sel.args.get("where")
-    root, remaining = _JoinBuilder(binder, ttl_ms).build(kinds, on, _conjuncts(where.this if where else None))
+    special = {}
+    for k, j in enumerate(joins, start=1):
+        if (j.args.get("method") or "").upper() == "ASOF":
+            special[k] = ("asof", j.args.get("match_condition"))
+        elif isinstance(j.this, exp.Table) and j.this.args.get("version") is not None:
+            special[k] = ("as_of", j.this.args["version"])
+    builder = _JoinBuilder(binder, ttl_ms, special)
+    root, remaining = builder.build(kinds, on, _conjuncts(where.this if where else None))
 
     out = sel.copy()
     out.set("joins", None)

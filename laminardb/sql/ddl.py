@@ -38,6 +38,9 @@ class CreateSource:
     if_not_exists: bool = False
     connector: str | None = None  # e.g. "kafka" for FROM KAFKA (…)
     connector_options: dict[str, str] = field(default_factory=dict)
+    # PRIMARY KEY (…) NOT ENFORCED: a versioned source (each row the new version of its key from
+    # its event time on), which a temporal join (FOR SYSTEM_TIME AS OF) reads
+    primary_key: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,9 @@ class Query:
     tvf: _lexer.WindowTvf | None = None
     options: dict[str, str] = field(default_factory=dict)  # a trailing WITH (…), as written
     allowed_lateness_ms: int | None = None  # WITH (allowed_lateness = …) / ALLOW LATENESS …
+    # every window TVF of the query, in the order written (``tvf`` is the first); the
+    # ``exp.Table`` each one reads carries ``meta["tvf"]``, its index here
+    tvfs: tuple[_lexer.WindowTvf, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -188,8 +194,9 @@ def _position(text: str, offset: int, line: int, col: int) -> tuple[int, int]:
 
 def _query(text: str, line: int, col: int) -> Query:
     body, clauses = _lexer.strip_streaming_clauses(text)
-    body, tvf = _lexer.rewrite_window_tvf(body)
+    body, tvfs = _lexer.rewrite_window_tvfs(body)
     select = parse_select(body, base_line=line, base_col=col)
+    _tag_tvfs(select, tvfs)
     if not isinstance(select, exp.Select):
         raise UnsupportedSqlError(
             f"only a single SELECT is supported as a query here (got {select.key.upper()}); "
@@ -201,7 +208,28 @@ def _query(text: str, line: int, col: int) -> Query:
     lateness = None
     if clauses.lateness is not None:
         lateness = options.lateness_ms(clauses.lateness, "ALLOW LATENESS")
-    return Query(select, text, clauses.emit, late, tvf, opts, lateness)
+    return Query(select, text, clauses.emit, late, tvfs[0] if tvfs else None, opts, lateness, tuple(tvfs))
+
+
+def _tag_tvfs(select: exp.Expression, tvfs: list[_lexer.WindowTvf]) -> None:
+    """Put back the table name of each window TVF (``__tvf<i>``, see ``_lexer``) and tag its
+    ``exp.Table`` with ``meta["tvf"] = i`` (the tag survives copies of the tree)."""
+    if not tvfs:
+        return
+    found = set()
+    for t in select.find_all(exp.Table):
+        name = t.name
+        if not name.startswith(_lexer.TVF_PLACEHOLDER) or not name[len(_lexer.TVF_PLACEHOLDER):].isdigit():
+            continue
+        i = int(name[len(_lexer.TVF_PLACEHOLDER):])
+        table = tvfs[i].table
+        quoted = len(table) >= 2 and table[0] == table[-1] and table[0] in "`\""
+        t.set("this", exp.Identifier(this=table[1:-1] if quoted else table, quoted=quoted))
+        t.meta["tvf"] = i
+        found.add(i)
+    if len(found) != len(tvfs):
+        raise UnsupportedSqlError("a window TVF (TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(ts), …))) belongs "
+                                  "in FROM, in place of a table")
 
 
 def _single_input_stars(select: exp.Expression) -> None:
@@ -276,6 +304,7 @@ class TableHead:
     watermark_delay_ms: int
     rest: str  # the text after the column list
     if_not_exists: bool = False
+    primary_key: tuple[str, ...] = ()
 
 
 def read_table(text: str, line: int, col: int, *, parse=parse_type) -> TableHead:
@@ -295,11 +324,20 @@ def read_table(text: str, line: int, col: int, *, parse=parse_type) -> TableHead
     types: list[str] = []
     wm_col = None
     wm_delay = 0
+    pk: tuple[str, ...] = ()
     for item in items:
         wm = re.match(rf"(?is)\s*WATERMARK\s+FOR\s+({_IDENT})\s+AS\s+(.+)$", item)
         if wm:
             wm_col = unquote(wm.group(1))
             wm_delay = _watermark_delay(wm_col, wm.group(2))
+            continue
+        km = re.match(r"(?is)\s*(?:CONSTRAINT\s+\S+\s+)?PRIMARY\s+KEY\s*\(([^)]*)\)\s*(NOT\s+ENFORCED)?\s*$", item)
+        if km:
+            if not km.group(2):
+                raise UnsupportedSqlError(
+                    f"source {name!r}: laminardb does not enforce keys; declare it as Flink does, "
+                    f"PRIMARY KEY ({km.group(1).strip()}) NOT ENFORCED (each row is the new version of its key)")
+            pk = tuple(unquote(c) for c in km.group(1).split(",") if c.strip())
             continue
         if _CONSTRAINT.match(item):
             raise UnsupportedSqlError(
@@ -323,7 +361,10 @@ def read_table(text: str, line: int, col: int, *, parse=parse_type) -> TableHead
         raise SqlParseError(f"column {sorted(dup)[0]!r} is declared twice in source {name!r}")
     if wm_col is not None and wm_col not in names:
         raise SqlParseError(f"WATERMARK FOR {wm_col}: source {name!r} has no column {wm_col!r}")
-    return TableHead(name, columns, types, wm_col, wm_delay, text[body_end + 1 :].strip(), bool(m.group(1)))
+    for c in pk:
+        if c not in names:
+            raise SqlParseError(f"PRIMARY KEY ({', '.join(pk)}): source {name!r} has no column {c!r}")
+    return TableHead(name, columns, types, wm_col, wm_delay, text[body_end + 1 :].strip(), bool(m.group(1)), pk)
 
 
 def _create_source(text: str, line: int, col: int) -> CreateSource:
@@ -372,7 +413,8 @@ def source_from_options(head: TableHead, opts: dict[str, str], connector: str | 
             raise UnknownOptionError(f"source {name!r}: give the connector once, as FROM {connector.upper()} (…) "
                                      f"or as WITH ('connector' = '{given.connector}', …)")
         connector, conn_opts = given.connector, dict(given.connector_options or {})
-    return CreateSource(name, head.columns, wm_col, wm_delay, opts, head.if_not_exists, connector, conn_opts)
+    return CreateSource(name, head.columns, wm_col, wm_delay, opts, head.if_not_exists, connector, conn_opts,
+                        head.primary_key)
 
 
 def _watermark_delay(col: str, expr_text: str) -> int:

@@ -79,7 +79,7 @@ class FlinkTable(ddl.CreateSource):
 
     def as_source(self) -> ddl.CreateSource:
         return ddl.CreateSource(self.name, self.columns, self.watermark_col, self.watermark_delay_ms, self.options,
-                                self.if_not_exists, self.connector, self.connector_options)
+                                self.if_not_exists, self.connector, self.connector_options, self.primary_key)
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,8 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
     if partitioned and connector != "filesystem":
         raise UnsupportedSqlError(f"table {name!r}: PARTITIONED BY applies to filesystem tables")
     return FlinkTable(name, head.columns, wm_col, wm_delay, laminar_opts,
-                      head.if_not_exists, src_connector, src_opts, flink_connector=connector, flink_options=opts,
+                      head.if_not_exists, src_connector, src_opts, head.primary_key, flink_connector=connector,
+                      flink_options=opts,
                       declared_types=tuple(head.types), partitioned_by=partitioned)
 
 

@@ -15,14 +15,14 @@ arithmetic), never a Python loop over rows:
   nothing matches. The pattern's groups are renamed ``(?P<gN>…)`` for Arrow's RE2 kernel.
 * ``SPLIT_INDEX(s, 'delim', i)`` — the i-th (0-based) piece; NULL when i is out of range, i < 0,
   or s is '' (as Flink's ``splitByWholeSeparatorPreserveAllTokens``).
-* ``PROCTIME()`` — the wall-clock time (UTC) when the batch is processed, TIMESTAMP(3).
+* ``PROCTIME()`` — the processing time of the batch (the connection's clock, ``config["clock"]``;
+  the wall clock by default, UTC), TIMESTAMP(3).
 * ``YEAR``, ``MONTH``, ``DAYOFMONTH``/``DAY``, ``HOUR``, ``MINUTE``, ``SECOND`` of a time.
 * a Python UDF registered on the connection (``laminardb/udf.py``).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TypeAlias
 
@@ -70,7 +70,7 @@ def compile_function(node: exp.Expression, scope, compile_arg: CompileArg) -> Fn
         return _split_index(node, compile_arg(args[0]), args[1], compile_arg(args[2]))
     if name == "PROCTIME":
         _arity(node, args, 0, 0)
-        return _proctime
+        return _proctime(processing_clock())
     if name in _NAMED_PARTS:
         _arity(node, args, 1, 1)
         return _time_part(node.sql(), _NAMED_PARTS[name], compile_arg(args[0]))
@@ -111,8 +111,26 @@ def _as_string(v: pa.Array, sql: str) -> pa.Array:
 # --------------------------------------------------------------------------- time
 
 
-def _proctime(b: pa.RecordBatch) -> pa.Scalar:
-    return pa.scalar(time.time_ns() // 1_000_000, pa.timestamp("ms"))
+def processing_clock():
+    """The processing-time clock of the connection planning now (``laminardb/_clock.py``); the
+    wall clock outside one."""
+    from laminardb._clock import ProcessingClock
+
+    reg = udfs.current()
+    if reg is not None and getattr(reg, "clock", None) is not None:
+        return reg.clock
+    return ProcessingClock()
+
+
+def _proctime(clock) -> Fn:
+    """The instant the reactor stamped for the batch being processed: one value per batch."""
+
+    def run(b: pa.RecordBatch) -> pa.Scalar:
+        if b.num_rows == 0:  # the planner's type probe: no batch, no instant (the clock is not read)
+            return pa.scalar(None, pa.timestamp("ms"))
+        return pa.scalar(clock.current(), pa.timestamp("ms"))
+
+    return run
 
 
 def _as_timestamp(v: pa.Array, sql: str) -> pa.Array:

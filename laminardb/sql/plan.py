@@ -1,6 +1,6 @@
 """The logical plan tree: plain dataclasses a query compiles to, below its top SELECT block.
 
-Entry points: ``Scan``, ``Filter``, ``Join``, ``UnionAll``, ``TopN`` and ``planner.QueryPlan`` (one SELECT
+Entry points: ``Scan``, ``Filter``, ``Join``, ``AsofJoin``, ``LookupJoin``, ``UnionAll``, ``TopN`` and ``planner.QueryPlan`` (one SELECT
 block: filter → aggregate → HAVING → project, fused because it runs as one operator and the
 Delta mode partitions it by its aggregate key). ``leaves(node)`` lists the relations a tree
 reads; ``explain_node(node)`` renders it. Every node knows its output ``schema``, whether that
@@ -50,6 +50,7 @@ class Scan:
     changelog: bool = False
     time_col: str | None = None
     time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
+    primary_key: tuple[str, ...] = ()  # a versioned source's (temporal joins)
 
     @property
     def children(self) -> list:
@@ -133,6 +134,74 @@ class Join:
         if self.left.changelog or self.right.changelog:
             return True
         return self.kind != "inner" and self.interval is None
+
+    @property
+    def children(self) -> list:
+        return [self.left, self.right]
+
+
+AsofOp = Literal[">=", ">", "<=", "<"]
+
+
+@dataclass
+class AsofJoin:
+    """``[LEFT] ASOF JOIN r MATCH_CONDITION(l.t OP r.t) ON l.k = r.k``, and the event-time temporal
+    join ``JOIN r FOR SYSTEM_TIME AS OF l.t ON l.k = r.pk`` (``temporal``: an ASOF ``>=`` on the
+    versioned source's primary key, its event time the version's start).
+
+    Each left row pairs with the one right row of equal key whose time is closest to its own
+    while ``left.t OP right.t`` holds (ties: the later arrival). ``left_col``/``right_col`` index
+    the two time columns, ``left_map``/``right_map`` give their watermarks from the root one. A
+    row is emitted once, when no future right row can change its match (the right watermark has
+    passed it: ``operators/asof_join.py``), so the output is append-only.
+    """
+
+    kind: Literal["inner", "left"]
+    left: PlanNode
+    right: PlanNode
+    left_keys: list[Expr]
+    right_keys: list[Expr]
+    op: AsofOp
+    left_col: int
+    right_col: int
+    left_map: WatermarkMap
+    right_map: WatermarkMap
+    schema: pa.Schema
+    time_col: str | None = None
+    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
+    condition_sql: str = ""
+    temporal: bool = False
+
+    @property
+    def changelog(self) -> bool:
+        return False
+
+    @property
+    def children(self) -> list:
+        return [self.left, self.right]
+
+
+@dataclass
+class LookupJoin:
+    """``JOIN t FOR SYSTEM_TIME AS OF l.proc_time AS s ON …`` with a processing-time attribute: each
+    left row joins the rows ``t`` holds when it arrives (a file-backed table, a view, a stream);
+    later changes of ``t`` never revise emitted rows. Only the right side is stored. ``residual``
+    over the joined schema; the output is a changelog only when the left input is one."""
+
+    kind: Literal["inner", "left"]
+    left: PlanNode
+    right: PlanNode
+    left_keys: list[Expr]
+    right_keys: list[Expr]
+    residual: Expr | None
+    schema: pa.Schema
+    time_col: str | None = None
+    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
+    condition_sql: str = ""
+
+    @property
+    def changelog(self) -> bool:
+        return self.left.changelog
 
     @property
     def children(self) -> list:
@@ -272,7 +341,7 @@ class Over(_OverChild):
 
 
 
-PlanNode = "Scan | Filter | Join | UnionAll | TopN | Over | QueryPlan"
+PlanNode = "Scan | Filter | Join | AsofJoin | LookupJoin | UnionAll | TopN | Over | QueryPlan"
 
 
 def leaves(node) -> list[str]:
@@ -309,6 +378,16 @@ def explain_node(node, depth: int = 0) -> list[str]:
             extra = " (unbounded state: set WITH ('state_ttl' = '…') to bound it)"
         out = "changelog" if node.changelog else "append-only"
         lines = [f"{pad}Join[{node.kind}, {out}]: {node.condition_sql}{extra}"]
+        return lines + explain_node(node.left, depth + 1) + explain_node(node.right, depth + 1)
+    if isinstance(node, AsofJoin):
+        what = "TemporalJoin[event time" if node.temporal else f"AsofJoin[{node.kind}, {node.op}"
+        lines = [f"{pad}{what}, append-only]: {node.condition_sql} (right state: the latest row per key "
+                 "before the watermark and the newer ones)"]
+        return lines + explain_node(node.left, depth + 1) + explain_node(node.right, depth + 1)
+    if isinstance(node, LookupJoin):
+        out = "changelog" if node.changelog else "append-only"
+        lines = [f"{pad}LookupJoin[{node.kind}, {out}, processing time]: {node.condition_sql} "
+                 "(the right input is kept whole: its rows as of each left row's arrival)"]
         return lines + explain_node(node.left, depth + 1) + explain_node(node.right, depth + 1)
     if isinstance(node, TopN):
         what = ("Deduplicate[keep first, append-only]" if node.mode == "first" else

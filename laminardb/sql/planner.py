@@ -15,6 +15,11 @@ root source's watermark into that column's (``sql/watermarks.py``). A window rea
 on a source that declares no watermark the window's column becomes the source's event time
 (``QueryPlan.implicit_watermark``, zero delay). A windowed stream that emits on window close
 passes event time on in ``window_start``/``window_end``, so windows cascade.
+
+Window TVFs: a query may hold several (q5); ``ddl`` tags the ``exp.Table`` each reads, and the
+SELECT block whose FROM is that table takes its window. A GROUP BY of both bounds of the
+input's windows is a window aggregate too (``_window_groups.py``), and ``PROCTIME()`` columns
+carry processing time (``watermarks.ProcessingTime``): windows over them follow the clock.
 """
 
 from __future__ import annotations
@@ -28,8 +33,10 @@ from sqlglot import exp
 
 from laminardb.operators.aggregates import INVERTIBLE, AggSpec, result_type
 from laminardb.operators.group_aggregate import WindowSpec, group_schema
+from laminardb.sql._agg_filter import filtered_argument
 from laminardb.sql._checks import check_supported
 from laminardb.sql._dialect import parse_select
+from laminardb.sql._window_groups import WindowGroups, window_attribute_grouping
 from laminardb.sql.ddl import Query
 from laminardb.sql.exceptions import (
     GroupingError,
@@ -41,7 +48,13 @@ from laminardb.sql.expressions import Expr, Scope, compile_expr
 from laminardb.sql.intervals import interval_ms
 from laminardb.sql.plan import Scan, UnionAll, explain_node, leaves
 from laminardb.sql.types import ticks_per_ms, type_name
-from laminardb.sql.watermarks import IDENTITY, WatermarkMap, WindowEdge
+from laminardb.sql.watermarks import (
+    IDENTITY,
+    ProcessingTime,
+    WatermarkMap,
+    WindowEdge,
+    on_processing_time,
+)
 
 WEIGHT = "__weight"
 
@@ -63,6 +76,7 @@ class RelationInfo:
     time_cols: dict[str, WatermarkMap] | None = None
     kind: str = "relation"
     connector: str | None = None
+    primary_key: tuple[str, ...] = ()  # a source's PRIMARY KEY (…) NOT ENFORCED: a versioned table
 
     def event_time(self) -> dict[str, WatermarkMap]:
         if self.time_cols is not None:
@@ -80,6 +94,7 @@ class AggregatePlan:
     time_type: pa.DataType
     group_schema: pa.Schema
     lateness: int = 0  # allowed lateness in ticks of the window's time column
+    closes_with: str = ""  # GROUP BY the input's window bounds: the window-end column groups close with
 
 
 @dataclass
@@ -147,6 +162,8 @@ class QueryPlan:
         if self.aggregate is not None:
             a = self.aggregate
             w = "none" if a.window is None else f"{a.window}"
+            if a.closes_with:
+                w = f"the input's windows (each group closes when the watermark passes its {a.closes_with})"
             late = f" allowed_lateness={a.lateness}" if a.lateness else ""
             lines.append(f"  Aggregate[emit={self.emit}]: keys=[{', '.join(k.sql for k in a.keys)}] "
                          f"aggs=[{', '.join(s.kind for s in a.specs)}] window={w}{late}")
@@ -186,7 +203,9 @@ _WINDOW_REFS = {
 
 def plan_query(query: Query, lookup: Callable[[str], RelationInfo], *, batch: bool = False) -> QueryPlan:
     """Plan one SELECT. ``batch`` plans an ad-hoc query() (ORDER BY/LIMIT allowed, no watermark needed)."""
-    ctx = _Context(lookup, batch, [query.tvf])
+    # tagged TVFs (ddl._query): each block takes the window of the table it reads; a Query built
+    # by hand carries one untagged ``tvf``, taken by the block that reads its table
+    ctx = _Context(lookup, batch, [None if query.tvfs else query.tvf], tuple(query.tvfs))
     plan = _plan_select(query.select, query, ctx, top=True)
     if batch:
         _plan_order_limit(query.select, plan)
@@ -197,12 +216,25 @@ def plan_query(query: Query, lookup: Callable[[str], RelationInfo], *, batch: bo
 class _Context:
     lookup: Callable[[str], RelationInfo]
     batch: bool
-    tvf: list  # [the query's window TVF, until the block reading its table takes it]
+    tvf: list  # [the query's untagged window TVF, until the block reading its table takes it]
+    tvfs: tuple = ()  # the query's window TVFs, by the index their exp.Table carries (meta["tvf"])
+
+
+def _tagged_tvf(sel, ctx: _Context):
+    """The window TVF this block reads: its FROM table's (or a joined table's) tagged TVF."""
+    frm = sel.args.get("from_") or sel.args.get("from")
+    items = ([frm.this] if frm is not None else []) + [j.this for j in sel.args.get("joins") or []]
+    for it in items:
+        if isinstance(it, exp.Table) and it.meta.get("tvf") is not None:
+            return ctx.tvfs[it.meta["tvf"]]
+    return None
 
 
 def _inner_query(sel, ctx: _Context, table: str | None) -> Query:
     """A subquery's block: no EMIT / LATE DATA TO / options of its own; the window TVF if it
     reads the TVF's table."""
+    if ctx.tvfs:
+        return Query(sel, sel.sql(), tvf=_tagged_tvf(sel, ctx))
     tvf = ctx.tvf[0]
     if tvf is not None and table is not None and tvf.table.strip("`\"").lower() == table.lower():
         ctx.tvf[0] = None
@@ -224,7 +256,7 @@ def _plan_item(node: exp.Expression, ctx: _Context):
         if isinstance(node.this, exp.Anonymous | exp.Func) or node.args.get("db"):
             raise UnsupportedSqlError(f"FROM {node.sql()}: name a source, stream or view")
         rel = ctx.lookup(_table_name(node))
-        scan = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time())
+        scan = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time(), rel.primary_key)
         if alias_ident is None:
             return scan, rel.name, bool(node.this.args.get("quoted")), rel.schema, rel.time_col, rel.event_time()
         return scan, alias_ident.name, bool(alias_ident.args.get("quoted")), rel.schema, rel.time_col, rel.event_time()
@@ -299,6 +331,8 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
         name = _table_name(source)
         if query is None:
             query = _inner_query(sel, ctx, name)
+        elif ctx.tvfs:
+            query = replace(query, tvf=_tagged_tvf(sel, ctx))
         elif ctx.tvf[0] is not None:
             ctx.tvf[0] = None  # the top block reads the TVF's table (the common case)
         rel = ctx.lookup(name)
@@ -313,12 +347,12 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
         over = plan_over(sel, source, ctx, batch)
         if over is not None:
             if top:
-                query = replace(query, tvf=ctx.tvf[0])
+                query = replace(query, tvf=_tagged_tvf(sel, ctx) if ctx.tvfs else ctx.tvf[0])
             outer, rel, node = over
             return _plan_block(outer, query, rel, node, batch)
     planned = [_plan_item(source, ctx)] + [_plan_item(j.this, ctx) for j in joins]
     if top:  # an inner block that reads the window TVF's table has taken it
-        query = replace(query, tvf=ctx.tvf[0])
+        query = replace(query, tvf=_tagged_tvf(sel, ctx) if ctx.tvfs else ctx.tvf[0])
     if not joins:
         node, alias, _, schema, time_col, time_cols = planned[0]
         rel = RelationInfo(alias, schema, time_col, node.changelog, time_cols, kind="subquery")
@@ -382,6 +416,8 @@ class _Window:
     input_watermark: WatermarkMap = IDENTITY
     implicit: str | None = None
     lateness: int = 0
+    # GROUP BY the bounds of the input's windows (sql/_window_groups.py): a hidden one-tick window
+    hidden: WindowGroups | None = None
 
 
 def _find_window(sel, query: Query, rel: RelationInfo, scope: Scope, batch: bool) -> _Window:
@@ -403,6 +439,13 @@ def _find_window(sel, query: Query, rel: RelationInfo, scope: Scope, batch: bool
             raise UnsupportedSqlError("CUMULATE windows are not supported yet; use HOP")
         found.append((tvf.kind, args, None))
     if not found:
+        groups = None
+        if not batch and query.emit is None and query.allowed_lateness_ms is None and not rel.changelog:
+            groups = window_attribute_grouping(rest, rel, scope)
+        if groups is not None:
+            spec = WindowSpec("tumble", size=1)
+            return _Window(spec, groups.time_index, groups.time_type, rest, "TUMBLE", None,
+                           groups.input_watermark, hidden=groups)
         return _Window(None, None, pa.int64(), rest)
     if len(found) > 1:
         raise UnsupportedSqlError("a query may group by one window only")
@@ -514,6 +557,11 @@ def _plan_project(sel, query: Query, rel: RelationInfo, scope: Scope, where) -> 
             if src in times:
                 time_cols.setdefault(name, times[src])
                 carried = carried or (name if src == rel.time_col else None)
+        elif isinstance(inner, exp.Anonymous) and inner.name.upper() == "PROCTIME":
+            # a processing-time attribute: windows over it follow the connection's clock (q12)
+            from laminardb.sql.functions import processing_clock
+
+            time_cols.setdefault(name, WatermarkMap((ProcessingTime(processing_clock()),)))
         projections.append(ex)
         names.append(name)
     _check_unique(names)
@@ -569,6 +617,9 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
         text = node.sql()
         if text in agg_index:
             return agg_index[text]
+        cond = None
+        if isinstance(node, exp.Filter):  # agg(…) FILTER (WHERE cond): see sql/_agg_filter.py
+            node, cond = node.this, node.expression.this
         if isinstance(node, exp.Count):
             inner = node.this
             if isinstance(inner, exp.Star) or inner is None:
@@ -599,6 +650,9 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
                 f"{kind.upper()} over the changelog {rel.name!r} is not supported (rows may be retracted); "
                 "COUNT, SUM and AVG are"
             )
+        if cond is not None:
+            kind, arg_expr = filtered_argument(kind, arg_expr, cond, scope, text)
+            at = arg_expr.type
         specs.append(AggSpec(kind, at, result_type(kind, at)))
         args.append(arg_expr)
         agg_index[text] = len(specs) - 1
@@ -607,20 +661,21 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
     def rewrite(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Identifier | exp.Star):
             return node
-        if _is_agg(node):
+        if _is_agg(node) or (isinstance(node, exp.Filter) and _is_agg(node.this)):
             return exp.column(f"__a{register(node)}", quoted=True)
         if isinstance(node, exp.Anonymous | exp.Column) and node.name.upper() in _WINDOW_REFS:
             # with a window, window_start/window_end are its bounds, also over an input that has
             # such columns (a cascade: tumble(window_start, …) over bars); without, a plain column
-            if window is None and isinstance(node, exp.Column) and node.name.lower() in [f.name.lower() for f in rel.schema]:
+            bare = window is None or win.hidden is not None  # a hidden window has no visible bounds
+            if bare and isinstance(node, exp.Column) and node.name.lower() in [f.name.lower() for f in rel.schema]:
                 pass
             else:
-                if window is None:
+                if bare:
                     raise UnsupportedSqlError(f"{node.name} needs a window in GROUP BY")
                 return exp.column(_WINDOW_REFS[node.name.upper()], quoted=True)
         if isinstance(node, exp.Anonymous) and node.name.upper() in _WINDOW_FUNCS:
             # LaminarDB writes the GROUP BY window call in SELECT for the window's start
-            if window is None or (win.call_sql is not None and node.sql() != win.call_sql):
+            if window is None or win.hidden is not None or (win.call_sql is not None and node.sql() != win.call_sql):
                 group = f"the GROUP BY window {win.call_sql}" if win.call_sql else "a window in GROUP BY"
                 raise UnsupportedSqlError(f"{node.sql()} in SELECT stands for the window's start and must repeat "
                                           f"{group}; or select window_start / window_end")
@@ -654,7 +709,16 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
     if window is not None and window.kind != "session" and emit not in ("close", "changes"):
         emit = "close"
     time_cols: dict[str, WatermarkMap] = {}
-    if window is not None and emit == "close" and not win.lateness:
+    if win.hidden is not None and emit == "close":
+        # grouped by the input's window bounds: they stay event time (each group closes with them)
+        for n, node in zip(names, rewritten, strict=True):
+            if isinstance(node, exp.Column) and node.name.startswith("__k") and n not in time_cols:
+                k = key_nodes[int(node.name[3:])]
+                if isinstance(k, exp.Column):
+                    src = rel.schema.field(scope.resolve(k.name, k.this.args.get("quoted", False))).name
+                    if src in win.hidden.carried:
+                        time_cols[n] = win.hidden.carried[src]
+    elif window is not None and emit == "close" and not win.lateness:
         # a closed window's bounds are event time: windows cascade (1-minute bars → hourly bars)
         edges: dict[str, Literal["start", "end", "time"]] = (
             {"__we": "end", "__wt": "time"} if window.kind == "session" else
@@ -668,6 +732,8 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
         raise UnsupportedSqlError("LATE DATA TO applies to windowed queries only")
     agg = AggregatePlan(keys, specs, args, window, time_index if time_index is not None else _time_index(rel),
                         ts_type, gschema, win.lateness)
+    if win.hidden is not None:
+        agg.closes_with = rel.schema.field(win.hidden.time_index).name
     schema = pa.schema([pa.field(n, p.type) for n, p in zip(names, projections, strict=True)])
     return QueryPlan(rel.name, rel.schema, where, agg, projections, names, having, schema, emit,
                      rel.changelog, _primary(time_cols, None), query.late_data_to, time_cols=time_cols,
@@ -696,6 +762,20 @@ def _plan_order_limit(sel, plan: QueryPlan) -> None:
     limit = sel.args.get("limit")
     if limit is not None:
         plan.limit = int(limit.expression.this)
+
+
+def follows_processing_time(node) -> bool:
+    """Whether some node of a plan reads a processing-time column's watermark (a window over
+    ``PROCTIME()``): the reactor advances such a query as the clock moves, without events."""
+    maps = [getattr(node, "input_watermark", None), getattr(node, "time_map", None)]
+    iv = getattr(node, "interval", None)
+    if iv is not None:
+        maps += [iv.left_map, iv.right_map]
+    if any(m is not None and on_processing_time(m) for m in maps):
+        return True
+    kids = [node.child] if isinstance(node, QueryPlan) and node.tree else (
+        [] if isinstance(node, QueryPlan) else list(node.children))
+    return any(follows_processing_time(k) for k in kids)
 
 
 def lookup_from(relations: dict[str, RelationInfo]) -> Callable[[str], RelationInfo]:

@@ -58,11 +58,31 @@ class WindowEdge:
         return f"window_{self.edge} of the next {shape}-tick window to close{late}"
 
 
+@dataclass(frozen=True, eq=False)
+class ProcessingTime:
+    """The watermark of a ``PROCTIME()`` column: the processing-time clock (``laminardb/_clock.py``)
+    at the batch being processed, whatever the source's event-time watermark (q12). Equal only
+    to itself: two connections' clocks are two columns' times."""
+
+    clock: object  # a ProcessingClock
+
+    def __call__(self, wm: int) -> int:
+        return self.clock.current()  # type: ignore[attr-defined]
+
+    def describe(self) -> str:
+        return "processing time (the connection's clock, stamped per ingested batch)"
+
+
+def on_processing_time(m: WatermarkMap) -> bool:
+    """Whether ``m`` follows the processing-time clock (then it advances without any event)."""
+    return any(isinstance(s, ProcessingTime) for s in m.steps)
+
+
 @dataclass(frozen=True)
 class WatermarkMap:
     """A chain of ``WindowEdge`` steps from the root source's watermark to one column's."""
 
-    steps: tuple[WindowEdge, ...] = ()
+    steps: tuple[WindowEdge | ProcessingTime, ...] = ()
 
     def __call__(self, wm: int) -> int:
         if not self.steps or wm == NO_WATERMARK or wm == END_OF_TIME:
@@ -72,7 +92,7 @@ class WatermarkMap:
             w = step(w)
         return w
 
-    def then(self, step: WindowEdge) -> WatermarkMap:
+    def then(self, step: WindowEdge | ProcessingTime) -> WatermarkMap:
         return WatermarkMap((*self.steps, step))
 
     def describe(self) -> str:
