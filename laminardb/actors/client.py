@@ -70,12 +70,14 @@ class Cluster:
         try:
             extra = {} if ownership_source is None else {"source": ownership_source}
             self.ownership = acquire_routing(self.members, vnodes, raft, addresses, **extra)
-        except Exception:
+            self.routing = self.ownership.routing
+            ray.get([a.set_ownership.remote(self.routing.owner.tobytes(), self.ownership.epochs.tobytes(),
+                                            n_actors) for a in self.actors], timeout=_START_TIMEOUT_S)
+        except BaseException:
+            # an actor lost while starting (killed during a rescale): stop the others now, or
+            # their CPUs stay taken while the error's traceback keeps their handles alive
             self.shutdown()
             raise
-        self.routing = self.ownership.routing
-        ray.get([a.set_ownership.remote(self.routing.owner.tobytes(), self.ownership.epochs.tobytes(), n_actors)
-                 for a in self.actors], timeout=_START_TIMEOUT_S)
 
     @staticmethod
     def _start_actors(cls, n_actors: int, indexes: list[int] | None = None):

@@ -338,7 +338,7 @@ class DistributedOperator:
         self.drain()
         everyone = list(range(self.cluster.n_actors))
         if self.plan.aggregate is not None:
-            self.cluster.call_each(everyone, "snapshot_take", [self.name])
+            self.cluster.call_each(everyone, "snapshot_take", [self.name], self.merger is not None)
         merger = None
         if self.merger is not None and hasattr(self.merger, "state"):
             merger = {int(ws): {int(a): list(t) for a, t in per.items()} for ws, per in self.merger.state.items()}

@@ -447,8 +447,8 @@ class DatabaseHead:
                 raise ScaleCapacityError(
                     f"scale({n}): {n - old} more actor(s) need {n - old} CPU(s); the Ray cluster has {free} free. "
                     "Ray's autoscaler was asked for them: try again once `ray status` shows them, or ask for fewer")
-            t0 = time.perf_counter()
-            conn.checkpoint()
+            t0, started = time.perf_counter(), time.time()
+            self._call(lambda c: c.checkpoint())  # an actor lost meanwhile: recovered, then again
             self.n_actors = n
             try:
                 self._recover(f"{by} scale {old} -> {n}")
@@ -456,7 +456,7 @@ class DatabaseHead:
                 self.n_actors = old
                 self._recover(f"scale to {n} failed: back to {old}")
                 raise
-            record = {"at": time.time(), "previous": old, "actors": n, "by": by, "reason": reason,
+            record = {"at": started, "previous": old, "actors": n, "by": by, "reason": reason,
                       "pause_s": round(time.perf_counter() - t0, 3),
                       "restore_s": self.recoveries[-1].get("restore_s")}
             self.rescales.append(record)

@@ -178,11 +178,17 @@ class ReactorActorImpl:
         return to_ipc(self._op(node).current_rows())
 
     # -- checkpoints: the head calls these in its barrier (see distributed.py) -------
-    def snapshot_take(self, nodes: list[str]) -> None:
+    def snapshot_take(self, nodes: list[str], partial: bool = False) -> None:
         """Copy the state of ``nodes`` (the barrier: Ray runs this after every batch the head
-        sent before it); ``snapshot_encode`` turns the copies into bytes off the barrier."""
+        sent before it); ``snapshot_encode`` turns the copies into bytes off the barrier.
+        ``partial``: the nodes run as partial aggregates here — also those no row reached yet,
+        whose (empty) partial state must snapshot in the partial form."""
+        from laminardb.actors.partial import PartialState
+
         for node in nodes:
             state = self.partial.get(node)
+            if state is None and partial:
+                state = self.partial[node] = PartialState(self._op(node).plan)
             if state is not None:
                 self.images[node] = state.agg.snapshot()
             elif node in self.conn._reactor.nodes:

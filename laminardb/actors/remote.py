@@ -186,6 +186,10 @@ class RemoteConnection:
 
 def _detach(head, client: str) -> None:
     try:
+        import ray
+
+        if not ray.is_initialized():  # Ray shut down first: a call would start a new local Ray
+            return
         head.detach.remote(client)  # fire and forget: a finalizer must never block or raise
     except Exception:  # noqa: BLE001 - Ray may be shut down already
         pass

@@ -38,7 +38,7 @@ _SAMPLE_TIMEOUT_S = 2.0  # an actor busy longer than this is sampled next time
 @dataclass(frozen=True)
 class _Sample:
     time: float
-    ends: int  # Σ end offsets over every source partition
+    ends: dict[tuple[str, int], int]  # (source, partition) → end offset
     members: tuple[str, ...]  # who held each actor index (a new member: counters from zero)
     busy: tuple[float | None, ...]
     rows: tuple[int | None, ...]
@@ -60,7 +60,7 @@ class LoadObserver:
         kafka = self._kafka(conn)
         answers = _sample_actors(cluster)
         fed_by_kafka = bool(kafka["sources"])
-        sample = _Sample(now, kafka["ends"], tuple(cluster.members),
+        sample = _Sample(now, kafka["end_offsets"], tuple(cluster.members),
                          tuple(None if a is None else float(a["busy_s"]) for a in answers),
                          tuple(None if a is None else int(a["polled_rows" if fed_by_kafka else "rows_in"])
                                for a in answers))
@@ -84,7 +84,10 @@ class LoadObserver:
                 continue
             busy.append(min(1.0, max(0.0, (now_b - then_b) / elapsed)))
             rows.append(max(0, now_r - then_r))
-        arrival = max(0.0, (sample.ends - first.ends) / elapsed)
+        # growth of the end offsets of the partitions both samples saw (a source created since
+        # the first sample does not count its backlog as arrivals)
+        grown = sum(end - first.ends[p] for p, end in sample.ends.items() if p in first.ends)
+        arrival = max(0.0, grown / elapsed)
         free = _free_cpus()
         obs = Observation(time=now, actors=cluster.n_actors, lag=kafka["lag"], arrival_rate=arrival,
                           busy=busy, processed=rows, window=elapsed,
@@ -114,7 +117,7 @@ class LoadObserver:
         """End and consumed offsets of every Kafka source partition, summed and per partition."""
         from laminardb.actors.kafka_ingest import ClusterKafkaSource
 
-        out: dict[str, Any] = {"sources": [], "ends": 0, "lag": 0, "partitions": 0, "partition_lag": {},
+        out: dict[str, Any] = {"sources": [], "lag": 0, "partitions": 0, "partition_lag": {},
                                "end_offsets": {}}
         for node in list(conn._reactor.nodes.values()):
             src = getattr(node, "connector", None)
@@ -133,7 +136,6 @@ class LoadObserver:
             for p in parts:
                 end = ends.get(p, 0)
                 behind = max(0, end - consumed[p]) if p in consumed else 0  # not polled yet: unknown
-                out["ends"] += end
                 out["lag"] += behind
                 out["partition_lag"][f"{topic}/{p}"] = behind
                 out["end_offsets"][(node.name, p)] = end

@@ -30,7 +30,8 @@ It never flaps, by three guards:
    ``max(stabilization_window, scale_in_cooldown)`` (the Kubernetes HPA's scale-down window),
    so a load that comes back within that time never lets the count drop, and only when it
    frees more than 10 % of the actors (the HPA's tolerance);
-3. cooldown: no scale-in within ``scale_in_cooldown`` of any rescale, and no decision at all
+3. cooldown: no scale-in within ``scale_in_cooldown`` of the end of any rescale (when the head
+   reports the new count), and no decision at all
    until the head reports the count last decided (a rescale in progress).
 
 Partitions: an actor beyond the Kafka partition count reads nothing; after the vnode shuffle
@@ -188,6 +189,7 @@ class Autoscaler:
         self._recs: deque[tuple[float, int]] = deque()
         self.history: deque[Decision] = deque(maxlen=_HISTORY)
         self.rescales: deque[Decision] = deque(maxlen=_RESCALES)
+        self.last_capped: Decision | None = None  # the last decision a limit held back (status)
 
     # ---- public surface
 
@@ -222,6 +224,7 @@ class Autoscaler:
                                 if self._pending else None),
             "tpr": self._tpr,
             "decisions": [d.to_dict() for d in list(self.history)[-10:]],
+            "last_capped": self.last_capped.to_dict() if self.last_capped else None,
             "rescales": [d.to_dict() for d in self.rescales],
         }
 
@@ -229,6 +232,8 @@ class Autoscaler:
 
     def _record(self, d: Decision) -> Decision:
         self.history.append(d)
+        if d.capped_by is not None:
+            self.last_capped = d
         return d
 
     def _reset_windows(self) -> None:
@@ -243,8 +248,10 @@ class Autoscaler:
         if self._pending is not None:
             target, since = self._pending
             timeout = max(_PENDING_TIMEOUT_S, 3 * self.config.restart_time)
-            if obs.actors == target:
+            if obs.actors == target:  # done: the cooldown counts from the rescale's end
                 self._pending = None
+                self._last_rescale = obs.time
+                self._reset_windows()
             elif obs.time - since < timeout:
                 self._seen_actors = obs.actors
                 return Decision(obs.time, obs.actors, obs.actors, "hold",

@@ -143,6 +143,14 @@ def test_cluster_status_lists_databases_and_drop_ends_one(database, ray_cluster)
                             text=True, timeout=120)
     assert status.returncode == 0, status.stderr[-2000:]
     assert "cli-db: head pid" in status.stdout and status.stdout.count("128 vnodes") == 2
+    assert "autoscale: off" in status.stdout
+    scaled = subprocess.run([*cli, "scale", "cli-db", "1", "--ray", ray_cluster], env=repo_env(),
+                            capture_output=True, text=True, timeout=300)
+    assert scaled.returncode == 0 and "2 → 1 actor(s)" in scaled.stdout, scaled.stderr[-2000:]
+    assert len(db.metrics()["cluster"]["members"]) == 1
+    status = subprocess.run([*cli, "status", "--ray", ray_cluster], env=repo_env(), capture_output=True,
+                            text=True, timeout=120)
+    assert "256 vnodes" in status.stdout and "rescaled 2 → 1 by manual" in status.stdout, status.stdout
     dropped = subprocess.run([*cli, "drop", "cli-db", "--ray", ray_cluster], env=repo_env(),
                              capture_output=True, text=True, timeout=120)
     assert dropped.returncode == 0 and "dropped database cli-db" in dropped.stdout, dropped.stderr[-2000:]

@@ -1,0 +1,277 @@
+"""Kafka-driven autoscaling against a real Tansu broker and real Ray: a backlog scales the
+database out and drains, idleness scales it back in after the cooldown, an oscillating load
+does not flap, an actor SIGKILLed during a rescale leaves the committed output exactly-once,
+and ``max_actors`` or a cluster without free CPUs caps it with a clear status.
+
+The pipeline is a sliding window (60 s, every 100 ms, per key): each row lands in 600 windows,
+so one actor drains a few hundred thousand rows in seconds — a backlog the producer of this
+2-core machine can build. Knobs are shortened to fractions of a second so that a test takes
+seconds, not the minutes of the defaults. Outputs are compared with the embedded engine over
+the same rows: the unbroken single-actor run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+from tests._services.fixtures import kafka_broker  # noqa: F401
+from tests._services.procs import wait_until
+from tests.delta.workload import (
+    KAFKA_DDL,
+    KAFKA_ROWS,
+    SENTINEL_TS,
+    batch,
+    expected_windows,
+    kafka_rows,
+    produce,
+)
+
+pytestmark = pytest.mark.integration
+
+SLIDING_DDL = """
+CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL,
+                      WATERMARK FOR ts AS ts - INTERVAL '0' SECOND)
+    FROM KAFKA (brokers = '{brokers}', topic = '{src}', format = 'json', idle_timeout_ms = '60000');
+CREATE STREAM sliding AS SELECT k, window_start, count(*) AS c, sum(v) AS s
+    FROM trades GROUP BY k, hop(ts, INTERVAL '100' MILLISECOND, INTERVAL '60' SECOND) EMIT ON WINDOW CLOSE;
+"""
+SLIDING_SQL = SLIDING_DDL.split("CREATE STREAM", 1)[1]
+# the policy's knobs, shortened: evaluate 4×/s over half a second; act after a quarter second
+FAST = {"evaluation_interval": "250ms", "metrics_window": "500ms", "stabilization_window": "250ms",
+        "catch_up_time": "200ms", "restart_time": "1s", "scale_in_cooldown": "3s"}
+PARTITIONS = 2
+
+
+def _topic(kind: str) -> str:
+    return f"{kind}-{os.getpid()}-{time.monotonic_ns()}"
+
+
+def _topics(bootstrap: str, *names: str, partitions: int = PARTITIONS) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    finally:
+        admin.close()
+
+
+def _backlog(bootstrap: str, topic: str, n: int) -> list[dict]:
+    """``n`` rows (40 keys, per-key sequence numbers) and the sentinels that close every window."""
+    rows = batch(0, rows=n).to_pylist()
+    produce(bootstrap, topic, rows, partitions=PARTITIONS)
+    produce(bootstrap, topic, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(PARTITIONS)])
+    return rows
+
+
+def _sliding_reference(rows: list[dict]) -> list[tuple]:
+    """The unbroken run: the embedded engine over the same rows, every window closed."""
+    import laminardb
+
+    with laminardb.open() as ref:
+        ref.execute("CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL, "
+                    "WATERMARK FOR ts AS ts - INTERVAL '0' SECOND); CREATE STREAM" + SLIDING_SQL)
+        sub = ref.subscribe_stream("sliding")
+        ref.insert("trades", rows)
+        ref.finish()
+        return _windows(sub.to_arrow())
+
+
+def _windows(table) -> list[tuple]:
+    return sorted((r["k"], r["window_start"], r["c"], r["s"]) for r in table.to_pylist())
+
+
+def _auto(db) -> dict:
+    return db.metrics()["autoscale"]
+
+
+def _rescales(db) -> list[tuple[int, int]]:
+    return [(r["previous"], r["actors"]) for r in _auto(db)["rescales_done"]]
+
+
+def test_backlog_scales_out_drains_and_idleness_scales_in(database, kafka_broker):  # noqa: F811
+    """Lag builds faster than one actor drains: the autoscaler scales out to 2 within its
+    window, the lag drains, the output equals the unbroken single-actor run; then, idle, it
+    scales back to 1 only after the cooldown."""
+    bootstrap = kafka_broker.bootstrap
+    src = _topic("auto-in")
+    _topics(bootstrap, src)
+    rows = _backlog(bootstrap, src, 300_000)
+    db = database("autoscale-lag", actors=1, autoscale=True, coordinator="local", checkpoint_interval="1s",
+                  **FAST)
+    db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src))
+    sub = db.subscribe_stream("sliding")
+    expected = _sliding_reference(rows)
+    started = time.monotonic()
+    db.start()
+    wait_until(lambda: (1, 2) in _rescales(db), timeout=60, interval=0.1)
+    out_at = time.monotonic() - started
+    scale_out = _auto(db)["rescales_done"][0]
+    assert scale_out["by"] == "autoscaler" and ("lag" in scale_out["reason"] or "utilization" in scale_out["reason"])
+    assert scale_out["pause_s"] > 0
+    got: list = []
+
+    def drained() -> bool:
+        got.append(sub.to_arrow())
+        return got[-1].num_rows >= len(expected)
+
+    wait_until(drained, timeout=120, interval=0.5)
+    wait_until(lambda: (2, 1) in _rescales(db), timeout=60, interval=0.2)
+    auto = _auto(db)
+    scale_in = auto["rescales_done"][-1]
+    assert "below" in scale_in["reason"], scale_in  # utilization under the band, not a cap
+    assert scale_in["at"] - (scale_out["at"] + scale_out["pause_s"]) >= 2.9  # scale_in_cooldown after it
+    assert _rescales(db) == [(1, 2), (2, 1)]  # once out, once in: no flapping
+    assert len(db.metrics()["cluster"]["members"]) == 1
+    time.sleep(1.0)  # later checkpoints and evaluations must not add rows
+    assert _windows(sub.to_arrow()) == expected
+    assert auto["inputs"]["lag"] == 0 and auto["errors"] == 0
+    assert out_at < 30, f"scaled out only after {out_at:.1f} s"
+
+
+def test_oscillating_load_does_not_flap(database, kafka_broker):  # noqa: F811
+    """Bursts and pauses shorter than the stabilization window: the scale-out condition is met
+    again and again but never holds for the window, so the count never changes."""
+    bootstrap = kafka_broker.bootstrap
+    src = _topic("osc-in")
+    _topics(bootstrap, src)
+    db = database("autoscale-osc", actors=1, autoscale=True, coordinator="local", checkpoint_interval="1s",
+                  **{**FAST, "stabilization_window": "2s", "metrics_window": "500ms"})
+    db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src))
+    db.start()
+    reasons: set[str] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.1):
+            last = _auto(db).get("last")
+            if last:
+                reasons.add(last["reason"])
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        n = 0
+        for _ in range(6):  # ~0.6 s of burst, ~0.6 s of nothing
+            produce(bootstrap, src, batch(n // 30_000, rows=30_000).to_pylist(), partitions=PARTITIONS)
+            n += 30_000
+            time.sleep(0.6)
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    assert _rescales(db) == []
+    assert any("waits for the stabilization window" in r for r in reasons), reasons
+    assert len(db.metrics()["cluster"]["members"]) == 1
+
+
+def test_actor_killed_during_rescales_keeps_the_committed_output_exactly_once(database, kafka_broker):  # noqa: F811
+    """SIGKILL an actor at a random moment of a scale-out and of the scale-in after it (seeded):
+    the sink topic, read committed, holds every window exactly once."""
+    from tests.connectors.test_kafka_exactly_once import committed
+
+    bootstrap = kafka_broker.bootstrap
+    src, dst = _topic("kill-in"), _topic("kill-out")
+    _topics(bootstrap, src)
+    _topics(bootstrap, dst, partitions=1)
+    rng = random.Random(11)
+    db = database("autoscale-kill", actors=1, coordinator="local", checkpoint_interval="500ms")
+    db.execute(KAFKA_DDL.format(brokers=bootstrap, src=src, dst=dst))
+    db.start()
+
+    def rescale_with_a_kill(n: int, victim: int, third: int) -> None:
+        done: dict = {}
+        t = threading.Thread(target=lambda: done.update(db.scale(n)), daemon=True)
+        pid = db.metrics()["cluster"]["members"][victim]["pid"]
+        t.start()
+        time.sleep(rng.uniform(0.0, 0.6))  # during the checkpoint, the restore or the restart
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass  # a scale-in already stopped it
+        t.join(timeout=180)
+        assert not t.is_alive() and done.get("actors") == n, done
+        assert len(db.metrics()["cluster"]["members"]) == n
+        produce(bootstrap, src, kafka_rows(third * KAFKA_ROWS // 3, (third + 1) * KAFKA_ROWS // 3))
+
+    produce(bootstrap, src, kafka_rows(0, KAFKA_ROWS // 3))
+    wait_until(lambda: db.metrics()["events_ingested"] >= KAFKA_ROWS // 3, timeout=60)
+    rescale_with_a_kill(2, 0, 1)
+    rescale_with_a_kill(1, 1, 2)
+    produce(bootstrap, src, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(PARTITIONS)])
+    expected = expected_windows()
+
+    def out() -> list[tuple]:
+        return sorted((r["k"], r["window_start"], r["c"], r["s"])
+                      for r in (json.loads(rec["value"]) for rec in committed(bootstrap, dst)))
+
+    wait_until(lambda: len(out()) >= len(expected), timeout=180, interval=0.5)
+    time.sleep(1.5)  # later checkpoints must not add duplicates
+    assert out() == expected
+    assert _rescales(db) == [(1, 2), (2, 1)]
+
+
+def test_max_actors_and_no_free_cpus_cap_the_count_with_a_clear_status(database, kafka_broker, ray_cluster):  # noqa: F811
+    """With ``max_actors=1`` a backlog that wants 2 actors holds at 1 and says why; with
+    ``max_actors`` unset but no free CPU (another job holds it) it says "no free CPUs", keeps
+    evaluating without errors or recoveries, and ``db.scale(2)`` refuses with LDB-8011."""
+    import ray
+
+    from laminardb.actors.head import drop_database
+    from laminardb.autoscale import ScaleCapacityError
+
+    bootstrap = kafka_broker.bootstrap
+
+    def run(name: str, **knobs) -> tuple[object, set[str]]:
+        src = _topic(name)
+        _topics(bootstrap, src)
+        _backlog(bootstrap, src, 150_000)
+        db = database(name, actors=1, autoscale=True, coordinator="local", checkpoint_interval="1s",
+                      **FAST, **knobs)
+        db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src))
+        reasons: set[str] = set()
+
+        def capped() -> bool:
+            m = db.metrics()
+            last = m["autoscale"].get("last_capped")
+            if last:
+                reasons.add(last["reason"])
+            return m["events_ingested"] >= 150_000 and bool(reasons)
+
+        db.start()
+        try:
+            wait_until(capped, timeout=90, interval=0.1)
+        except TimeoutError:
+            raise AssertionError(f"not capped: {_auto(db)}, ingested {db.metrics()['events_ingested']}") from None
+        return db, reasons
+
+    db, reasons = run("autoscale-max", max_actors=1)
+    assert any("capped at 1: max_actors=1" in r for r in reasons), reasons
+    assert _rescales(db) == [] and _auto(db)["errors"] == 0
+
+    drop_database("autoscale-max")  # its actor's CPU is free again
+    blocker = ray.remote(num_cpus=1)(_Blocker).remote()  # another job takes the free CPU
+    try:
+        ray.get(blocker.ready.remote(), timeout=60)
+        db, reasons = run("autoscale-nocpu")
+        assert any("no free CPUs (0 free)" in r for r in reasons), reasons
+        auto = _auto(db)
+        assert _rescales(db) == [] and auto["errors"] == 0
+        assert db.metrics()["database"]["recoveries"] == []
+        with pytest.raises(ScaleCapacityError) as raised:
+            db.scale(2)
+        assert raised.value.code == "LDB-8011" and "has 0 free" in str(raised.value)
+        assert len(db.metrics()["cluster"]["members"]) == 1
+    finally:
+        ray.kill(blocker)
+
+
+class _Blocker:
+    def ready(self) -> bool:
+        return True
