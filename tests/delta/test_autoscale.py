@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from tests._services.fixtures import kafka_broker  # noqa: F401
+from tests._services.fixtures import kafka_broker, raft_cluster  # noqa: F401
 from tests._services.procs import wait_until
 from tests.delta.workload import (
     KAFKA_DDL,
@@ -275,3 +275,48 @@ def test_max_actors_and_no_free_cpus_cap_the_count_with_a_clear_status(database,
 class _Blocker:
     def ready(self) -> bool:
         return True
+
+
+def test_a_rescale_commits_a_sticky_plan_in_raft_and_fences_the_departing_owner(database, raft_cluster):  # noqa: F811
+    """1 → 2: the plan committed through Raft moves only the vnodes the new actor takes (about
+    half), raising exactly their epochs; 2 → 1: the departing actor's tokens are refused. The
+    output stays exactly-once across both."""
+    from laminardb.actors.ownership import RaftConfig
+    from laminardb.raft.exceptions import StaleEpochError
+    from tests.delta.workload import DDL, STREAMS, assert_exactly_once
+
+    voters = raft_cluster(3)
+    db = database("scale-raft", raft=RaftConfig(tuple(voters.rpc_addresses), voters.secret), actors=1,
+                  coordinator="local", checkpoint_interval="off")
+    source = "db/scale-raft"
+
+    def plan() -> dict:
+        return voters.client().ownership(source, barrier=True)["sources"][source]
+
+    db.execute(DDL)
+    subs = {s: db.subscribe_stream(s) for s in STREAMS}
+    for i in range(6):
+        db.insert("t", batch(i))
+    before = plan()
+    db.scale(2)
+    after = plan()
+    members = [m["member"] for m in db.metrics()["cluster"]["members"]]
+    moved = [v for v, (a, b) in enumerate(zip(before["owner"], after["owner"], strict=True)) if a != b]
+    vnodes = len(before["owner"])
+    assert 0.3 * vnodes < len(moved) < 0.7 * vnodes, len(moved)  # only what the new actor takes
+    assert {after["owner"][v] for v in moved} == {members[1]} and set(before["owner"]) == {members[0]}
+    assert all(after["epoch"][v] > before["epoch"][v] for v in moved)
+    assert all(after["epoch"][v] == before["epoch"][v] for v in range(vnodes) if v not in moved)
+    for i in range(6, 12):
+        db.insert("t", batch(i))
+    departing = voters.client().tokens(source, members[1])
+    assert departing
+    db.scale(1)
+    with pytest.raises(StaleEpochError):
+        voters.client().check_fence(departing[0])
+    assert set(plan()["owner"]) == {members[0]}
+    for i in range(12, 18):
+        db.insert("t", batch(i))
+    db.finish()
+    got = {s: subs[s].to_arrow() for s in STREAMS}
+    assert_exactly_once(got, db.query("SELECT * FROM per_key_total").to_arrow(), 18)
