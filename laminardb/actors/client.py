@@ -13,17 +13,21 @@ and shows in ``metrics()["cluster"]``.
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
 from typing import Any
 
+from laminardb import catalog
 from laminardb.actors.distributed import COALESCE_MAX, DEFAULT_MAX_IN_FLIGHT, DistributedOperator
 from laminardb.actors.exceptions import ActorLostError, ActorTimeoutError, ClusterStartError
 from laminardb.actors.ownership import RaftConfig, acquire_routing
 from laminardb.actors.routing import DEFAULT_VNODES
 from laminardb.actors.shm_ring import ShmRing
 from laminardb.connection import Connection, ExecuteResult
+from laminardb.operators.group_aggregate import NO_WATERMARK
+from laminardb.operators.query_operator import QueryOperator
 from laminardb.operators.warmup import warm_kernels
 from laminardb.sql import ddl
 
@@ -390,7 +394,13 @@ class ClusterConnection(Connection):
                               os.path.join(self.path, "staged", _safe(stmt.name)))
         return super()._make_sink(stmt, schema)
 
-    def _operator(self, name: str, plan) -> DistributedOperator:
+    def _operator(self, name: str, plan) -> DistributedOperator | _AtClient:
+        if _reads_processing_time(plan):
+            # PROCTIME() is stamped here, by this connection's clock (config "clock"), as rows
+            # enter: actors would read their own wall clocks, each a different time. Such a
+            # query is stateless (a projection; windows over its column run on the actors,
+            # their watermarks driven from here) or a plan tree, which runs here anyway.
+            return _AtClient(plan)
         op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight,
                                  local_global=self._local_global, ring=self._ring,
                                  scalable=self._durable is not None)
@@ -459,18 +469,62 @@ class ClusterConnection(Connection):
         if isinstance(stmt, ddl.CreateSource):
             self._install_on_actors(stmt, text)
             return super()._apply_ddl(stmt, text, log=log)
+        name = getattr(stmt, "name", None)
+        existed = name is not None and name in self._reactor.nodes
         result = super()._apply_ddl(stmt, text, log=log)
-        self._install_on_actors(stmt, text)
+        try:
+            self._install_on_actors(stmt, text)
+        except Exception:
+            # the actors refused what this engine accepted (a UDF they cannot import): take it
+            # back here too, or batches would reach a query the actors do not have
+            if name is not None and not existed and name in self._reactor.nodes:
+                catalog.undo(self, [(name, self._reactor.nodes[name].kind)])
+                self._drop_on_actors(stmt)
+            raise
         return result
 
     def _install_on_actors(self, stmt, text: str) -> None:
         """Actors hold the same catalog; sinks and connector polling stay on the client."""
         if isinstance(stmt, ddl.CreateSource | ddl.CreateStream):
-            self.cluster.broadcast("execute", text)
+            self._broadcast_ddl(text)
         elif isinstance(stmt, ddl.CreateSink) and stmt.query is not None:
-            self.cluster.broadcast("execute", f"CREATE STREAM {stmt.name}__query AS {stmt.query.text}")
+            self._broadcast_ddl(f"CREATE STREAM {stmt.name}__query AS {stmt.query.text}")
         elif isinstance(stmt, ddl.Drop) and stmt.kind != "SINK":
             self.cluster.broadcast("execute", text)
+
+    def _broadcast_ddl(self, text: str) -> None:
+        """``text`` on every actor, with this connection's Python UDFs: each goes as its
+        importable ``"module:qualname"`` reference (``laminardb/udf.py``); the actors import
+        it before planning. A UDF that cannot be imported by name (a lambda, a function of
+        ``__main__``) stays here, and a query calling it is refused with the reason."""
+        described = self._udfs.describe()
+        shipped = [u for u in described if u["function"]]
+        try:
+            self.cluster.broadcast("execute", text, shipped)
+        except (ActorLostError, ActorTimeoutError):
+            raise
+        except Exception as e:
+            local = [u["name"] for u in described if not u["function"]
+                     and re.search(rf"(?i)\b{re.escape(str(u['name']))}\s*\(", text)]
+            if local:
+                from laminardb.sql.exceptions import UdfDefinitionError
+
+                raise UdfDefinitionError(
+                    f"UDF {local[0]!r} is a lambda or a function of __main__, which the cluster's actors "
+                    "cannot import; define it at module level in an importable module and register "
+                    "that function") from e
+            raise
+
+    def _drop_on_actors(self, stmt) -> None:
+        """Best effort: the actors that did install ``stmt`` forget it again."""
+        kind = "SINK" if isinstance(stmt, ddl.CreateSink) else (
+            "MATERIALIZED VIEW" if getattr(stmt, "materialized", False) else "STREAM")
+        name = f"{stmt.name}__query" if kind == "SINK" else stmt.name
+        kind = "STREAM" if kind == "SINK" else kind
+        try:
+            self.cluster.broadcast("execute", f"DROP {kind} IF EXISTS {name}")
+        except Exception:  # noqa: BLE001 - an actor that never had it: nothing to drop
+            pass
 
     def insert(self, source: str, data: Any, **options: Any) -> int:
         self._check_open()
@@ -633,6 +687,29 @@ def connect_in_process(address: str = "ray://auto", *, actors: int | None = None
     return ClusterConnection(Cluster(n, vnodes, raft, call_timeout=timeout), config=config,
                              max_in_flight=max_in_flight,
                              local_global=local_global)
+
+
+class _AtClient(QueryOperator):
+    """A query this client runs itself (one that calls ``PROCTIME()``): rows a Kafka source
+    left on the actors that read them (``RemoteRows``) are fetched first."""
+
+    def process(self, batch, wm_before: int = NO_WATERMARK, **kwargs):
+        if hasattr(batch, "materialize"):
+            batch = batch.materialize()
+        return super().process(batch, wm_before, **kwargs)
+
+
+def _reads_processing_time(plan) -> bool:
+    """Whether one of the query's own expressions calls ``PROCTIME()`` (a window over a
+    PROCTIME column of its input only reads that column, and runs on the actors)."""
+    agg = plan.aggregate
+    exprs = [plan.where, plan.having, *plan.projections]
+    if agg is not None:
+        exprs += [*agg.keys, *agg.args]
+    return any(e is not None and _PROCTIME.search(e.sql) for e in exprs)
+
+
+_PROCTIME = re.compile(r"(?i)\bPROCTIME\s*\(")
 
 
 def _exactly_once(stmt: ddl.CreateSink) -> bool:

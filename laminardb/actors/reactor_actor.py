@@ -81,8 +81,32 @@ class ReactorActorImpl:
         self.owned = self.owner == self.index
         self.epochs = np.frombuffer(epochs, dtype=np.int64).copy()
 
-    def execute(self, sql: str) -> None:
+    def execute(self, sql: str, udfs: list[dict] | None = None) -> None:
+        """Install DDL the client planned first. ``udfs``: the client's Python UDFs as
+        ``UdfRegistry.describe()`` gives them (importable ``"module:qualname"`` references,
+        never function objects), registered here before the statement is planned."""
+        if udfs:
+            self._register_udfs(udfs)
         self.conn.execute(sql)
+
+    def _register_udfs(self, udfs: list[dict]) -> None:
+        """Import and register the client's UDFs this actor does not have in that form yet (a
+        name registered again on the client with another function is replaced here too)."""
+        from laminardb.udf import UdfRegistry
+
+        reg = self.conn._udfs
+        fresh = [u for u in udfs if (have := reg.get(str(u["name"]))) is None
+                 or have.reference() != u.get("function") or _type_text(have.return_type) != u.get("return_type")]
+        try:
+            imported = UdfRegistry.from_description(fresh)
+        except (ImportError, AttributeError) as e:
+            from laminardb.sql.exceptions import UdfDefinitionError
+
+            refs = ", ".join(str(u.get("function")) for u in fresh)
+            raise UdfDefinitionError(f"a reactor actor (pid {os.getpid()}) cannot import the UDFs {refs}: {e}; "
+                                     "install their module on every node of the cluster") from e
+        for udf in imported._functions.values():
+            reg.register(udf.name, udf.fn, udf.return_type)
 
     def _op(self, node: str):
         return self.conn._reactor.nodes[node].op
@@ -280,6 +304,12 @@ class ReactorActorImpl:
         m.update(index=self.index, core=self.core, pid=os.getpid(), rows_in=self.rows_in, busy_s=self.busy_s,
                  cpu_s=self.cpu_s)
         return m
+
+
+def _type_text(t: pa.DataType) -> str:
+    from laminardb.sql.types import type_name
+
+    return type_name(t)
 
 
 def _resolved(data):
