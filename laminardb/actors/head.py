@@ -103,6 +103,7 @@ class DatabaseHead:
         # drives the checkpoints of a database with a directory unless config says "local"
         self.coordinated = bool(directory) and self.config.get("coordinator", "spark") == "spark"
         self.rescales: list[dict] = []  # every rescale: when, from, to, by whom, why, the pause
+        self.udfs = self._load_udfs()  # register_udf: {name, "module:qualname", return type}
         self.conn = self._open()
         self._registered = self._register() if self.coordinated else None
         self._stop = threading.Event()
@@ -184,10 +185,52 @@ class DatabaseHead:
         return driver
 
     def _engine_config(self) -> dict[str, Any]:
+        from laminardb.udf import UdfRegistry
+
         config = {k: v for k, v in self.config.items() if k not in ("checkpoint_dir", "coordinator")}
         if self.coordinated:
             config["checkpoint_interval"] = "off"  # the coordinator's interval, not a local timer
+        if self.udfs:  # before the catalog replays: its queries may call them
+            reg = UdfRegistry.from_description(self.udfs)
+            config["udfs"] = {u.name: (u.fn, u.return_type) for u in map(reg.get, reg.names())}
         return config
+
+    # ------------------------------------------------------------------ UDFs
+    def _udf_file(self) -> str | None:
+        return os.path.join(self.directory, "udfs.json") if self.directory else None
+
+    def _load_udfs(self) -> list[dict]:
+        import json
+
+        path = self._udf_file()
+        if path is None or not os.path.exists(path):
+            return []
+        with open(path, encoding="utf-8") as f:
+            return list(json.load(f))
+
+    @_answer
+    def register_udfs(self, items: list[dict]) -> None:
+        """``register_udf`` of a client: each function by its ``"module:qualname"`` reference
+        (imported here and on every actor; never a pickled function). Kept in the database's
+        directory, so a recovered or restarted head registers them before replaying its catalog."""
+        import json
+
+        from laminardb.udf import UdfRegistry
+
+        reg = UdfRegistry.from_description(items)  # an unimportable one: UdfDefinitionError
+        with self._lock:
+            conn = self._conn()
+            for u in map(reg.get, reg.names()):
+                conn.register_udf(u.name, u.fn, u.return_type)
+            names = {i["name"].lower() for i in items}
+            self.udfs = [u for u in self.udfs if u["name"].lower() not in names] + list(items)
+            path = self._udf_file()
+            if path is not None:
+                os.makedirs(self.directory, exist_ok=True)
+                tmp = path + ".tmp"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(self.udfs, f)
+                os.replace(tmp, path)
 
     def _register(self):
         """Hand this database to the cluster's checkpoint coordinator (started on first use).

@@ -107,6 +107,22 @@ class RemoteConnection:
     def checkpoint(self) -> int:
         return self._call("checkpoint")
 
+    def register_udf(self, name: str, fn, return_type: str | pa.DataType) -> None:
+        """As ``Connection.register_udf``; the function travels by its ``"module:qualname"``
+        reference — define it at module level in a module the cluster can import (a lambda or
+        a function of ``__main__`` is refused with ``UdfDefinitionError``)."""
+        from laminardb.udf import UdfRegistry
+
+        reg = UdfRegistry()
+        reg.register(name, fn, return_type)  # checks the name and the type here
+        items = reg.describe()
+        if not items[0]["function"]:
+            from laminardb.sql.exceptions import UdfDefinitionError
+
+            raise UdfDefinitionError(f"UDF {name!r} is a lambda or a function of __main__, which the cluster "
+                                     "cannot import; define it at module level in an importable module")
+        self._call("register_udfs", items)
+
     # ------------------------------------------------------------------ streams
     def subscribe_stream(self, name: str, *, history_rows: int | None = None) -> RemoteSubscription:
         got = self._call("subscribe", self._client, name)

@@ -180,9 +180,16 @@ class SessionAggregate:
         old = old_valid = touched = None
         if track:
             touched = np.unique(np.concatenate([slots[slots >= 0], merge_src[:n_merge], merge_dst[:n_merge]]))
-            # in (key, start) order, not slot order: slots differ after a restore, keys do not
-            touched = touched[np.lexsort((~self.live[touched], self.slot_start[touched], self.slot_key[touched]))]
-            old_valid = (self.rows.counts[touched] > 0) & (touched < hw_before)
+            existed = (self.rows.counts[touched] > 0) & (touched < hw_before)  # open before this batch
+            # In (key, start) order, not slot order: slots differ after a restore, keys do not. A
+            # session open before the batch sorts by its start before it (merges move the surviving
+            # slot's start, and which slot survives a merge follows the key's list order, which a
+            # restore does not keep); a new one by its start now. Per key these are distinct among
+            # the valid old rows and among the valid new rows, so both come out in a canonical order.
+            start = np.where(existed, old_start[touched], self.slot_start[touched])
+            order = np.lexsort((~self.live[touched], start, self.slot_key[touched]))
+            touched, existed = touched[order], existed[order]
+            old_valid = existed
             if self.emit != "changes":
                 old_valid &= self.fired[touched]  # only what was emitted is retracted
             if self.emit == "changes" or old_valid.any():

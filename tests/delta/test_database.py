@@ -184,3 +184,30 @@ def test_scale_out_then_in_moves_state_and_stays_exactly_once(database):
     m = db.metrics()
     assert len(m["cluster"]["members"]) == 1
     assert [(r["previous"], r["actors"]) for r in m["autoscale"]["rescales_done"]] == [(1, 2), (2, 1)]
+
+
+def test_a_udf_registered_by_a_client_runs_on_the_actors_and_survives_recovery(database):
+    """``register_udf`` on a cluster database: the function goes by reference (module level),
+    runs on the actors, and is registered again before a recovery replays the catalog; a
+    lambda is refused with LDB-1012."""
+    import os
+    import signal
+
+    from laminardb.nexmark.udfs import count_char
+    from laminardb.sql.exceptions import UdfDefinitionError
+
+    db = database("udf-db", checkpoint_interval="off", coordinator="local")
+    with pytest.raises(UdfDefinitionError) as refused:
+        db.register_udf("twice", lambda a: a, "BIGINT")
+    assert refused.value.code == "LDB-1012"
+    db.register_udf("count_char", count_char, "BIGINT")
+    db.execute("CREATE SOURCE s (k BIGINT, txt VARCHAR); "
+               "CREATE STREAM counted AS SELECT k, count_char(txt, 'a') AS n FROM s")
+    sub = db.subscribe_stream("counted")
+    db.insert("s", [{"k": 1, "txt": "banana"}, {"k": 2, "txt": None}])
+    db.checkpoint()
+    os.kill(db.metrics()["cluster"]["members"][0]["pid"], signal.SIGKILL)
+    db.insert("s", [{"k": 3, "txt": "aardvark"}])  # waits for the recovery, then runs
+    wait_until(lambda: sub.to_arrow().num_rows >= 3, timeout=60)
+    assert sorted(map(tuple, (r.values() for r in sub.to_arrow().to_pylist()))) == [(1, 3), (2, 0), (3, 3)]
+    assert len(db.metrics()["database"]["recoveries"]) == 1

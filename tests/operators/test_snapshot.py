@@ -15,7 +15,7 @@ import msgpack
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from laminardb import views
@@ -159,6 +159,21 @@ def scenarios(draw):
     return steps, cut, encode_after, split
 
 
+def _row(ts: int, sym: str) -> dict:
+    return {"ts": ts, "sym": sym, "tag": "x", "price": None, "qty": None}
+
+
+# Found by hypothesis: after a restore, a row that bridges two of a key's sessions (F [101, 401)
+# and [501, 801)) merges them into the other slot than in the unbroken operator (the key's session
+# list is relinked in slot order on load), and the retractions of the two came out swapped.
+BRIDGING_MERGE_AFTER_RESTORE = (
+    [([_row(0, "A")] * 4, 0), ([_row(0, "A")], 0),
+     ([_row(0, "A")] * 5 + [_row(400, "A"), _row(0, "B")], 400), ([], 1900),
+     ([_row(101, "A")] * 5 + [_row(101, "F"), _row(501, "F")], 1900),
+     ([_row(201, "F")] + [_row(201, "A")] * 3, 1900), ([], 1900), ([], END_OF_TIME)],
+    5, 5, 1)
+
+
 def run(case: str, scenario, *, mode: str) -> None:
     steps, cut, encode_after, split = scenario
     schema = SCHEMAS[CASES[case][0]]
@@ -209,6 +224,7 @@ def _sorted(rows) -> list[str]:
 @pytest.mark.parametrize("case", sorted(CASES))
 @SETTINGS
 @given(scenario=scenarios())
+@example(scenario=BRIDGING_MERGE_AFTER_RESTORE)
 def test_restore_continues_like_the_unbroken_operator(case, scenario):
     with mock.patch.object(views, "_COMPACT_MIN_ROWS", 6):  # changelog views compact in the test too
         run(case, scenario, mode="whole")
@@ -220,6 +236,7 @@ def test_restore_continues_like_the_unbroken_operator(case, scenario):
 @pytest.mark.parametrize("mode", ["halves", "halves_on_restore"])
 @settings(SETTINGS, max_examples=20)
 @given(scenario=scenarios())
+@example(scenario=BRIDGING_MERGE_AFTER_RESTORE)
 def test_vnode_halves_add_up_to_the_whole_state(case, mode, scenario):
     run(case, scenario, mode=mode)
 
