@@ -47,6 +47,15 @@ _STAGING = "_staging"
 _WRITER = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
+def _make_dirs(path: Path) -> None:
+    """Create ``path`` and its missing parents, each new entry made durable in its parent."""
+    if path.is_dir():
+        return
+    _make_dirs(path.parent)
+    path.mkdir(exist_ok=True)
+    fsync_dir(path.parent)
+
+
 def _hint(exc: BaseException) -> str:
     code = getattr(exc, "errno", None)
     if code in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(exc):
@@ -63,6 +72,9 @@ class TransactionalFileSink(TwoPhaseSink):
         schema: the schema of the stream the sink reads.
         writer: this writer's id in the file names, so that several writers (one per actor)
             can share one directory; letters, digits, ``_`` and ``-``.
+        staging: where sealed and in-progress files wait (default ``path/_staging``); a
+            partitioned sink keeps one staging tree for all its partition directories, and
+            ``path`` is then created by the first commit.
 
     Raises:
         FileFormatError: the format is unknown.
@@ -70,14 +82,14 @@ class TransactionalFileSink(TwoPhaseSink):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, format: str | None,
-                 schema: pa.Schema, writer: str = "0") -> None:
+                 schema: pa.Schema, writer: str = "0", staging: str | os.PathLike[str] | None = None) -> None:
         if not _WRITER.match(writer):
             raise ValueError(f"writer id {writer!r}: use letters, digits, '_' and '-'")
         self.path = Path(path).absolute()  # stays put when the process changes directory
         self.format = infer_format(self.path, format)
         self.schema = schema
         self.writer = writer
-        self.staging = self.path / _STAGING
+        self.staging = self.path / _STAGING if staging is None else Path(staging).absolute()
         self.rows_written = 0
         # metrics: rows in committed files, epochs committed; rows per sealed epoch until then
         self.rows_committed = 0
@@ -167,6 +179,7 @@ class TransactionalFileSink(TwoPhaseSink):
         if not staged:
             return
         try:
+            _make_dirs(self.path)
             for _, _, name in staged:
                 target = self.path / name
                 if target.exists():  # a rename never leaves both: this is another run's file
@@ -213,6 +226,15 @@ class TransactionalFileSink(TwoPhaseSink):
         """Drop the open epoch's in-progress files (replay rebuilds them); staged epochs stay
         for recovery. Idempotent."""
         self._discard_open()
+
+    @property
+    def idle(self) -> bool:
+        """No row of the open epoch is held (nothing in progress)."""
+        return self._current is None and not self._rolled and self._open_rows == 0
+
+    def staged_files(self) -> list[str]:
+        """Names of this writer's sealed files not committed yet, oldest first."""
+        return [name for _, _, name in self._staged()]
 
     # ------------------------------------------------------------------ internals
     def _name(self, epoch: int, n: int) -> str:

@@ -19,7 +19,7 @@ from laminardb.sql.exceptions import UnsupportedSqlError
 
 __all__ = ["make_sink"]
 
-_CONNECTORS = ("FILE (path = '…', format = 'jsonl')", "KAFKA (brokers = '…', topic = '…')",
+_CONNECTORS = ("FILE (path = '…', format = 'jsonl'[, partitioned_by = 'col, …'])", "KAFKA (brokers = '…', topic = '…')",
                "DELTA_LAKE (path = '…')")
 
 
@@ -38,7 +38,9 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
     Returns:
         FILE: a :class:`~laminardb.connectors.file_sink.TransactionalFileSink` writing part
         files into the directory ``path`` when durable, else a
-        :class:`~laminardb.connectors.files.FileSink` writing the single file ``path``.
+        :class:`~laminardb.connectors.files.FileSink` writing the single file ``path``; with
+        ``partitioned_by = 'a, b'``, their Hive-partitioned forms (``path/a=…/b=…/part-…``,
+        :mod:`~laminardb.connectors.partitioned_sink`).
         DELTA_LAKE: a :class:`~laminardb.connectors.delta.DeltaLakeSink` (durable only).
         KAFKA: an :class:`~laminardb.connectors.kafka_sink.ExactlyOnceKafkaSink` with
         ``delivery.guarantee = 'exactly-once'`` (durable only), else a ``KafkaSink``.
@@ -68,6 +70,17 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         if not path:
             raise UnsupportedSqlError(f"sink {stmt.name!r} needs path = '…'")
         fmt = stmt.options.get("format")
+        partitioned = stmt.options.get("partitioned_by")
+        if partitioned:
+            from laminardb.connectors.partitioned_sink import (
+                DEFAULT_PARTITION,
+                PartitionedFileSink,
+                PartitionedTransactionalFileSink,
+            )
+
+            cls = PartitionedTransactionalFileSink if durable else PartitionedFileSink
+            return cls(path, format=fmt, schema=schema, partition_by=partitioned,
+                       default_name=stmt.options.get("partition_default_name") or DEFAULT_PARTITION)
         if durable:
             from laminardb.connectors.file_sink import TransactionalFileSink
 

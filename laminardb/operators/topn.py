@@ -1,4 +1,5 @@
-"""Streaming Top-N and deduplication: ``ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) <= N``.
+"""Streaming Top-N and deduplication: ``ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) <= N``
+(and ``RANK()`` / ``DENSE_RANK()`` bounded alike).
 
 Entry point: ``TopNOperator(node)`` for a ``plan.TopN``; ``process(batch, wm_before)`` (the
 query's root watermark before the batch), ``on_watermark(wm)``, ``snapshot() -> StateImage``,
@@ -17,6 +18,13 @@ new number). So a batch emits one consolidated change per row, not one per arriv
 changelog folds to the same rows. Equal sort keys rank the earlier arrival first, as in Flink,
 or the later one (``ties_last``) for its keep-last-row deduplication.
 
+``RANK()`` / ``DENSE_RANK()`` (``node.kind``): rows whose ORDER BY values are equal (peers,
+NULLs equal to NULLs) share a rank — RANK's next rank skips the tied ones (1, 2, 2, 4), DENSE_RANK's
+does not (1, 2, 2, 3) — and every row ranked ``n`` or better is kept, so a partition may hold more
+than ``n`` rows. A rank only grows as rows arrive (the input is append-only), so a row that left
+never comes back, and all peers of a held row are held. The slots table then grows wider than
+``n`` to fit the most rows any partition holds (ties at the bound cost memory in every partition).
+
 Deduplication keeping the first row (``mode="first"``, ``ORDER BY <event time> ASC``, ``n=1``):
 a partition's candidate (its earliest row so far, the earlier arrival on equal times) is
 emitted once the watermark of that column has reached its time — no row that could precede it
@@ -25,8 +33,9 @@ the price of the watermark's delay. Rows behind the watermark are late: dropped 
 Per partition the candidate's (time, arrival) sit in numpy arrays, so a batch costs O(its rows);
 candidates wait in ``_Pending`` chunks by event-time range until the watermark reaches them.
 
-Snapshot (kind ``"topn"``): the held rows (``rows``: Top-N / the pending candidates) and the
-closed partitions (``done``), each row with ``__vnode`` = the stable hash of its partition key.
+Snapshot (kind ``"topn"``): the held rows (``rows``: Top-N / the pending candidates, with their
+emitted number ``__rank`` and their place ``__pos`` in the partition's slots) and the closed
+partitions (``done``), each row with ``__vnode`` = the stable hash of its partition key.
 """
 
 from __future__ import annotations
@@ -73,6 +82,42 @@ def _segment_ranks(kid_sorted: np.ndarray) -> np.ndarray:
     return out
 
 
+@njit(cache=True, nogil=True)
+def _peer_ranks(kid_sorted: np.ndarray, new_value: np.ndarray, dense: bool) -> np.ndarray:
+    """RANK (or DENSE_RANK) within each run of equal partition ids; ``new_value[i]``: row i's
+    ORDER BY values differ from row i - 1's (the rows sorted by partition, then those values)."""
+    n = len(kid_sorted)
+    out = np.empty(n, np.int64)
+    rn = 0
+    r = 0
+    for i in range(n):
+        if i == 0 or kid_sorted[i] != kid_sorted[i - 1]:
+            rn = 1
+            r = 1
+        else:
+            rn += 1
+            if new_value[i]:
+                r = r + 1 if dense else rn
+        out[i] = r
+    return out
+
+
+def _new_values(cols: list[pa.Array], order: np.ndarray) -> np.ndarray:
+    """Per sorted row: its ORDER BY values differ from the previous sorted row's (NULL = NULL)."""
+    n = len(order)
+    out = np.zeros(n, np.bool_)
+    if n < 2:
+        return out
+    idx = pa.array(order, pa.int64())
+    for col in cols:
+        a = col.take(idx)
+        x, y = a.slice(1), a.slice(0, n - 1)
+        xn, yn = pc.is_null(x), pc.is_null(y)
+        differ = pc.if_else(pc.or_(xn, yn), pc.xor(xn, yn), pc.not_equal(x, y))
+        out[1:] |= differ.to_numpy(zero_copy_only=False)
+    return out
+
+
 def _column(t: pa.Table, name: str) -> np.ndarray:
     return t.column(name).to_numpy()
 
@@ -106,6 +151,13 @@ class _Store:
         if n_keys > len(self.slots):
             grown = np.full((max(2 * len(self.slots), n_keys), self.slots.shape[1]), -1, np.int64)
             grown[: len(self.slots)] = self.slots
+            self.slots = grown
+
+    def reserve_width(self, width: int) -> None:
+        """Room for ``width`` held rows per partition (RANK / DENSE_RANK ties past ``n``)."""
+        if width > self.slots.shape[1]:
+            grown = np.full((len(self.slots), max(2 * self.slots.shape[1], width)), -1, np.int64)
+            grown[:, : self.slots.shape[1]] = self.slots
             self.slots = grown
 
     def append(self, rows: pa.RecordBatch, kid: np.ndarray, seq: np.ndarray, rank: np.ndarray,
@@ -300,10 +352,16 @@ class TopNOperator:
         kids = np.concatenate([st.kid[old], kid])
         seqs = np.concatenate([st.seq[old], self._seqs(m)])
         order = self._sort(kids, cols, seqs, node.ties_last)
-        ranks = _segment_ranks(kids[order])
+        pos_sorted = _segment_ranks(kids[order])  # the place in the partition: 1, 2, 3, …
+        if node.kind == "row_number":
+            ranks = pos_sorted
+        else:
+            ranks = _peer_ranks(kids[order], _new_values(cols, order), node.kind == "dense_rank")
         keep = ranks <= node.n
         rank = np.zeros(k + m, np.int64)
         rank[order[keep]] = ranks[keep]
+        pos = np.zeros(k + m, np.int64)
+        pos[order[keep]] = pos_sorted[keep]
         was = np.concatenate([st.rank[old], np.zeros(m, np.int64)])  # 0: a new row
         is_old = np.arange(k + m) < k
         emitted = rank.copy()
@@ -334,7 +392,9 @@ class TopNOperator:
             ids[k + fresh] = st.append(rows, kid[fresh], seqs[k + fresh], emitted[k + fresh])
         st.slots[touched] = -1
         inside = np.flatnonzero(rank > 0)
-        st.slots[kids[inside], rank[inside] - 1] = ids[inside]
+        if len(inside):
+            st.reserve_width(int(pos[inside].max()))
+        st.slots[kids[inside], pos[inside] - 1] = ids[inside]
         st.compact()
         return out
 
@@ -400,8 +460,12 @@ class TopNOperator:
     @property
     def fingerprint(self) -> dict:
         n = self.node
-        return {"mode": n.mode, "n": n.n, "types": [str(f.type) for f in self.in_schema],
-                "partition": list(n.partition), "order": [list(o) for o in n.order], "ties_last": n.ties_last}
+        out: dict[str, object] = {"mode": n.mode, "n": n.n, "types": [str(f.type) for f in self.in_schema],
+                                  "partition": list(n.partition), "order": [list(o) for o in n.order],
+                                  "ties_last": n.ties_last}
+        if n.kind != "row_number":  # absent for ROW_NUMBER: its snapshots stay as they were
+            out["kind"] = n.kind
+        return out
 
     def snapshot(self) -> StateImage:
         """The tops (or the pending first rows) and the closed partitions. Stored chunks and the
@@ -453,7 +517,9 @@ class TopNOperator:
                 st.reserve_keys(self.n_keys)
                 batch = pa.RecordBatch.from_arrays(cols, schema=self.in_schema)
                 ids = st.append(batch, kid, seq, rows.column(_RANK).to_numpy())
-                st.slots[kid, rows.column(_POS).to_numpy() - 1] = ids
+                pos = rows.column(_POS).to_numpy()
+                st.reserve_width(int(pos.max()))
+                st.slots[kid, pos - 1] = ids
         done = snap.tables["done"]
         if done.num_rows:
             if self.interner is None:

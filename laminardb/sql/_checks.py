@@ -43,11 +43,11 @@ def check_supported(sel: exp.Expression) -> None:
                  if isinstance(item, exp.Expression) for n in item.walk()):
         if isinstance(node, exp.Window):
             raise UnsupportedSqlError(
-                f"{node.this.sql()} OVER (…) is not supported yet here: laminardb runs ROW_NUMBER() only bounded in "
-                "the query around it — SELECT … FROM (SELECT …, ROW_NUMBER() OVER (PARTITION BY k ORDER BY x) AS rn "
-                "FROM t) WHERE rn <= N (Top-N, deduplication) — and LAG, LEAD, SUM, COUNT, AVG, MIN, MAX OVER "
-                "(… ORDER BY <event time>) in a SELECT list; RANK and other window functions are not: use GROUP BY "
-                "with tumble/hop/session windows")
+                f"{node.this.sql()} OVER (…) is not supported yet here: laminardb runs ROW_NUMBER(), RANK() and "
+                "DENSE_RANK() only bounded in the query around it — SELECT … FROM (SELECT …, ROW_NUMBER() OVER "
+                "(PARTITION BY k ORDER BY x) AS rn FROM t) WHERE rn <= N (Top-N, deduplication) — and LAG, LEAD, "
+                "SUM, COUNT, AVG, MIN, MAX OVER (… ORDER BY <event time>) in a SELECT list; elsewhere RANK and other "
+                "window functions are not: use GROUP BY with tumble/hop/session windows")
         if isinstance(node, exp.Select | exp.Subquery | exp.Exists):
             raise UnsupportedSqlError(f"subqueries are not supported yet: create a stream for the inner query and "
                                       f"read it; {_NOT_YET}")

@@ -16,6 +16,10 @@ kafka / filesystem / datagen   ``CREATE SOURCE t`` — unless the script only ``
 blackhole                      nothing until ``INSERT INTO t SELECT …`` = ``CREATE STREAM t AS SELECT …``
                                (rows go nowhere unless subscribed: ``subscribe('t')``)
 ``INSERT INTO t SELECT …``     kafka/filesystem: ``CREATE SINK t_insert INTO KAFKA|FILE (…) AS SELECT …``
+                               (``PARTITIONED BY (a, b)``: ``FILE (…, partitioned_by = 'a, b')``,
+                               Hive-style ``a=…/b=…/part-…`` directories; Flink's rolling and
+                               partition-commit options are accepted, files roll and become
+                               visible per checkpoint)
 ============================  =====================================================================
 
 The SELECT of an ``INSERT`` is fitted to the table as Flink does: its columns by position,
@@ -64,6 +68,10 @@ _SOURCE_CONNECTORS = ("kafka", "filesystem", "datagen")
 _KAFKA_READ_ONLY = ("scan.", "properties.group.id", "group.id")
 _KAFKA_WRITE_ONLY = ("sink.",)
 _FILE_FORMATS = {"csv": "csv", "json": "jsonl", "parquet": "parquet"}
+# filesystem sink options of Flink's file lifecycle (rolling, compaction, partition commit):
+# accepted in an INSERT's table and not applied (see _sink_options)
+_FILE_LIFECYCLE = ("sink.rolling-policy.", "sink.partition-commit.", "partition.time-extractor.", "auto-compaction",
+                   "compaction.", "sink.parallelism", "sink.shuffle-by-partition.")
 _IDENT = ddl._IDENT
 
 
@@ -189,6 +197,13 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
         src_connector, src_opts = "filesystem", _file_source_options(name, opts)
     if partitioned and connector != "filesystem":
         raise UnsupportedSqlError(f"table {name!r}: PARTITIONED BY applies to filesystem tables")
+    declared = [c.name for c in head.columns]
+    for p in partitioned:
+        if p not in declared:
+            raise UnknownObjectError(f"table {name!r}: PARTITIONED BY names {p!r}, which is not one of its columns "
+                                     f"({', '.join(declared)})")
+    if partitioned and len(set(partitioned)) == len(declared):
+        raise UnsupportedSqlError(f"table {name!r}: every column is a partition column; the files would hold none")
     return FlinkTable(name, head.columns, wm_col, wm_delay, laminar_opts,
                       head.if_not_exists, src_connector, src_opts, head.primary_key, flink_connector=connector,
                       flink_options=opts,
@@ -421,10 +436,6 @@ def _translate_insert(ins: InsertInto, tables: dict[str, FlinkTable]) -> tuple[d
             f"INSERT INTO {ins.table}: no table {ins.table!r} was declared with CREATE TABLE … WITH ('connector' = "
             f"…) on this connection (declared: {known}); INSERT INTO … SELECT feeds such a table (blackhole: a "
             "stream, kafka/filesystem: a sink). Rows go into a source with conn.insert()")
-    if table.partitioned_by:
-        raise UnsupportedSqlError(f"INSERT INTO {table.name}: PARTITIONED BY ({', '.join(table.partitioned_by)}) is "
-                                  "not supported; laminardb's file sink writes one file (or, durable, one directory "
-                                  "of part files): declare the table without PARTITIONED BY")
     body = fit_select(ins, table)
     query = ddl._query(body, ins.line, ins.col)
     if table.flink_connector == "blackhole":
@@ -456,6 +467,11 @@ def _sink_options(table: FlinkTable) -> dict[str, str]:
         opts["path"] = _file_path(table.name, opts)
         if fmt in _FILE_FORMATS:
             opts["format"] = _FILE_FORMATS[fmt]
+        # how Flink rolls files and when it declares a partition complete: laminardb rolls and
+        # makes files visible per checkpoint (exactly-once), so these are accepted, not applied
+        opts = {k: v for k, v in opts.items() if not k.startswith(_FILE_LIFECYCLE)}
+        if table.partitioned_by:
+            opts["partitioned_by"] = ", ".join(table.partitioned_by)
     return opts
 
 

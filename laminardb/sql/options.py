@@ -91,7 +91,8 @@ _KAFKA_SINK_KEYS: dict[str, str | None] = {
     "sink.delivery-guarantee": "delivery.guarantee",
     "delivery.guarantee": "delivery.guarantee",
 }
-_FILE_SINK_KEYS: dict[str, str | None] = {"path": "path", "format": "format"}
+_FILE_SINK_KEYS: dict[str, str | None] = {"path": "path", "format": "format", "partitioned_by": "partitioned_by",
+                                          "partition.default-name": "partition_default_name"}
 _DELTA_SINK_KEYS: dict[str, str | None] = {"path": "path", "table_uri": "path", "write_mode": "write_mode",
                                            "delivery.guarantee": "delivery.guarantee"}
 _SINK_CONNECTORS = {"kafka": ("kafka", _KAFKA_SINK_KEYS), "filesystem": ("file", _FILE_SINK_KEYS),
@@ -101,7 +102,7 @@ _SINK_CONNECTORS = {"kafka": ("kafka", _KAFKA_SINK_KEYS), "filesystem": ("file",
 # the options each sink connector takes in CREATE SINK … INTO <connector> (…); ``kafka.*`` keys
 # pass through to the Kafka client. Checked by the sink builders (connectors/sinks.py).
 _SINK_OPTIONS = {
-    "file": ("path", "format"),
+    "file": ("path", "format", "partitioned_by", "partition_default_name"),
     "kafka": ("brokers", "topic", "format", "key", "delivery.guarantee", "kafka.*"),
     "delta_lake": ("path", "write_mode", "delivery.guarantee"),
 }

@@ -1,4 +1,5 @@
-"""Plan OVER windows: ``ROW_NUMBER() … AS rn`` bounded by ``rn`` above it, LAG/LEAD, aggregates.
+"""Plan OVER windows: ``ROW_NUMBER() … AS rn`` (``RANK()``, ``DENSE_RANK()``) bounded by ``rn``
+above it, LAG/LEAD, aggregates.
 
 Entry points: ``plan_over(sel, subquery, ctx, batch)`` and ``plan_window_functions(sel, query,
 ctx, top=…)``, both called by the planner's ``_plan_select``. ``plan_over`` takes a SELECT
@@ -11,15 +12,18 @@ deduplication when it orders by event time with ``N = 1``; so does laminardb. Th
 is planned as any SELECT, with the row number as a BIGINT placeholder column (the operator
 writes the numbers in) and the PARTITION BY / ORDER BY expressions as hidden trailing columns,
 so that they may use anything the inner block can compute (a join's qualified columns, its
-aggregates) and the operator reads plain columns.
+aggregates) and the operator reads plain columns. ``RANK()`` and ``DENSE_RANK()`` bounded the
+same way are Top-N whose ties share a rank (``TopN.kind``); they are never a deduplication.
 
 ``plan_window_functions`` plans LAG, LEAD and aggregates OVER (… ORDER BY <event time>
 [ROWS|RANGE frame ending at the current row]) in a SELECT list as a ``plan.Over`` node. Everything else with
-OVER is refused with LDB-1002: RANK and other window functions, other frames, a row number
+OVER is refused with LDB-1002: other window functions, other frames, a row number or rank
 with no bound.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from sqlglot import exp
 
@@ -28,6 +32,8 @@ from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.plan import TopN
 
 _BOUND_OPS = (exp.LTE, exp.LT, exp.EQ, exp.GTE, exp.GT)
+_RANKINGS: dict[type, Literal["row_number", "rank", "dense_rank"]] = {
+    exp.RowNumber: "row_number", exp.Rank: "rank", exp.DenseRank: "dense_rank"}
 _HIDDEN = "__over_"
 
 
@@ -99,11 +105,15 @@ def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
     win = item.this if isinstance(item, exp.Alias) else item
     func = win.this
     text = win.sql()
-    if not isinstance(func, exp.RowNumber):
+    if type(func) not in _RANKINGS:
         raise UnsupportedSqlError(
-            f"{func.sql()} OVER (…) is not supported yet: of the OVER windows laminardb runs ROW_NUMBER() "
-            "(Top-N and deduplication: ROW_NUMBER() OVER (PARTITION BY k ORDER BY x) AS rn, then WHERE rn <= N "
-            "around it); LAG, LEAD, RANK and running aggregates are not")
+            f"{func.sql()} OVER (…) is not supported yet in a subquery: laminardb runs ROW_NUMBER(), RANK() and "
+            "DENSE_RANK() there (Top-N and deduplication: ROW_NUMBER() OVER (PARTITION BY k ORDER BY x) AS rn, then "
+            "WHERE rn <= N around it); LAG, LEAD and running aggregates go in the SELECT list of a query")
+    kind = _RANKINGS[type(func)]
+    fname = f"{func.sql_name()}()"
+    if func.expressions or func.this is not None:
+        raise UnsupportedSqlError(f"{text}: {fname} takes no arguments (order the rows with OVER (ORDER BY …))")
     if batch:
         raise UnsupportedSqlError(f"{text}: OVER windows run in streams (CREATE STREAM … AS), not in ad-hoc "
                                   "queries; an ad-hoc query takes ORDER BY … LIMIT n")
@@ -111,10 +121,10 @@ def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
         raise UnsupportedSqlError(f"{text}: name the row number (… AS rn) and bound it in the query around it: "
                                   "WHERE rn <= N")
     if win.args.get("spec") is not None:
-        raise UnsupportedSqlError(f"{text}: ROW_NUMBER() takes no frame (ROWS/RANGE BETWEEN …)")
+        raise UnsupportedSqlError(f"{text}: {fname} takes no frame (ROWS/RANGE BETWEEN …)")
     order = win.args.get("order")
     if order is None or not order.expressions:
-        raise UnsupportedSqlError(f"{text}: ROW_NUMBER() needs ORDER BY inside OVER (…), e.g. "
+        raise UnsupportedSqlError(f"{text}: {fname} needs ORDER BY inside OVER (…), e.g. "
                                   "OVER (PARTITION BY k ORDER BY price DESC)")
     rn = item.alias
 
@@ -153,13 +163,13 @@ def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
     node = TopN(child, [width + i for i in range(len(parts))],
                 [(width + len(parts) + j, bool(o.args.get("desc")), bool(o.args.get("nulls_first")))
                  for j, o in enumerate(orders)],
-                n, names.index(rn), hidden, sql=f"{text} AS {rn}, {rn} <= {n}")
+                n, names.index(rn), hidden, sql=f"{text} AS {rn}, {rn} <= {n}", kind=kind)
     outer = sel.copy()
     outer.set("where", exp.Where(this=_and(rest)) if rest else None)
     node.rank_used = _uses(list(outer.expressions) + rest + [outer.args[k] for k in ("group", "having")
                                                             if outer.args.get(k) is not None], rn)
     time_of_order = child.time_cols.get(f"{_HIDDEN}o0") if len(orders) == 1 else None
-    if n == 1 and time_of_order is not None:
+    if n == 1 and time_of_order is not None and kind == "row_number":  # ties of RANK are all kept
         if orders[0].args.get("desc"):
             node.ties_last = True  # Flink's keep-last-row deduplication: the later of equal times wins
         else:

@@ -243,7 +243,8 @@ class _OverChild:
 @dataclass
 class TopN(_OverChild):
     """``ROW_NUMBER() OVER (PARTITION BY … ORDER BY …) AS rn`` bounded by ``WHERE rn <= n`` above
-    it, as Flink plans it: the first ``n`` rows of each partition in ``order``.
+    it, as Flink plans it: the first ``n`` rows of each partition in ``order`` (``RANK()`` /
+    ``DENSE_RANK()``, ``kind``: the rows ranked ``n`` or better).
 
     ``child`` is the inner SELECT block with the row number as a placeholder column
     (``rank_index``) and the PARTITION BY / ORDER BY values as hidden trailing columns
@@ -267,6 +268,9 @@ class TopN(_OverChild):
     ties_last: bool = False
     time_map: WatermarkMap | None = None
     sql: str = ""
+    # the numbering: ROW_NUMBER (distinct numbers), RANK (ties share one, gaps after them) or
+    # DENSE_RANK (ties share one, no gaps); with ties, a partition may keep more than n rows
+    kind: Literal["row_number", "rank", "dense_rank"] = "row_number"
 
     @property
     def schema(self) -> pa.Schema:

@@ -31,7 +31,7 @@ EVENTS = 50_000
 SEED = 5
 BATCH_EVENTS = 4_096
 SLOW = NexmarkConfig(rate=1000.0)  # 1,000 events/s of event time: windows open and close as rows arrive
-# every query that runs ("runs"), and q10's published SELECT ("partial": its PARTITIONED BY sink does not)
+# every query that runs ("runs"; q10 with its partitioned sink, of which this compares the SELECT)
 NAMES = [q.name for q in QUERIES.values() if q.runnable]
 Q13_ORACLE = ('SELECT B.auction, B.bidder, B.price, epoch_ms(B."dateTime"), S.value FROM bid B '
               "JOIN side_input S ON B.auction % 10000 = S.key")

@@ -149,8 +149,8 @@ def test_keep_first_row_drops_and_counts_late_rows():
     (_over("*", "PARTITION BY k ORDER BY v", "rn = 2"), "equal to 2 is not supported yet"),
     (_over("*", "PARTITION BY k", "rn <= 2"), "needs ORDER BY"),
     (_over("*", "PARTITION BY k ORDER BY v ROWS BETWEEN 1 PRECEDING AND CURRENT ROW", "rn <= 2"), "no frame"),
-    ("SELECT * FROM (SELECT *, RANK() OVER (PARTITION BY k ORDER BY v) AS rn FROM s) WHERE rn <= 2",
-     "RANK() OVER (…) is not supported yet"),
+    ("SELECT * FROM (SELECT *, PERCENT_RANK() OVER (PARTITION BY k ORDER BY v) AS rn FROM s) WHERE rn <= 2",
+     "PERCENT_RANK() OVER (…) is not supported yet"),
     ("SELECT * FROM (SELECT *, LAG(v) OVER (PARTITION BY k ORDER BY ts) AS p FROM s) WHERE p > 2", "LAG"),
     ("SELECT * FROM (SELECT k, count(*) AS c, ROW_NUMBER() OVER (ORDER BY count(*) DESC) AS rn FROM s GROUP BY k) "
      "WHERE rn <= 3", "over a changelog"),
