@@ -126,6 +126,16 @@ class _Splitter:
         return out
 
 
+def _init_partitioned(sink, path, format, schema: pa.Schema, partition_by, writer: str, default_name: str) -> None:
+    """What both partitioned sinks set up: the path, format, schema and the row splitter."""
+    sink.path = Path(path).absolute()
+    sink.format = infer_format(sink.path, format)
+    sink.schema = schema
+    sink.writer = writer
+    sink.partition_by = partition_columns(schema, partition_by, f"sink {os.fspath(sink.path)!r}")
+    sink._split = _Splitter(schema, sink.partition_by, default_name)
+
+
 class PartitionedTransactionalFileSink(TwoPhaseSink):
     """Exactly-once Hive-partitioned part files under ``path``; see the module docstring.
 
@@ -145,12 +155,7 @@ class PartitionedTransactionalFileSink(TwoPhaseSink):
 
     def __init__(self, path: str | os.PathLike[str], *, format: str | None, schema: pa.Schema,
                  partition_by: str | list[str], writer: str = "0", default_name: str = DEFAULT_PARTITION) -> None:
-        self.path = Path(path).absolute()
-        self.format = infer_format(self.path, format)
-        self.schema = schema
-        self.writer = writer
-        self.partition_by = partition_columns(schema, partition_by, f"sink {os.fspath(self.path)!r}")
-        self._split = _Splitter(schema, self.partition_by, default_name)
+        _init_partitioned(self, path, format, schema, partition_by, writer, default_name)
         self.staging = self.path / _STAGING
         self.rows_written = 0
         self.rows_committed = 0
@@ -285,12 +290,7 @@ class PartitionedFileSink:
 
     def __init__(self, path: str | os.PathLike[str], *, format: str | None, schema: pa.Schema,
                  partition_by: str | list[str], writer: str = "0", default_name: str = DEFAULT_PARTITION) -> None:
-        self.path = Path(path).absolute()
-        self.format = infer_format(self.path, format)
-        self.schema = schema
-        self.writer = writer
-        self.partition_by = partition_columns(schema, partition_by, f"sink {os.fspath(self.path)!r}")
-        self._split = _Splitter(schema, self.partition_by, default_name)
+        _init_partitioned(self, path, format, schema, partition_by, writer, default_name)
         self.rows_written = 0
         self._open: OrderedDict[str, FileSink] = OrderedDict()
         self._next: dict[str, int] = {}  # partition → number of its next part file

@@ -38,8 +38,8 @@ import pyarrow as pa
 from laminardb.operators import _asof_kernels as A
 from laminardb.operators._buffers import numeric_view
 from laminardb.operators._interner import Interner
-from laminardb.operators.join import _Side, _side_table, _visible
-from laminardb.operators.snapshot import StateImage, decode, mismatch
+from laminardb.operators.join import _Side, _side_table, _visible, checked_snapshot, snapshot_sides
+from laminardb.operators.snapshot import StateImage
 from laminardb.sql.plan import AsofJoin
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
 
@@ -232,18 +232,10 @@ class AsofJoinOperator:
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
         """Load a snapshot of a join of the same plan; blobs of disjoint vnode subsets add up."""
-        snap = decode(blob, kind="asof_join")
-        if snap.meta.get("plan") != self.fingerprint:
-            raise mismatch("asof_join", snap.meta.get("plan"), self.fingerprint)
-        snap = snap.select(vnodes)
+        snap = checked_snapshot(blob, "asof_join", self.fingerprint, vnodes)
         # pending left rows are emitted in arrival order: keep the snapshot's order (it is theirs)
-        for side, name in ((0, "left"), (1, "right")):
-            t = snap.tables[name]
-            if t.num_rows == 0:
-                continue
-            cols = [t.column(f.name).combine_chunks() for f in self.side_schema[side]]
-            self._load(side, pa.RecordBatch.from_arrays(cols, schema=self.side_schema[side]),
-                       t.column("__ts").to_numpy())
+        for side, rows, t in snapshot_sides(snap, self.side_schema):
+            self._load(side, rows, t.column("__ts").to_numpy())
         self.wm = max(self.wm, int(snap.meta.get("wm", NO_WATERMARK)))
         if snap.counters is not None:
             self.late_dropped += int(snap.counters["late_dropped"])

@@ -192,13 +192,7 @@ class JoinOperator:
     def process(self, side: int, batch: pa.RecordBatch, wm_before: int = NO_WATERMARK) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:
             return []
-        nvis = len(self.side_schema[side])
-        if self.in_changelog[side]:
-            w = numeric_view(batch.column(batch.num_columns - 1)).astype(np.int64, copy=True)
-        else:
-            w = np.ones(batch.num_rows, np.int64)
-        if batch.num_columns != nvis:
-            batch = batch.select(list(range(nvis)))
+        batch, w = visible_rows(batch, len(self.side_schema[side]), self.in_changelog[side])
         ts = self._times(side, batch)
         if self.join.interval is not None:
             swm = self._side_wm(side, wm_before)
@@ -390,20 +384,43 @@ class JoinOperator:
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
         """Load a snapshot of a join of the same plan; blobs of disjoint vnode subsets add up."""
-        snap = decode(blob, kind="join")
-        if snap.meta.get("plan") != self.fingerprint:
-            raise mismatch("join", snap.meta.get("plan"), self.fingerprint)
-        snap = snap.select(vnodes)
-        for side, name in ((0, "left"), (1, "right")):
-            t = snap.tables[name]
-            if t.num_rows == 0:
-                continue
-            cols = [t.column(f.name).combine_chunks() for f in self.side_schema[side]]
-            rows = pa.RecordBatch.from_arrays(cols, schema=self.side_schema[side])
+        snap = checked_snapshot(blob, "join", self.fingerprint, vnodes)
+        for side, rows, t in snapshot_sides(snap, self.side_schema):
             self._load(side, rows, t.column("__ts").to_numpy(), t.column("__w").to_numpy(),
                        t.column("__match").to_numpy())
         if snap.counters is not None:
             self.late_dropped += int(snap.counters["late_dropped"])
+
+
+def visible_rows(batch: pa.RecordBatch, n_visible: int, changelog: bool) -> tuple[pa.RecordBatch, np.ndarray]:
+    """A join input's visible columns and each row's weight (its ``__weight`` column when the
+    input is a changelog, else 1)."""
+    if changelog:
+        w = numeric_view(batch.column(batch.num_columns - 1)).astype(np.int64, copy=True)
+    else:
+        w = np.ones(batch.num_rows, np.int64)
+    if batch.num_columns != n_visible:
+        batch = batch.select(list(range(n_visible)))
+    return batch, w
+
+
+def checked_snapshot(blob: bytes, kind: str, fingerprint, vnodes):
+    """``blob`` decoded as a ``kind`` snapshot of this plan, cut to ``vnodes``."""
+    snap = decode(blob, kind=kind)
+    if snap.meta.get("plan") != fingerprint:
+        raise mismatch(kind, snap.meta.get("plan"), fingerprint)
+    return snap.select(vnodes)
+
+
+def snapshot_sides(snap, side_schema):
+    """(side, its rows as a batch of the side's schema, the raw table) of each non-empty side
+    of a two-sided join snapshot (tables ``left`` and ``right``)."""
+    for side, name in ((0, "left"), (1, "right")):
+        t = snap.tables[name]
+        if t.num_rows == 0:
+            continue
+        cols = [t.column(f.name).combine_chunks() for f in side_schema[side]]
+        yield side, pa.RecordBatch.from_arrays(cols, schema=side_schema[side]), t
 
 
 def _side_table(chunks, starts, schema: pa.Schema, idx, ts, w, match, keys) -> pa.Table:

@@ -26,9 +26,9 @@ import pyarrow as pa
 
 from laminardb.operators import _asof_kernels as A
 from laminardb.operators import _join_kernels as J
-from laminardb.operators._buffers import hash_rows, numeric_view
+from laminardb.operators._buffers import hash_rows
 from laminardb.operators._interner import Interner
-from laminardb.operators.join import _Side, _side_table, _visible
+from laminardb.operators.join import _Side, _side_table, _visible, visible_rows
 from laminardb.operators.snapshot import StateImage, decode, mismatch
 from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.plan import LookupJoin
@@ -64,13 +64,7 @@ class LookupJoinOperator:
     def process(self, side: int, batch: pa.RecordBatch, wm_before: int = NO_WATERMARK) -> list[pa.RecordBatch]:
         if batch.num_rows == 0:
             return []
-        nvis = len(self.side_schema[side])
-        if self.in_changelog[side]:
-            w = numeric_view(batch.column(batch.num_columns - 1)).astype(np.int64, copy=True)
-        else:
-            w = np.ones(batch.num_rows, np.int64)
-        if batch.num_columns != nvis:
-            batch = batch.select(list(range(nvis)))
+        batch, w = visible_rows(batch, len(self.side_schema[side]), self.in_changelog[side])
         keys = [k.evaluate(batch) for k in self.keys[side]]
         valid = np.ones(batch.num_rows, np.bool_)
         for k in keys:
