@@ -206,4 +206,13 @@ class CheckpointStore:
             return None
 
     def disk_bytes(self) -> int:
-        return sum(p.stat().st_size for p in self.root.rglob("*") if p.is_file())
+        """Bytes of every checkpoint on disk now. A checkpoint pruned while this walks the
+        directory is skipped (metrics() must never fail on a concurrent prune)."""
+        total = 0
+        for top, _, files in os.walk(self.root):  # os.walk ignores directories gone meanwhile
+            for name in files:
+                try:
+                    total += os.stat(os.path.join(top, name)).st_size
+                except FileNotFoundError:
+                    pass
+        return total
