@@ -13,7 +13,7 @@ the default (NULL), and each aggregate over its frame: the ``n`` rows before it 
 PRECEDING``, from the tail) or all rows so far (a count and an accumulator per partition). A row
 with a ``LEAD`` is emitted once ``k`` later rows of its partition are released, or at the end of
 input. Each row is emitted once: the output is append-only. Rows behind the watermark are late:
-dropped and counted.
+dropped and counted. (Over a changelog input: ``over_changelog.OverChangelogOperator``.)
 
 A partition keeps its last (largest LAG offset or ROWS frame + largest LEAD offset) rows, in a
 ``topn._Store`` whose slots find a batch's partitions' tails without scanning the others. The

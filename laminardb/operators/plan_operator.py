@@ -28,6 +28,7 @@ from laminardb.operators.asof_join import AsofJoinOperator
 from laminardb.operators.join import JoinOperator
 from laminardb.operators.lookup_join import LookupJoinOperator
 from laminardb.operators.over import OverOperator
+from laminardb.operators.over_changelog import OverChangelogOperator
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.operators.snapshot import (
     DEFAULT_VNODES,
@@ -103,7 +104,10 @@ class _TopN(_Node):
     """A Top-N / deduplication (``TopNOperator``) or LAG/LEAD (``OverOperator``) node."""
 
     def __init__(self, node: TopN | Over) -> None:
-        self.op = TopNOperator(node) if isinstance(node, TopN) else OverOperator(node)
+        if isinstance(node, TopN):
+            self.op = TopNOperator(node)
+        else:
+            self.op = OverChangelogOperator(node) if node.changelog else OverOperator(node)
 
     def push(self, batch, port, wm):
         return self.op.process(batch, wm)

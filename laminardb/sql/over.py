@@ -16,7 +16,10 @@ aggregates) and the operator reads plain columns. ``RANK()`` and ``DENSE_RANK()`
 same way are Top-N whose ties share a rank (``TopN.kind``); they are never a deduplication.
 
 ``plan_window_functions`` plans LAG, LEAD and aggregates OVER (… ORDER BY <event time>
-[ROWS|RANGE frame ending at the current row]) in a SELECT list as a ``plan.Over`` node. Everything else with
+[ROWS|RANGE frame ending at the current row]) in a SELECT list as a ``plan.Over`` node. Over a
+changelog input (a Top-N, an outer join) it plans aggregates OVER (… ORDER BY <event time or a
+number> ROWS BETWEEN n PRECEDING AND CURRENT ROW) only, whose output is a changelog too
+(``operators/over_changelog.py``; Nexmark q6). Everything else with
 OVER is refused with LDB-1002: other window functions, other frames, a row number or rank
 with no bound.
 """
@@ -138,6 +141,12 @@ def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
             rest.append(c)
         else:
             n = b if n is None else min(n, b)
+    own = inner.args.get("where")
+    if n is None and own is not None and any(_bound(c, rn) is not None for c in _conjuncts(own.this)):
+        raise UnsupportedSqlError(
+            f"{text} AS {rn}: WHERE {own.this.sql()} filters the row number in the SELECT that defines it, where "
+            f"{rn} does not exist yet (WHERE runs before the SELECT list; Flink refuses it too); bound it in a "
+            f"SELECT around it: SELECT * FROM (SELECT …, {fname} OVER (…) AS {rn} FROM …) WHERE {rn} <= N")
     if n is None:
         raise UnsupportedSqlError(
             f"{text} AS {rn}: an unbounded row number is not supported yet (every row's number could change "
@@ -287,11 +296,18 @@ def plan_window_functions(sel: exp.Select, query, ctx, *, top: bool):
     lower.set("expressions", [exp.Star()] + hidden)
     child = _plan_select(lower, query, ctx, top=top)
     if child.changelog:
-        raise UnsupportedSqlError(f"{first} over a changelog (an input that retracts rows) is not supported yet")
+        _check_changelog_over(wins, first)
     names = list(child.names)
     width = len(names) - len(hidden)
     time_map = child.time_cols.get(f"{_HIDDEN}o")
-    if time_map is None:
+    if time_map is None and child.changelog:
+        import pyarrow as pa
+
+        t = child.output_schema.field(names.index(f"{_HIDDEN}o")).type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_timestamp(t)
+                or pa.types.is_date64(t)):
+            raise UnsupportedSqlError(f"{first}: over a changelog, ORDER BY a numeric or timestamp column")
+    elif time_map is None:
         col = order.expressions[0].this.sql()
         raise UnsupportedSqlError(f"{first}: ORDER BY {col} must name an event-time column (a column with a "
                                   "watermark), as in Flink: rows are taken in event-time order as the watermark "
@@ -332,13 +348,28 @@ def plan_window_functions(sel: exp.Select, query, ctx, *, top: bool):
     alias = frm.this.args.get("alias")
     name = (alias.this.name if isinstance(alias, exp.TableAlias) and alias.this is not None else
             frm.this.name if isinstance(frm.this, exp.Table) else "__over")
-    rel = RelationInfo(name, node.schema, node.time_col, False, node.time_cols, kind="subquery")
+    rel = RelationInfo(name, node.schema, node.time_col, node.changelog, node.time_cols, kind="subquery")
     upper_query = replace(query, tvf=None) if query is not None else None
     if upper_query is None:
         from laminardb.sql.ddl import Query
 
         upper_query = Query(upper, upper.sql())
     return _plan_block(upper, upper_query, rel, node, ctx.batch)
+
+
+def _check_changelog_over(wins: list[exp.Window], first: str) -> None:
+    """Over a changelog (an input that retracts rows) run only aggregates over ROWS BETWEEN n
+    PRECEDING AND CURRENT ROW: a retraction changes the frames of the n rows after it, so the
+    operator retracts and re-emits those; LAG/LEAD, unbounded and RANGE frames are refused."""
+    for w in wins:
+        if isinstance(w.this, exp.Lag | exp.Lead):
+            raise UnsupportedSqlError(f"{w.sql()} over a changelog (an input that retracts rows) is not supported "
+                                      "yet; aggregates over ROWS BETWEEN n PRECEDING AND CURRENT ROW are")
+        n, peers = _frame(w)
+        if n < 0 or peers:
+            raise UnsupportedSqlError(f"{w.sql()} over a changelog (an input that retracts rows): only frames of "
+                                      "ROWS BETWEEN n PRECEDING AND CURRENT ROW are supported (each retraction "
+                                      "re-emits the n rows after it); an unbounded or RANGE frame is not yet")
 
 
 def _check_default(arg, default, text: str) -> None:

@@ -322,7 +322,7 @@ class Over(_OverChild):
     order_col: int
     funcs: list[OverFunc]
     hidden: int
-    time_map: WatermarkMap
+    time_map: WatermarkMap | None  # None: over a changelog ordered by a non-time column (applied at once)
     sql: str = ""
     strict: bool = False  # RANGE frames: take rows only once the watermark is past them (no peer can follow)
 
@@ -334,11 +334,12 @@ class Over(_OverChild):
 
     @property
     def changelog(self) -> bool:
-        return False
+        # over a changelog (ROWS n PRECEDING aggregates only): a retraction re-emits the n rows after it
+        return bool(self.child.changelog)
 
     @property
     def time_cols(self) -> dict[str, WatermarkMap]:
-        if any(f.kind == "lead" for f in self.funcs):
+        if self.changelog or any(f.kind == "lead" for f in self.funcs):  # corrections come behind the watermark
             return {}
         names = set(self.schema.names)
         return {c: m for c, m in self.child.time_cols.items() if c in names}
@@ -398,7 +399,9 @@ def explain_node(node, depth: int = 0) -> list[str]:
                 f"TopN[n={node.n}, changelog{', ties: last arrival first' if node.ties_last else ''}]")
         return [f"{pad}{what}: {node.sql}"] + explain_node(node.child, depth + 1)
     if isinstance(node, Over):
-        return [f"{pad}Over[append-only, in event-time order]: {node.sql}"] + explain_node(node.child, depth + 1)
+        what = ("Over[changelog: a change re-emits the frames after it]" if node.changelog else
+                "Over[append-only, in event-time order]")
+        return [f"{pad}{what}: {node.sql}"] + explain_node(node.child, depth + 1)
     if isinstance(node, UnionAll):
         lines = [f"{pad}UnionAll{' (changelog)' if node.changelog else ''}"]
         for c in node.inputs:
