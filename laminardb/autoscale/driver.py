@@ -91,7 +91,9 @@ class AutoscaleDriver:
     def _ask_ray_for_cpus(self, decision: Decision) -> None:
         """Capped by free CPUs: ask Ray's autoscaler for one CPU per wanted actor; once not
         capped any more, withdraw the request (so idle nodes can go)."""
-        wanted = decision.inputs.get("wanted")
+        # the count every other limit allows (max_actors, partitions, vnodes), not the raw wish:
+        # a node the database could never use is never asked for
+        wanted = decision.inputs.get("without_cpu_cap")
         if not self.config.enabled:
             return
         ask = int(wanted) if decision.capped_by == "free_cpus" and wanted else None

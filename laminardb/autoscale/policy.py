@@ -190,6 +190,7 @@ class Autoscaler:
         self.history: deque[Decision] = deque(maxlen=_HISTORY)
         self.rescales: deque[Decision] = deque(maxlen=_RESCALES)
         self.last_capped: Decision | None = None  # the last decision a limit held back (status)
+        self._uncapped = 1  # the last recommendation before the free-CPU cap (``_clamp``)
 
     # ---- public surface
 
@@ -312,6 +313,7 @@ class Autoscaler:
         if cfg.partition_cap and cfg.align_to_partitions and obs.partitions and n < obs.partitions:
             top = min(hi, obs.partitions, cpu_hi if cpu_hi is not None else hi)
             n = _align(n, need, obs.partitions, top)
+        self._uncapped = n  # what the free CPUs hold back: what Ray's autoscaler is asked for
         if cpu_hi is not None and n > cpu_hi:
             n, by = cpu_hi, "free_cpus"
         return n, by
@@ -352,7 +354,8 @@ class Autoscaler:
         n, by = self._clamp(max(raw, 1), 0.0 if idle else required / tpr, obs)  # type: ignore[operator]
         inputs.update({"required_capacity": required, "capacity": _finite(capacity),
                        "utilization": utilization, "drain_s": _finite(drain_s), "overdue": overdue,
-                       "wanted": raw, "recommended": n, "capped_by": by})
+                       "wanted": raw, "recommended": n, "capped_by": by,
+                       "without_cpu_cap": self._uncapped})
         capped = f"; wanted {raw}, capped at {n}: {self._cap_text(by, obs)}" if n < raw else ""
         if not cfg.enabled:
             return hold(f"hold at {p}: autoscale off (would run {n}{capped})", by)

@@ -197,7 +197,12 @@ def test_no_free_cpus_is_a_status_not_an_error_loop():
         assert (d.action, d.actors, d.capped_by) == ("hold", 4, "free_cpus")
         assert d.reason.startswith("hold at 4: wanted ")
         assert "capped at 4: no free CPUs (0 free)" in d.reason
+        assert d.inputs["without_cpu_cap"] > 4  # what Ray's autoscaler is asked for
     assert not scaler.rescales
+    # what Ray is asked for respects the other limits: never a node the database cannot use
+    capped = Autoscaler(config(stabilization_window=0, max_actors=6)).evaluate(
+        obs(10, 4, rate=10 * R, lag=10**8, free_cpus=0))
+    assert capped.inputs["wanted"] > 6 and capped.inputs["without_cpu_cap"] == 6
     d = scaler.evaluate(obs(200, 4, rate=10 * R, lag=10**8, free_cpus=2))  # two CPUs came back
     assert (d.action, d.actors, d.capped_by) == ("scale_out", 6, "free_cpus")
     assert "capped at 6: no free CPUs (2 free)" in d.reason
