@@ -136,32 +136,33 @@ def test_backlog_scales_out_drains_and_idleness_scales_in(database, kafka_broker
 
 
 def test_oscillating_load_does_not_flap(database, kafka_broker):  # noqa: F811
-    """Bursts and pauses shorter than the stabilization window: the scale-out condition is met
-    again and again but never holds for the window, so the count never changes."""
+    """Bursts above one actor's capacity and pauses that drain them, alternating faster than the
+    stabilization window: the scale-out condition is met again and again but never holds for
+    the window, so the count never changes. (A 5-minute sliding window: each row lands in 3,000
+    windows, so a 15k-row burst is more than a second of one actor's work on any machine;
+    catch_up_time is long, so the lag a burst leaves is not overdue.)"""
     bootstrap = kafka_broker.bootstrap
     src = _topic("osc-in")
     _topics(bootstrap, src)
     db = database("autoscale-osc", actors=1, autoscale=True, coordinator="local", checkpoint_interval="1s",
-                  **{**FAST, "stabilization_window": "2s", "metrics_window": "500ms"})
-    db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src))
+                  **{**FAST, "stabilization_window": "4s", "metrics_window": "500ms", "catch_up_time": "1m"})
+    db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src).replace("INTERVAL '60' SECOND",
+                                                                      "INTERVAL '300' SECOND"))
     db.start()
     reasons: set[str] = set()
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.wait(0.1):
-            last = _auto(db).get("last")
-            if last:
-                reasons.add(last["reason"])
+            for d in _auto(db).get("decisions") or []:
+                reasons.add(d["reason"])
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        n = 0
-        for _ in range(6):  # ~0.6 s of burst, ~0.6 s of nothing
-            produce(bootstrap, src, batch(n // 30_000, rows=30_000).to_pylist(), partitions=PARTITIONS)
-            n += 30_000
-            time.sleep(0.6)
+        for i in range(6):  # a burst, then a pause about as long as the actor needs for it
+            produce(bootstrap, src, batch(i, rows=15_000).to_pylist(), partitions=PARTITIONS)
+            time.sleep(1.5)
         time.sleep(1.0)
     finally:
         stop.set()

@@ -197,7 +197,7 @@ def test_sink_with_options_form(tmp_path, db):
 
 
 def test_known_sink_options():
-    assert known_sink_options("FILE") == ("path", "format")
+    assert known_sink_options("FILE") == ("path", "format", "partitioned_by", "partition_default_name")
     assert "topic" in known_sink_options("kafka") and "kafka.*" in known_sink_options("kafka")
     assert known_sink_options("delta") == known_sink_options("DELTA_LAKE")
     with pytest.raises(UnknownOptionError):
