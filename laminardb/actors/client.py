@@ -228,9 +228,11 @@ class Cluster:
         """Raise ``ActorLostError`` if any actor of this connection has died."""
         self._raise_if_dead([], method)
 
-    def probe(self, method: str = "metrics", *, timeout: float = _METRICS_TIMEOUT_S) -> list[Any]:
+    def probe(self, method: str = "metrics", *, timeout: float = _METRICS_TIMEOUT_S,
+              record: bool = True) -> list[Any]:
         """``method`` on every live actor, waiting at most ``timeout``: a result per actor,
-        None for a dead one or one that did not answer in time (then marked slow)."""
+        None for a dead one or one that did not answer in time (then marked slow). With
+        ``record`` False nothing is marked (the autoscaler's samples: a busy actor is not sick)."""
         import ray
 
         alive = [i for i in range(self.n_actors) if i not in self.dead]
@@ -240,17 +242,21 @@ class Cluster:
         out: list[Any] = [None] * self.n_actors
         for i, f in zip(alive, futures, strict=True):
             if f.hex() not in done_ids:
+                if not record:
+                    continue
                 self.slow.add(i)
                 if _gcs_says_dead(self.actors[i]):
                     self.dead[i] = "ActorDiedError"
                 continue
             try:
                 out[i] = ray.get(f, timeout=0)
-                self.slow.discard(i)
+                if record:
+                    self.slow.discard(i)
             except Exception as e:  # noqa: BLE001 - classify
                 if not _is_actor_death(e):
                     raise
-                self.dead[i] = type(e).__name__
+                if record:
+                    self.dead[i] = type(e).__name__
         return out
 
     @staticmethod

@@ -469,7 +469,8 @@ class DatabaseHead:
         every result stays exactly-once; the live actors are kept. Returns the record of the
         rescale with the pause it caused. If the new actors cannot start, the database goes
         back to its old count and the error is raised."""
-        from laminardb.autoscale.observe import _free_cpus
+        from laminardb.autoscale.driver import ask_ray_for_cpus
+        from laminardb.autoscale.observe import free_cpus
         from laminardb.errors import ConfigError
 
         if n < 1:
@@ -482,9 +483,9 @@ class DatabaseHead:
             old = self.n_actors
             if n == old:
                 return {"actors": n, "previous": old, "pause_s": 0.0, "by": by, "reason": reason}
-            free = _free_cpus()
+            free = free_cpus()
             if n > old and free is not None and free < n - old:
-                self._ask_ray_for(n)
+                ask_ray_for_cpus(n)
                 from laminardb.autoscale.exceptions import ScaleCapacityError
 
                 raise ScaleCapacityError(
@@ -506,15 +507,6 @@ class DatabaseHead:
             log.warning("database %s: rescaled %d -> %d in %.2f s (%s: %s)", self.database, old, n,
                         record["pause_s"], by, reason)
             return record
-
-    @staticmethod
-    def _ask_ray_for(n: int) -> None:
-        try:
-            from ray.autoscaler.sdk import request_resources
-
-            request_resources(bundles=[{"CPU": 1}] * n)
-        except Exception:  # noqa: BLE001 - no autoscaler: the error says what to do
-            pass
 
     @_answer
     def urls(self) -> dict:

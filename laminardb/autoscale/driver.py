@@ -97,12 +97,18 @@ class AutoscaleDriver:
         if not self.config.enabled:
             return
         ask = int(wanted) if decision.capped_by == "free_cpus" and wanted else None
-        if ask == self._cpus_asked:
-            return
-        try:
-            from ray.autoscaler.sdk import request_resources
-
-            request_resources(bundles=[{"CPU": 1}] * ask if ask else [])
+        if ask != self._cpus_asked and ask_ray_for_cpus(ask or 0):
             self._cpus_asked = ask
-        except Exception as exc:  # noqa: BLE001 - no autoscaler reachable: the status says capped
-            log.info("database %s: could not ask Ray's autoscaler for CPUs: %s", self.head.database, exc)
+
+
+def ask_ray_for_cpus(n: int) -> bool:
+    """Ask Ray's autoscaler for ``n`` one-CPU bundles (0: withdraw the request); False when no
+    autoscaler can be reached (the status then keeps saying "capped")."""
+    try:
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[{"CPU": 1}] * n)
+        return True
+    except Exception as exc:  # noqa: BLE001 - no autoscaler reachable
+        log.info("could not ask Ray's autoscaler for %d CPUs: %s", n, exc)
+        return False

@@ -28,7 +28,7 @@ from typing import Any
 
 from laminardb.autoscale.policy import Observation
 
-__all__ = ["LoadObserver"]
+__all__ = ["LoadObserver", "free_cpus"]
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,9 @@ class LoadObserver:
         now = time.monotonic() if now is None else now
         cluster = conn.cluster
         kafka = self._kafka(conn)
-        answers = _sample_actors(cluster)
+        # a busy or lost actor answers None here and is left out of the rate; the watchdog,
+        # not a sample, decides whether it is lost
+        answers = cluster.probe("load_sample", timeout=_SAMPLE_TIMEOUT_S, record=False)
         fed_by_kafka = bool(kafka["sources"])
         sample = _Sample(now, kafka["end_offsets"], tuple(cluster.members),
                          tuple(None if a is None else float(a["busy_s"]) for a in answers),
@@ -88,7 +90,7 @@ class LoadObserver:
         # the first sample does not count its backlog as arrivals)
         grown = sum(end - first.ends[p] for p, end in sample.ends.items() if p in first.ends)
         arrival = max(0.0, grown / elapsed)
-        free = _free_cpus()
+        free = free_cpus()
         obs = Observation(time=now, actors=cluster.n_actors, lag=kafka["lag"], arrival_rate=arrival,
                           busy=busy, processed=rows, window=elapsed,
                           partitions=kafka["partitions"] or None, free_cpus=free,
@@ -174,27 +176,7 @@ class LoadObserver:
         return total
 
 
-def _sample_actors(cluster) -> list[dict | None]:
-    """Every live actor's ``load_sample``; None for one that does not answer within
-    ``_SAMPLE_TIMEOUT_S`` (busy with a long batch, or lost: the watchdog deals with that —
-    a sample never marks an actor slow or dead)."""
-    import ray
-
-    alive = [i for i in range(cluster.n_actors) if i not in cluster.dead]
-    futures = cluster.submit(alive, "load_sample")
-    done, _ = ray.wait(futures, num_returns=len(futures), timeout=_SAMPLE_TIMEOUT_S)
-    done_ids = {f.hex() for f in done}
-    out: list[dict | None] = [None] * cluster.n_actors
-    for i, f in zip(alive, futures, strict=True):
-        if f.hex() in done_ids:
-            try:
-                out[i] = ray.get(f, timeout=0)
-            except Exception:  # noqa: BLE001 - died meanwhile: not sampled
-                pass
-    return out
-
-
-def _free_cpus() -> int | None:
+def free_cpus() -> int | None:
     """CPUs the Ray cluster has free now (one per new actor); None outside Ray."""
     try:
         import ray

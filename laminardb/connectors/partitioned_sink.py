@@ -136,6 +136,19 @@ def _init_partitioned(sink, path, format, schema: pa.Schema, partition_by, write
     sink._split = _Splitter(schema, sink.partition_by, default_name)
 
 
+def _split_rows(sink, batch: pa.RecordBatch | pa.Table) -> tuple[list[tuple[str, pa.RecordBatch]], int]:
+    """``batch`` (a Table: each of its batches) checked against the sink's schema and split by
+    partition: the (partition directory, rows) parts and the row count."""
+    parts: list[tuple[str, pa.RecordBatch]] = []
+    n = 0
+    for b in batch.to_batches() if isinstance(batch, pa.Table) else [batch]:
+        b = conform_to_sink(b, sink.schema, f"sink {os.fspath(sink.path)!r}")
+        if b.num_rows:
+            parts += sink._split.split(b)
+            n += b.num_rows
+    return parts, n
+
+
 class PartitionedTransactionalFileSink(TwoPhaseSink):
     """Exactly-once Hive-partitioned part files under ``path``; see the module docstring.
 
@@ -192,17 +205,11 @@ class PartitionedTransactionalFileSink(TwoPhaseSink):
             SinkSchemaError: the batch does not fit the sink's schema.
             SinkWriteError: a file cannot be written (as the unpartitioned sink).
         """
-        if isinstance(batch, pa.Table):
-            for b in batch.to_batches():
-                self.write(b)
-            return
-        batch = conform_to_sink(batch, self.schema, f"sink {os.fspath(self.path)!r}")
-        if batch.num_rows == 0:
-            return
-        for rel, rows in self._split.split(batch):
+        parts, n = _split_rows(self, batch)
+        for rel, rows in parts:
             self._part(rel).write(rows)
-        self.rows_written += batch.num_rows
-        self._open_rows += batch.num_rows
+        self.rows_written += n
+        self._open_rows += n
 
     def pre_commit(self, epoch: int) -> dict[str, Any]:
         """Seal every partition's open files as ``epoch``; ``{"files": ["dt=…/hm=…/part-…", …]}``."""
@@ -296,28 +303,27 @@ class PartitionedFileSink:
         self._next: dict[str, int] = {}  # partition → number of its next part file
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        if isinstance(batch, pa.Table):
-            for b in batch.to_batches():
-                self.write(b)
-            return
-        batch = conform_to_sink(batch, self.schema, f"sink {os.fspath(self.path)!r}")
-        if batch.num_rows == 0:
-            return
-        for rel, rows in self._split.split(batch):
-            sink = self._open.get(rel)
-            if sink is None:
-                n = self._next.get(rel, 0)
-                self._next[rel] = n + 1
-                sink = FileSink(self.path / rel / f"part-{self.writer}-{n:04d}.{self.format}", format=self.format,
-                                schema=self._split.data_schema)
-                self._open[rel] = sink
-                if len(self._open) > _MAX_OPEN:
-                    _, oldest = self._open.popitem(last=False)
-                    oldest.close()
-            else:
-                self._open.move_to_end(rel)
-            sink.write(rows)
-        self.rows_written += batch.num_rows
+        parts, n = _split_rows(self, batch)
+        for rel, rows in parts:
+            self._file(rel).write(rows)
+        self.rows_written += n
+
+    def _file(self, rel: str) -> FileSink:
+        """The open file of partition ``rel`` (a new part file if it has none; the least
+        recently written one is closed beyond ``_MAX_OPEN``)."""
+        sink = self._open.get(rel)
+        if sink is not None:
+            self._open.move_to_end(rel)
+            return sink
+        n = self._next.get(rel, 0)
+        self._next[rel] = n + 1
+        sink = FileSink(self.path / rel / f"part-{self.writer}-{n:04d}.{self.format}", format=self.format,
+                        schema=self._split.data_schema)
+        self._open[rel] = sink
+        if len(self._open) > _MAX_OPEN:
+            _, oldest = self._open.popitem(last=False)
+            oldest.close()
+        return sink
 
     def flush(self) -> None:
         for sink in self._open.values():

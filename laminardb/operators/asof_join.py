@@ -30,15 +30,19 @@ side passes them). Dead rows are compacted away once they outnumber the live one
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import pyarrow as pa
 
 from laminardb.operators import _asof_kernels as A
 from laminardb.operators._buffers import numeric_view
 from laminardb.operators._interner import Interner
-from laminardb.operators.join import _Side, _side_table, _visible, checked_snapshot, snapshot_sides
+from laminardb.operators.join import (
+    _Side,
+    _visible,
+    checked_snapshot,
+    side_tables,
+    snapshot_sides,
+)
 from laminardb.operators.snapshot import StateImage
 from laminardb.sql.plan import AsofJoin
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
@@ -221,14 +225,8 @@ class AsofJoinOperator:
     def snapshot(self) -> StateImage:
         """Pending left rows and stored right rows (copied now, gathered and hashed to vnodes in
         ``encode``), and the watermark the emitted rows were final under."""
-        tables = {}
-        for side, name in ((0, "left"), (1, "right")):
-            s = self.sides[side]
-            idx = s.live()
-            tables[name] = partial(_side_table, list(s.chunks), list(s.starts), s.schema, idx,
-                                   s.ts[idx], s.w[idx], s.match[idx], self.keys[side])
         return StateImage("asof_join", meta={"plan": self.fingerprint, "wm": self.wm},
-                          counters={"late_dropped": self.late_dropped}, tables=tables)
+                          counters={"late_dropped": self.late_dropped}, tables=side_tables(self.sides, self.keys))
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
         """Load a snapshot of a join of the same plan; blobs of disjoint vnode subsets add up."""

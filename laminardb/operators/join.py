@@ -373,14 +373,8 @@ class JoinOperator:
 
     def snapshot(self) -> StateImage:
         """The live rows of both sides (copied now, gathered and hashed to vnodes in ``encode``)."""
-        tables = {}
-        for side, name in ((0, "left"), (1, "right")):
-            s = self.sides[side]
-            idx = s.live()
-            tables[name] = partial(_side_table, list(s.chunks), list(s.starts), s.schema, idx,
-                                   s.ts[idx], s.w[idx], s.match[idx], self.keys[side])
         return StateImage("join", meta={"plan": self.fingerprint}, counters={"late_dropped": self.late_dropped},
-                          tables=tables)
+                          tables=side_tables(self.sides, self.keys))
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
         """Load a snapshot of a join of the same plan; blobs of disjoint vnode subsets add up."""
@@ -421,6 +415,18 @@ def snapshot_sides(snap, side_schema):
             continue
         cols = [t.column(f.name).combine_chunks() for f in side_schema[side]]
         yield side, pa.RecordBatch.from_arrays(cols, schema=side_schema[side]), t
+
+
+def side_tables(sides, keys) -> dict:
+    """The snapshot tables ``left`` and ``right`` of a two-sided join: each side's live rows,
+    copied now, gathered and hashed to vnodes when encoded."""
+    tables = {}
+    for side, name in ((0, "left"), (1, "right")):
+        s = sides[side]
+        idx = s.live()
+        tables[name] = partial(_side_table, list(s.chunks), list(s.starts), s.schema, idx,
+                               s.ts[idx], s.w[idx], s.match[idx], keys[side])
+    return tables
 
 
 def _side_table(chunks, starts, schema: pa.Schema, idx, ts, w, match, keys) -> pa.Table:

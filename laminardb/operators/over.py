@@ -62,6 +62,18 @@ def _places(kid_sorted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _AGG_CODE = {"sum": 0, "count": 0, "count_star": 0, "avg": 0, "min": 1, "max": 2}
 
 
+@njit(cache=True, nogil=True, inline="always")
+def fold_value(a, v, first, code):
+    """``v`` folded into a running sum/min/max (``code`` 0/1/2); ``first``: ``a`` holds nothing yet."""
+    if first:
+        return v
+    if code == 0:
+        return a + v
+    if code == 1:
+        return min(a, v)
+    return max(a, v)
+
+
 @njit(cache=True, nogil=True)
 def _frame_agg(code, kid, ts, vals, valid, emit, before, n, peers, st_cnt, st_acc, out_cnt, out_acc):
     """Count and sum/min/max (``code`` 0/1/2) of the valid values in each emitted row's frame:
@@ -77,15 +89,7 @@ def _frame_agg(code, kid, ts, vals, valid, emit, before, n, peers, st_cnt, st_ac
             a = st_acc[0]
             for j in range(i - min(n, before[i]), i + 1):
                 if valid[j]:
-                    v = vals[j]
-                    if c == 0:
-                        a = v
-                    elif code == 0:
-                        a = a + v
-                    elif code == 1:
-                        a = min(a, v)
-                    else:
-                        a = max(a, v)
+                    a = fold_value(a, vals[j], c == 0, code)
                     c += 1
             out_cnt[i] = c
             out_acc[i] = a
@@ -95,15 +99,7 @@ def _frame_agg(code, kid, ts, vals, valid, emit, before, n, peers, st_cnt, st_ac
             continue
         k = kid[i]
         if valid[i]:
-            v = vals[i]
-            if st_cnt[k] == 0:
-                st_acc[k] = v
-            elif code == 0:
-                st_acc[k] = st_acc[k] + v
-            elif code == 1:
-                st_acc[k] = min(st_acc[k], v)
-            else:
-                st_acc[k] = max(st_acc[k], v)
+            st_acc[k] = fold_value(st_acc[k], vals[i], st_cnt[k] == 0, code)
             st_cnt[k] += 1
         out_cnt[i] = st_cnt[k]
         out_acc[i] = st_acc[k]

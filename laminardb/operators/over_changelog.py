@@ -51,6 +51,7 @@ from numba import njit
 from laminardb.operators._buffers import hash_rows, numeric_view
 from laminardb.operators._interner import Interner
 from laminardb.operators.join import gather
+from laminardb.operators.over import fold_value
 from laminardb.operators.snapshot import StateImage, decode, mismatch
 from laminardb.operators.topn import _Pending, _with_vnode
 from laminardb.sql.plan import Over
@@ -171,15 +172,7 @@ def _frame_at(code, kid, vals, valid, idx, n, out_cnt, out_acc):
             j -= 1
         for r in range(j + 1, i + 1):
             if valid[r]:
-                v = vals[r]
-                if c == 0:
-                    a = v
-                elif code == 0:
-                    a = a + v
-                elif code == 1:
-                    a = min(a, v)
-                else:
-                    a = max(a, v)
+                a = fold_value(a, vals[r], c == 0, code)
                 c += 1
         out_cnt[t] = c
         out_acc[t] = a

@@ -406,11 +406,11 @@ def _kafka_pipeline_survives(tmp_path: Path, logs: Path, *, env: dict[str, str])
 
     from tests._services.kafka import start_kafka_broker
     from tests._services.procs import wait_until
-    from tests.connectors.test_kafka_exactly_once import committed
     from tests.delta.workload import (
         KAFKA_DDL,
         KAFKA_ROWS,
         SENTINEL_TS,
+        committed_windows,
         expected_windows,
         kafka_rows,
         produce,
@@ -436,8 +436,7 @@ def _kafka_pipeline_survives(tmp_path: Path, logs: Path, *, env: dict[str, str])
         expected = expected_windows()
 
         def out() -> list[tuple]:
-            return sorted((r["k"], r["window_start"], r["c"], r["s"])
-                          for r in (json.loads(rec["value"]) for rec in committed(bootstrap, "out")))
+            return committed_windows(bootstrap, "out")
 
         wait_until(lambda: len(out()) >= len(expected), timeout=180, interval=1.0)
         time.sleep(2)  # later checkpoints add nothing

@@ -11,7 +11,6 @@ the same rows: the unbroken single-actor run."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -27,6 +26,7 @@ from tests.delta.workload import (
     KAFKA_ROWS,
     SENTINEL_TS,
     batch,
+    committed_windows,
     expected_windows,
     kafka_rows,
     produce,
@@ -175,8 +175,6 @@ def test_oscillating_load_does_not_flap(database, kafka_broker):  # noqa: F811
 def test_actor_killed_during_rescales_keeps_the_committed_output_exactly_once(database, kafka_broker):  # noqa: F811
     """SIGKILL an actor at a random moment of a scale-out and of the scale-in after it (seeded):
     the sink topic, read committed, holds every window exactly once."""
-    from tests.connectors.test_kafka_exactly_once import committed
-
     bootstrap = kafka_broker.bootstrap
     src, dst = _topic("kill-in"), _topic("kill-out")
     _topics(bootstrap, src)
@@ -209,8 +207,7 @@ def test_actor_killed_during_rescales_keeps_the_committed_output_exactly_once(da
     expected = expected_windows()
 
     def out() -> list[tuple]:
-        return sorted((r["k"], r["window_start"], r["c"], r["s"])
-                      for r in (json.loads(rec["value"]) for rec in committed(bootstrap, dst)))
+        return committed_windows(bootstrap, dst)
 
     wait_until(lambda: len(out()) >= len(expected), timeout=180, interval=0.5)
     time.sleep(1.5)  # later checkpoints must not add duplicates

@@ -5,7 +5,6 @@ duplicate-free, aggregates exact, and no error reaches the caller."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from tests.delta.workload import (
     STREAMS,
     assert_exactly_once,
     batch,
+    committed_windows,
     expected_windows,
     kafka_rows,
     produce,
@@ -130,8 +130,6 @@ def test_kafka_pipeline_outlives_its_killed_client_and_an_actor_kill(database, r
     is SIGKILLed mid-stream; the sink topic, read committed, holds every result exactly once."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    from tests.connectors.test_kafka_exactly_once import committed
-
     bootstrap = kafka_broker.bootstrap
     src, dst = f"in-{os.getpid()}-{time.monotonic_ns()}", f"out-{os.getpid()}-{time.monotonic_ns()}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
@@ -167,8 +165,7 @@ time.sleep(600)  # the test SIGKILLs this client while its pipeline runs
     expected = expected_windows()
 
     def out() -> list[tuple]:
-        return sorted((r["k"], r["window_start"], r["c"], r["s"])
-                      for r in (json.loads(rec["value"]) for rec in committed(bootstrap, dst)))
+        return committed_windows(bootstrap, dst)
 
     wait_until(lambda: len(out()) >= len(expected), timeout=300, interval=0.5)
     time.sleep(2)  # later checkpoints must not add duplicates

@@ -115,3 +115,11 @@ def expected_windows() -> list[tuple]:
         ref.insert("trades", kafka_rows(0, KAFKA_ROWS))
         ref.finish()
         return sorted((r["k"], r["window_start"], r["c"], r["s"]) for r in sub.to_arrow().to_pylist())
+
+
+def committed_windows(bootstrap: str, topic: str) -> list[tuple]:
+    """The sink topic's windows as a read_committed consumer sees them: (k, window_start, c, s)."""
+    from tests.connectors.test_kafka_exactly_once import committed
+
+    return sorted((r["k"], r["window_start"], r["c"], r["s"])
+                  for r in (json.loads(rec["value"]) for rec in committed(bootstrap, topic)))

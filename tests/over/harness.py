@@ -102,6 +102,31 @@ class Driver:
         return self.so_far()
 
 
+def resumed_output(query: str, batches, *, split: bool) -> pa.Table:
+    """The output of ``query`` over ``batches`` with a snapshot after the first half restored
+    into a fresh operator (``split``: as two owners' halves of the vnodes, which add up) — what
+    a subscriber sees across a restore; compare it with an unbroken run."""
+    from laminardb.operators.snapshot import DEFAULT_VNODES
+
+    cut = len(batches) // 2
+    first = Driver(PlanOperator(plan_for(query)))
+    for b in batches[:cut]:
+        first.feed(b)
+    image = first.op.snapshot()
+    fresh = PlanOperator(plan_for(query))
+    if split:
+        fresh.restore(image.encode(range(DEFAULT_VNODES // 2)))
+        fresh.restore(image.encode(range(DEFAULT_VNODES // 2, DEFAULT_VNODES)))
+    else:
+        fresh.restore(image.encode())
+    second = Driver(fresh)
+    second.max_ts = first.max_ts  # the reactor restores its watermark from the checkpoint
+    for b in batches[cut:]:
+        second.feed(b)
+    second.finish()
+    return pa.concat_tables([first.so_far(), second.so_far()])
+
+
 def fold(t: pa.Table) -> pa.Table:
     """A changelog netted by ``__weight`` (every net weight must be 0 or positive)."""
     if "__weight" not in t.column_names:

@@ -9,9 +9,18 @@ import pytest
 
 import laminardb
 from laminardb.operators.plan_operator import PlanOperator
-from laminardb.operators.snapshot import DEFAULT_VNODES
 from laminardb.sql.exceptions import SqlError
-from tests.over.harness import SOURCE, Driver, make_batches, oracle, plan_for, rows, run_db, same
+from tests.over.harness import (
+    SOURCE,
+    Driver,
+    make_batches,
+    oracle,
+    plan_for,
+    resumed_output,
+    rows,
+    run_db,
+    same,
+)
 
 W = "OVER (PARTITION BY k ORDER BY ts)"
 WD = "OVER (PARTITION BY k ORDER BY ts, seq)"
@@ -99,23 +108,7 @@ def test_late_rows_are_dropped_and_counted():
 def test_restore_mid_stream_gives_the_same_output(name, split):
     query, duck_sql = CASES[name]
     batches = make_batches(11)
-    cut = len(batches) // 2
-    first = Driver(PlanOperator(plan_for(query)))
-    for b in batches[:cut]:
-        first.feed(b)
-    image = first.op.snapshot()
-    fresh = PlanOperator(plan_for(query))
-    if split:
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2)))
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2, DEFAULT_VNODES)))
-    else:
-        fresh.restore(image.encode())
-    second = Driver(fresh)
-    second.max_ts = first.max_ts
-    for b in batches[cut:]:
-        second.feed(b)
-    second.finish()
-    same(pa.concat_tables([first.so_far(), second.so_far()]), oracle(duck_sql, batches))
+    same(resumed_output(query, batches, split=split), oracle(duck_sql, batches))
 
 
 def test_a_durable_database_resumes_from_its_checkpoint(tmp_path):

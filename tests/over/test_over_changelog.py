@@ -14,9 +14,17 @@ import pytest
 import laminardb
 from laminardb.operators.over_changelog import OverChangelogOperator
 from laminardb.operators.plan_operator import PlanOperator
-from laminardb.operators.snapshot import DEFAULT_VNODES
 from tests.engine.oracle import duck
-from tests.over.harness import SOURCE, Driver, fold, make_batches, plan_for, run_db, table
+from tests.over.harness import (
+    SOURCE,
+    Driver,
+    fold,
+    make_batches,
+    plan_for,
+    resumed_output,
+    run_db,
+    table,
+)
 
 # the Top-2 of each k by v (ties: earlier arrival) — a changelog: rows leave the top, numbers change
 TOP = ("SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM s) "
@@ -134,23 +142,7 @@ def test_state_holds_the_current_rows_only():
 def test_restore_mid_stream_gives_the_same_output(name, split):
     query = _sql(name)
     batches = make_batches(11)
-    cut = len(batches) // 2
-    first = Driver(PlanOperator(plan_for(query)))
-    for b in batches[:cut]:
-        first.feed(b)
-    image = first.op.snapshot()
-    fresh = PlanOperator(plan_for(query))
-    if split:  # two owners' halves of the vnodes, restored into one operator, add up
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2)))
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2, DEFAULT_VNODES)))
-    else:
-        fresh.restore(image.encode())
-    second = Driver(fresh)
-    second.max_ts = first.max_ts
-    for b in batches[cut:]:
-        second.feed(b)
-    second.finish()
-    resumed = pa.concat_tables([first.so_far(), second.so_far()])
+    resumed = resumed_output(query, batches, split=split)
     _check(resumed, duck(QUERIES[name][3], s=table(batches)))
 
 

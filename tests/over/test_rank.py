@@ -11,7 +11,6 @@ import pytest
 
 import laminardb
 from laminardb.operators.plan_operator import PlanOperator
-from laminardb.operators.snapshot import DEFAULT_VNODES
 from laminardb.sql.exceptions import UnsupportedSqlError
 from tests.over.harness import (
     SOURCE,
@@ -20,6 +19,7 @@ from tests.over.harness import (
     make_batches,
     oracle,
     plan_for,
+    resumed_output,
     rows,
     run_db,
     same,
@@ -108,23 +108,7 @@ def _unbroken(query: str, batches) -> pa.Table:
 def test_restore_mid_stream_gives_the_same_output(name, split):
     query = CASES[name][0]
     batches = make_batches(11)
-    cut = len(batches) // 2
-    first = Driver(PlanOperator(plan_for(query)))
-    for b in batches[:cut]:
-        first.feed(b)
-    image = first.op.snapshot()
-    fresh = PlanOperator(plan_for(query))
-    if split:  # two owners' halves of the vnodes, restored into one operator, add up
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2)))
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2, DEFAULT_VNODES)))
-    else:
-        fresh.restore(image.encode())
-    second = Driver(fresh)
-    second.max_ts = first.max_ts
-    for b in batches[cut:]:
-        second.feed(b)
-    second.finish()
-    resumed = fold(pa.concat_tables([first.so_far(), second.so_far()]))
+    resumed = fold(resumed_output(query, batches, split=split))
     assert rows(resumed) == rows(fold(_unbroken(query, batches)))
 
 

@@ -10,8 +10,16 @@ import pytest
 import laminardb
 from laminardb.checkpoint.exceptions import SnapshotFormatError
 from laminardb.operators.plan_operator import PlanOperator
-from laminardb.operators.snapshot import DEFAULT_VNODES
-from tests.over.harness import SOURCE, Driver, fold, make_batches, plan_for, rows, run_db
+from tests.over.harness import (
+    SOURCE,
+    Driver,
+    fold,
+    make_batches,
+    plan_for,
+    resumed_output,
+    rows,
+    run_db,
+)
 
 QUERIES = {
     "top3": "SELECT * FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY k ORDER BY v DESC) AS rn FROM s) WHERE rn <= 3",
@@ -37,23 +45,7 @@ def _unbroken(query: str, batches):
 def test_restore_mid_stream_gives_the_same_output(name, split):
     query = QUERIES[name]
     batches = make_batches(11)
-    cut = len(batches) // 2
-    first = Driver(PlanOperator(plan_for(query)))
-    for b in batches[:cut]:
-        first.feed(b)
-    image = first.op.snapshot()
-    fresh = PlanOperator(plan_for(query))
-    if split:  # two owners' halves of the vnodes, restored into one operator, add up
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2)))
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2, DEFAULT_VNODES)))
-    else:
-        fresh.restore(image.encode())
-    second = Driver(fresh)
-    second.max_ts = first.max_ts  # the reactor restores its watermark from the checkpoint
-    for b in batches[cut:]:
-        second.feed(b)
-    second.finish()
-    resumed = fold(pa.concat_tables([first.so_far(), second.so_far()]))  # what a subscriber saw
+    resumed = fold(resumed_output(query, batches, split=split))  # what a subscriber saw
     assert rows(resumed) == rows(fold(_unbroken(query, batches)))
 
 
