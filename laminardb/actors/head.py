@@ -114,18 +114,12 @@ class DatabaseHead:
     # ------------------------------------------------------------------ lifecycle
     def _open(self, on_restored=None, survivors=None):
         from laminardb.actors.client import Cluster, ClusterConnection
-        from laminardb.actors.ownership import RaftConfig
         from laminardb.operators.warmup import warm_kernels
 
         warm_kernels()
-        if self.raft is None:
-            raft = RaftConfig.from_env()
-        elif "data_dir" in self.raft:
-            raft = RaftConfig.from_data_dir(self.raft["data_dir"])
-        else:
-            raft = RaftConfig(tuple(self.raft["voters"]), self.raft["secret"])
+        raft = self._raft_config()
         timeout = float(self.config.get("actor_call_timeout", 30.0))
-        self._publish_recorded(raft)
+        self._publish_recorded(raft, recovering=on_restored is not None)
         cluster = Cluster(self.n_actors, self.vnodes, raft, call_timeout=timeout,
                           ownership_source=f"db/{self.database}", survivors=survivors)
         path = self.directory or ":memory:"
@@ -140,32 +134,51 @@ class DatabaseHead:
             cluster.shutdown()
             raise
 
-    def _publish_recorded(self, raft) -> None:
-        """Before recovering: a checkpoint the coordinator recorded (its commit point — the
-        sinks may hold its output already) but this head had not published yet is published
-        now, so recovery starts from it and never regenerates output the sinks have."""
-        if not self.coordinated:
-            return
+    def _raft_config(self):
+        """The voters this database's ownership and epoch log live in: the ``raft`` it was
+        connected with, else the environment's (``LAMINARDB_RAFT_DIR`` / ``_VOTERS``), else none."""
+        from laminardb.actors.ownership import RaftConfig
+
+        if self.raft is None:
+            return RaftConfig.from_env()
+        if "data_dir" in self.raft:
+            return RaftConfig.from_data_dir(self.raft["data_dir"])
+        return RaftConfig(tuple(self.raft["voters"]), self.raft["secret"])
+
+    def _epoch_log(self, raft):
+        """The coordinator's epoch log of this database — the one ``_register`` told it to use."""
         from pathlib import Path
 
         from laminardb.checkpoint._coord_db import _safe
         from laminardb.checkpoint.epoch_log import FileEpochLog, RaftEpochLog
-        from laminardb.checkpoint.store import CheckpointStore
 
-        store = CheckpointStore(self.directory)
-        pending = store.pending()
-        if not pending:
-            return
         if raft is not None:
             from laminardb.raft.client import RaftClient
 
-            log_ = RaftEpochLog(RaftClient(list(raft.voters), secret=raft.secret), self.database)
-        else:
-            log_ = FileEpochLog(Path(os.path.dirname(self.directory)) / _safe(self.database) / "coordinator")
+            return RaftEpochLog(RaftClient(list(raft.voters), secret=raft.secret), self.database)
+        return FileEpochLog(Path(os.path.dirname(self.directory)) / _safe(self.database) / "coordinator")
+
+    def _publish_recorded(self, raft, *, recovering: bool) -> None:
+        """Before restoring, fence the coordinator's epoch log (``epoch_log.fence``), then
+        publish the checkpoint it recorded (its commit point — the sinks may hold its output
+        already) if this head had not published it yet. After the fence no checkpoint in
+        flight (prepared on the engine being replaced) can be recorded, so recovery starts
+        from the last checkpoint whose output the sinks may hold, and never produces that
+        output again. A head opening a database with nothing stored has nothing to fence."""
+        if not self.coordinated:
+            return
+        from laminardb.checkpoint.epoch_log import fence
+        from laminardb.checkpoint.store import CheckpointStore
+
+        store = CheckpointStore(self.directory)
+        if not recovering and not store.pending() and not store.complete():
+            return
+        log_ = self._epoch_log(raft)
         try:
-            manifest = log_.state()["manifest"]
+            manifest = fence(log_)["manifest"]
         finally:
             log_.close()
+        pending = store.pending()  # a prepare that finished meanwhile: its epoch is fenced
         if manifest is not None and int(manifest["epoch"]) in pending:
             store.publish(int(manifest["epoch"]))
             log.warning("database %s: published checkpoint %s, recorded by the coordinator before "
@@ -241,12 +254,24 @@ class DatabaseHead:
 
         coordinator = ensure_coordinator({"state_dir": os.path.join(session_checkpoint_dir(), "_coordinator")})
         self.coordinator = coordinator
-        raft = self.raft or {}
+        raft = self._raft_config()  # the same log the head fences and reads (``_epoch_log``)
         interval = parse_interval(self.config.get("checkpoint_interval", "10s"))
         return coordinator.register.remote(
             self.database, head_name=head_name(self.database), interval_s=interval,
-            checkpoint_dir=os.path.dirname(self.directory), raft_voters=raft.get("voters"),
-            raft_secret=raft.get("secret"))
+            checkpoint_dir=os.path.dirname(self.directory),
+            raft_voters=list(raft.voters) if raft is not None else None,
+            raft_secret=raft.secret if raft is not None else None,
+            raft_secret_file=self._raft_secret_file())
+
+    def _raft_secret_file(self) -> str | None:
+        """The voters' secret file of a ``cluster up`` data dir: a restarted coordinator reads
+        the secret from it (it keeps registered secrets in memory only)."""
+        from laminardb.raft.launch import read_cluster_file
+
+        data_dir = (self.raft or {}).get("data_dir") or (os.environ.get("LAMINARDB_RAFT_DIR") if self.raft is None else None)
+        if not data_dir:
+            return None
+        return read_cluster_file(data_dir).get("secret_file") or None
 
     def _external_checkpoint(self) -> int:
         """``checkpoint()`` through the coordinator. A coordinator that dies meanwhile is

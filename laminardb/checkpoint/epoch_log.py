@@ -7,18 +7,21 @@ Streaming's ``offsets/N`` and ``commits/N`` logs:
 
 * ``allocate() -> e``     a new epoch, never handed out twice;
 * ``intent(e)``           checkpoint ``e`` is about to run (written *before* any work);
-* ``record_manifest(e, ref, info)``  checkpoint ``e`` is complete: the commit point;
+* ``record_manifest(e, ref, info)``  checkpoint ``e`` is complete: the commit point
+  (refused once a later intent exists: see :func:`fence`);
 * ``state()``             ``{"allocated": e, "intent": e | None, "manifest": {"epoch",
   "ref", "sinks", ...} | None}``.
 
 On restart the coordinator re-drives the commit of the recorded manifest and aborts an
 intent above it. The same order rules hold in both backends (the Raft ones are in
 ``laminardb/raft/state.py``): a manifest epoch is above the last one and at most the last
-allocated; an intent is above the manifest and not below the last intent.
+allocated and not below the last intent; an intent is above the manifest and not below
+the last intent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -29,7 +32,7 @@ from typing import Any, Protocol
 from laminardb.checkpoint._files import atomic_write
 from laminardb.checkpoint.exceptions import EpochLogError
 
-__all__ = ["EpochLog", "FileEpochLog", "RaftEpochLog"]
+__all__ = ["EpochLog", "FileEpochLog", "RaftEpochLog", "fence"]
 
 _FILE = "epochs.json"
 _VERSION = 1
@@ -45,6 +48,19 @@ class EpochLog(Protocol):
     def record_manifest(self, epoch: int, ref: str, info: dict[str, Any] | None = None) -> None: ...
 
     def state(self) -> dict[str, Any]: ...
+
+
+def fence(log: EpochLog) -> dict[str, Any]:
+    """Settle the race between a recovering head and a checkpoint in flight: an intent
+    above every allocated epoch, after which no earlier epoch's manifest can be recorded.
+    Returns the log's state after it: its manifest is final — the recovery point.
+
+    Why: the coordinator records a manifest after the head prepared the epoch. A head that
+    restores meanwhile (an actor lost) from the manifest it read must never see that epoch
+    recorded afterwards — the sinks would commit output its restored engine produces again.
+    """
+    log.intent(log.allocate())
+    return log.state()
 
 
 class RaftEpochLog:
@@ -65,16 +81,30 @@ class RaftEpochLog:
         return self.client.allocate_checkpoint_epoch(self.scope)
 
     def intent(self, epoch: int) -> None:
-        self.client.record_intent(self.scope, epoch)
+        with _refusal_as_epoch_log_error():
+            self.client.record_intent(self.scope, epoch)
 
     def record_manifest(self, epoch: int, ref: str, info: dict[str, Any] | None = None) -> None:
-        self.client.record_manifest(epoch, ref, scope=self.scope, info=info or {})
+        with _refusal_as_epoch_log_error():
+            self.client.record_manifest(epoch, ref, scope=self.scope, info=info or {})
 
     def state(self) -> dict[str, Any]:
         return self.client.checkpoint_log(self.scope)
 
     def close(self) -> None:
         self.client.close()
+
+
+@contextlib.contextmanager
+def _refusal_as_epoch_log_error():
+    """The voters' refusal of an out-of-order record is the same error as the file log's:
+    certainly not recorded, so the coordinator aborts the epoch at once."""
+    from laminardb.raft.exceptions import CommandRejectedError
+
+    try:
+        yield
+    except CommandRejectedError as exc:
+        raise EpochLogError(str(exc)) from exc
 
 
 class FileEpochLog:
@@ -115,9 +145,11 @@ class FileEpochLog:
     def record_manifest(self, epoch: int, ref: str, info: dict[str, Any] | None = None) -> None:
         def run(doc: dict[str, Any]) -> None:
             last = doc["manifest"]["epoch"] if doc["manifest"] else 0
-            if not (last < epoch <= doc["allocated"]):
-                msg = (f"manifest epoch {epoch} must be above the last committed ({last}) and "
-                       f"at most the last allocated ({doc['allocated']}) in {self.path}")
+            intent = doc["intent"] or 0
+            if not (last < epoch <= doc["allocated"] and epoch >= intent):
+                msg = (f"manifest epoch {epoch} must be above the last committed ({last}), not "
+                       f"below the last intent ({intent}: a recovering head fenced it) and at "
+                       f"most the last allocated ({doc['allocated']}) in {self.path}")
                 raise EpochLogError(msg)
             manifest: dict[str, Any] = {"epoch": epoch, "ref": str(ref), "sinks": {}}
             manifest.update({k: v for k, v in (info or {}).items() if k not in ("epoch", "ref")})

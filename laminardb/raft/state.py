@@ -310,11 +310,13 @@ class OwnershipState:
         def run() -> Result:
             log = self._ckpt_log(scope)
             last = log["manifest"]["epoch"] if log["manifest"] else 0
-            if not (last < int(epoch) <= log["allocated"]):
+            intent = log["intent"] or 0
+            if not (last < int(epoch) <= log["allocated"] and int(epoch) >= intent):
                 return fail(
                     "LDB-6007",
-                    f"manifest epoch {epoch} must be above the last committed ({last}) and at "
-                    f"most the last allocated ({log['allocated']}); allocate an epoch first",
+                    f"manifest epoch {epoch} must be above the last committed ({last}), not below "
+                    f"the last intent ({intent}: a recovering head fenced it) and at most the "
+                    f"last allocated ({log['allocated']}); allocate an epoch first",
                 )
             if info is not None and not isinstance(info, dict):
                 return fail("LDB-6007", "manifest info must be a map (sink pre-commit infos)")

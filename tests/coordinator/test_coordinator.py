@@ -99,6 +99,35 @@ def test_a_sink_failing_after_prepare_aborts_every_sink(make, tmp_path) -> None:
     check_output(tmp_path, head)
 
 
+def test_a_head_recovering_mid_checkpoint_fences_the_epoch_in_flight(make, tmp_path) -> None:
+    """The race the `ray up` fault test once lost: a head restores (an actor was killed)
+    while the coordinator stages an epoch the old engine prepared. The head fences the epoch
+    log first, so that epoch's manifest is refused and its staged output aborted in every
+    sink — never committed beside the output the restored engine produces again."""
+    from laminardb.checkpoint.epoch_log import FileEpochLog, fence
+    from laminardb.checkpoint.exceptions import EpochLogError
+
+    head, coord = make(rows_per_epoch=400)
+    register(coord, tmp_path)
+    coord.checkpoint_now("db1")
+    prepare = head.prepare_checkpoint
+
+    def prepare_then_recover(epoch):
+        ack = prepare(epoch)
+        state = fence(FileEpochLog(tmp_path / "ckpt" / "db1" / "coordinator"))  # what _recover does
+        assert state["manifest"]["epoch"] == 1 and state["intent"] == epoch + 1
+        return ack
+
+    head.prepare_checkpoint = prepare_then_recover
+    with pytest.raises(EpochLogError, match="a recovering head fenced it"):
+        coord.checkpoint_now("db1")
+    head.prepare_checkpoint = prepare
+    assert ("abort", 2) in head.calls and head.state()["last_committed"] == 1
+    assert coord.checkpoint_now("db1") == 4  # 3 was the fence
+    assert head.state()["last_committed"] == 4
+    check_output(tmp_path, head)  # epoch 2's rows once, restaged by epoch 4
+
+
 def test_a_restarted_coordinator_resumes_from_its_registry(make, tmp_path) -> None:
     head, coord = make(rows_per_epoch=100)
     register(coord, tmp_path, interval_s=0.2)

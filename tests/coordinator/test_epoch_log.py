@@ -8,9 +8,8 @@ import pickle
 
 import pytest
 
-from laminardb.checkpoint.epoch_log import FileEpochLog, RaftEpochLog
+from laminardb.checkpoint.epoch_log import FileEpochLog, RaftEpochLog, fence
 from laminardb.checkpoint.exceptions import EpochLogError
-from laminardb.raft.exceptions import CommandRejectedError
 from laminardb.raft.state import OwnershipState
 
 EMPTY = {"allocated": 0, "intent": None, "manifest": None}
@@ -38,6 +37,22 @@ def _exercise(log, refused: type[Exception]) -> None:
                                "sinks": {"out": {"info": {"files": ["a"]}, "rows": 3}}}}
 
 
+def _fenced(log) -> None:
+    """After ``_exercise`` (epoch 2 intended, 1 recorded): a recovering head fences epoch 2;
+    its manifest is refused; the coordinator's next epoch commits."""
+    e = log.allocate()
+    fenced = fence(log)
+    assert fenced["intent"] == e + 1 and fenced["manifest"]["epoch"] == 1
+    with pytest.raises(EpochLogError, match="a recovering head fenced it"):
+        log.record_manifest(2, "ckpt/2")
+    with pytest.raises(EpochLogError, match="a recovering head fenced it"):
+        log.record_manifest(e, f"ckpt/{e}")
+    nxt = log.allocate()
+    log.intent(nxt)
+    log.record_manifest(nxt, f"ckpt/{nxt}")
+    assert log.state()["manifest"]["epoch"] == nxt
+
+
 def test_file_epoch_log_rules_and_persistence(tmp_path) -> None:
     log = FileEpochLog(tmp_path / "log")
     _exercise(log, EpochLogError)
@@ -46,6 +61,7 @@ def test_file_epoch_log_rules_and_persistence(tmp_path) -> None:
     assert again.state()["intent"] == 2 and again.state()["manifest"]["epoch"] == 1
     assert again.allocate() == 3
     assert json.loads((tmp_path / "log" / "epochs.json").read_text())["allocated"] == 3
+    _fenced(again)
 
 
 def test_file_epoch_log_refuses_a_damaged_file(tmp_path) -> None:
@@ -103,7 +119,7 @@ def test_replicated_command_numbering_is_append_only() -> None:
 def test_raft_epoch_log_with_real_voters(raft_cluster) -> None:
     cluster = raft_cluster(3)
     client = cluster.client()
-    _exercise(RaftEpochLog(client, "db1"), CommandRejectedError)
+    _exercise(RaftEpochLog(client, "db1"), EpochLogError)  # the voters' LDB-6007, as the file's
     other = RaftEpochLog(cluster.client(), "db2")
     assert other.state() == EMPTY and other.allocate() == 1
     # the old global forms still work beside the scoped logs
@@ -114,3 +130,4 @@ def test_raft_epoch_log_with_real_voters(raft_cluster) -> None:
     cluster.signal(leader, 9)
     st = RaftEpochLog(cluster.client(deadline=15.0), "db1").state()
     assert st["intent"] == 2 and st["manifest"]["sinks"]["out"]["rows"] == 3
+    _fenced(RaftEpochLog(cluster.client(deadline=15.0), "db1"))
