@@ -130,6 +130,7 @@ class Reactor:
         self.late_routed = 0
         # how a query's operator is built: in-process here, a DistributedOperator in a cluster
         self.make_operator = lambda name, plan: QueryOperator(plan)
+        self.make_plan_operator = lambda name, plan: PlanOperator(plan)
         self.connectors_enabled = True  # actors install sources without polling them
         self.make_source_connector = make_source_connector  # the cluster reads Kafka on actors
         self.catalog: dict[str, str] = {}  # live object -> its creating DDL, in order (catalog.py)
@@ -213,8 +214,9 @@ class Reactor:
                 self.drop(ddl.Drop(self.nodes[stmt.name].kind.upper(), stmt.name))
         self._check_new(stmt.name)
         plan = plan_query(stmt.query, self.relation)
-        # a plan tree (joins, unions, subqueries) runs in-process as one operator, in every mode
-        op = PlanOperator(plan) if plan.tree else self.make_operator(stmt.name, plan)
+        # a plan tree (joins, unions, subqueries) is one operator: in-process here, its stateful
+        # nodes on the actors in the Delta mode (``make_plan_operator``)
+        op = self.make_plan_operator(stmt.name, plan) if plan.tree else self.make_operator(stmt.name, plan)
         kind = kind or ("view" if stmt.materialized else "stream")
         node = Node(stmt.name, kind, op.schema, sql=sql or stmt.query.text, time_col=plan.time_col,
                     changelog=plan.changelog, input=plan.input, plan=plan, op=op, time_cols=dict(plan.time_cols))

@@ -386,6 +386,7 @@ class ClusterConnection(Connection):
 
     def _setup_reactor(self) -> None:
         self._reactor.make_operator = self._operator
+        self._reactor.make_plan_operator = self._plan_operator
         self._reactor.make_source_connector = self._source_connector
 
     #: set by the database head when the Delta checkpoint coordinator drives this database:
@@ -414,6 +415,16 @@ class ClusterConnection(Connection):
             op.deliver = lambda outs, late: self._reactor.deliver(name, outs, late)
             op.can_defer = lambda: self._reactor.feeds_no_query(name)
         return op
+
+    def _plan_operator(self, name: str, plan):
+        """A plan tree: its stateful nodes on the actors, each partitioned by its own key —
+        unless it calls PROCTIME() (stamped by this connection's clock, as ``_operator`` says)."""
+        from laminardb.actors.distributed_plan import DistributedPlanOperator
+        from laminardb.operators.plan_operator import PlanOperator
+
+        if _tree_reads_processing_time(plan):
+            return PlanOperator(plan)
+        return DistributedPlanOperator(name, plan, self.cluster)
 
     def _operators(self) -> list[DistributedOperator]:
         return [n.op for n in self._reactor.nodes.values() if isinstance(n.op, DistributedOperator)]
@@ -713,6 +724,18 @@ def _reads_processing_time(plan) -> bool:
     if agg is not None:
         exprs += [*agg.keys, *agg.args]
     return any(e is not None and _PROCTIME.search(e.sql) for e in exprs)
+
+
+def _tree_reads_processing_time(node) -> bool:
+    """``_reads_processing_time`` over every SELECT block, filter and join condition of a tree."""
+    from laminardb.sql.planner import QueryPlan
+
+    if isinstance(node, QueryPlan) and _reads_processing_time(node):
+        return True
+    texts = [getattr(getattr(node, "predicate", None), "sql", ""), getattr(node, "condition_sql", "")]
+    if any(t and _PROCTIME.search(t) for t in texts):
+        return True
+    return any(_tree_reads_processing_time(c) for c in getattr(node, "children", []) or [])
 
 
 _PROCTIME = re.compile(r"(?i)\bPROCTIME\s*\(")

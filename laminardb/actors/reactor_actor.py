@@ -195,6 +195,22 @@ class ReactorActorImpl:
             state = self.partial[node] = PartialState(self._op(node).plan)
         return to_ipc(state.close(wm))
 
+    # -- plan trees: one stateful node at a time (see distributed_plan.py) ----------
+    def plan_push(self, query: str, index: int, port: int, wm: int, data) -> list[bytes]:
+        """Rows this actor owns for node ``index`` of ``query``'s tree; returns what it emits."""
+        from laminardb.actors.distributed_plan import node_outputs
+
+        with self._busy():
+            batch = from_ipc(_resolved(data))
+            self.rows_in += batch.num_rows
+            return node_outputs(self._op(query), index, port, wm, batch)
+
+    def plan_watermark(self, query: str, index: int, wm: int) -> list[bytes]:
+        from laminardb.actors.distributed_plan import node_watermark
+
+        with self._busy():
+            return node_watermark(self._op(query), index, wm)
+
     def on_watermark(self, node: str, wm: int) -> list[bytes]:
         return [to_ipc(b) for b in self._op(node).on_watermark(wm)]
 

@@ -134,11 +134,18 @@ class PlanOperator:
 
     root_watermark = True  # the reactor hands over the query's root watermark, unmapped
 
-    def __init__(self, plan: QueryPlan) -> None:
+    def __init__(self, plan: QueryPlan, *, place=None) -> None:
+        """``place(index, node) -> node | None``: a stand-in for a node (the Delta mode runs
+        stateful nodes on actors: ``actors/distributed_plan.py``); None keeps it here."""
         self.plan = plan
         self.scans: dict[str, list[tuple[_Node, int]]] = {}
         self.nodes: list[_Node] = []  # post-order: children before parents
         self.root = self._build(plan)
+        if place is not None:
+            for i, node in enumerate(list(self.nodes)):
+                stand_in = place(i, node)
+                if stand_in is not None:
+                    self._replace(node, stand_in)
         self.schema = self.root.op.schema
         self.wm = NO_WATERMARK
         self.agg = _TreeState(self)  # what metrics() reads of a query's state (rows, bytes)
@@ -166,6 +173,20 @@ class PlanOperator:
             phys.children.append(c)
         self.nodes.append(phys)
         return phys
+
+    def _replace(self, node: _Node, new: _Node) -> None:
+        """Put ``new`` where ``node`` is: same children, parent, port, scans and index."""
+        new.children, new.parent, new.port = node.children, node.parent, node.port
+        for c in node.children:
+            c.parent = new
+        if node.parent is not None:
+            siblings = node.parent.children
+            siblings[next(i for i, c in enumerate(siblings) if c is node)] = new
+        for targets in self.scans.values():
+            targets[:] = [(new if n is node else n, port) for n, port in targets]
+        self.nodes[next(i for i, n in enumerate(self.nodes) if n is node)] = new
+        if self.root is node:
+            self.root = new
 
     # ------------------------------------------------------------------ contract
     @property

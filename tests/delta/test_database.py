@@ -101,8 +101,8 @@ db.insert("t", batch(0))
 
 
 def test_plan_tree_queries_give_the_embedded_results(database):
-    """Joins, OVER and Top-N (plan trees) run in the database's head, over the same rows as
-    the embedded engine, with the same results."""
+    """Joins, OVER and Top-N (plan trees: their stateful nodes on the actors, each keyed by its
+    own key), over the same rows as the embedded engine, with the same results."""
     import laminardb
     from tests.delta.workload import rows
 

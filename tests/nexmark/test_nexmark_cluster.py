@@ -163,8 +163,17 @@ def test_work_runs_on_both_actors_and_processing_time_at_the_client(cluster, emb
     # single-operator queries run on the actors — q14's UDF and q12's processing-time windows too
     for name in ("q0", "q1", "q2", "q10", "q11", "q12", "q14", "q15", "q16", "q17", "q21", "q22"):
         assert where[name][0] == "DistributedOperator", (name, where[name])
-    # PROCTIME() is stamped by the client's clock: q12's view B runs there
+    # plan trees (joins, OVER, Top-N, subqueries): every stateful node on the actors, each
+    # partitioned by its own key; the head keeps the tree's stateless nodes
+    trees = [n for n in NAMES if n not in ("q0", "q1", "q2", "q10", "q11", "q12", "q13", "q14", "q15",
+                                           "q16", "q17", "q21", "q22")]
+    assert len(trees) == 11
+    for name in trees:
+        assert where[name] == ("DistributedPlanOperator", "keyed"), (name, where[name])
+    # PROCTIME() is stamped by the client's clock: q12's view B and q13's lookup join (FOR
+    # SYSTEM_TIME AS OF a PROCTIME() column) run there
     assert where["b"] == ("_AtClient", None)
+    assert where["q13"] == ("PlanOperator", None)
     print(f"\nembedded {embedded[2]:.1f} s, 2-actor cluster {cluster[2]:.1f} s for {len(NAMES)} queries")
 
 
