@@ -166,7 +166,7 @@ def _first_clause(toks: list[Token]) -> int | None:
 
 @dataclass(frozen=True)
 class WindowTvf:
-    """``TABLE(TUMBLE|HOP|SESSION|CUMULATE(TABLE t, DESCRIPTOR(ts), …))`` found in FROM."""
+    """``TABLE(TUMBLE|HOP|SESSION|CUMULATE(TABLE t, DESCRIPTOR(ts), …))`` found in FROM or after JOIN."""
 
     kind: str
     table: str
@@ -202,7 +202,7 @@ def _rewrite_one_tvf(text: str, placeholder: str | None) -> tuple[str, WindowTvf
     for i in range(len(toks) - 3):
         a, b, c = toks[i], toks[i + 1], toks[i + 2]
         if a.text.upper() == "TABLE" and b.token_type == TokenType.L_PAREN and c.text.upper() in _TVF_KINDS:
-            if i == 0 or toks[i - 1].token_type != TokenType.FROM:
+            if i == 0 or toks[i - 1].token_type not in (TokenType.FROM, TokenType.JOIN):
                 continue
             close = _matching_paren(toks, i + 1)
             inner_open = i + 3

@@ -79,7 +79,10 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
                                        "l.time (an event-time column, or a PROCTIME() column for a lookup)")
         r = b.resolve(col) if isinstance(col, exp.Column) else None
         lname = items[r[0]].internal(r[1]) if r is not None and r[0] < k else None
-        if lname is None or lname not in ltimes or on_processing_time(ltimes[lname]):
+        processing = lname is not None and lname in ltimes and on_processing_time(ltimes[lname])
+        if lname is None or lname not in ltimes or processing:
+            if left.changelog and not processing:  # no event time: a changelog (EMIT CHANGES) has none
+                _append_only(left, right, what, it.alias)
             # processing time: the right input as it is when each left row arrives
             res = None
             if rest:
@@ -87,7 +90,7 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
             times = dict(ltimes)
             return LookupJoin(kind, left, right, lkeys, rkeys, res, schema, lprimary if lprimary in times else None,
                               times, f"AS OF {col.sql()} ON {cond_sql}")
-        _append_only(left, right, what)
+        _append_only(left, right, what, it.alias)
         pk = it.node.primary_key if isinstance(it.node, Scan) else ()
         if not pk:
             src = it.node.name if isinstance(it.node, Scan) else it.alias
@@ -109,7 +112,7 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
         return _asof(k, kind, left, right, lkeys, rkeys, lname, ">=", rprimary, lschema, rschema, ltimes, rtimes,
                      schema, f"AS OF {col.sql()} ON {cond_sql}", temporal=True)
 
-    _append_only(left, right, what)
+    _append_only(left, right, what, it.alias)
     # ASOF: the time condition from MATCH_CONDITION, or DuckDB's inequality among the ON conjuncts
     match = arg
     if match is None:
@@ -144,10 +147,21 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
                  f"MATCH_CONDITION({match.sql()}) ON {cond_sql}")
 
 
-def _append_only(left, right, what: str) -> None:
-    if left.changelog or right.changelog:
-        raise UnsupportedJoinError(f"{what}: an ASOF or temporal join reads append-only inputs; this one reads a "
-                                   "changelog (EMIT CHANGES, an outer join, a view); join its input instead")
+def _append_only(left, right, what: str, alias: str) -> None:
+    """Refuse a changelog input. An ASOF or temporal join emits each match once, when it is
+    final, and then forgets the right rows no later left row needs: a retraction would have to
+    revise a match already emitted from rows no longer held (and a changelog has no event time
+    to say when a match is final). So both inputs must be append-only."""
+    if not (left.changelog or right.changelog):
+        return
+    side = "its left input" if left.changelog else f"its right input {alias!r}"
+    msg = (f"{what}: an ASOF or temporal join reads append-only inputs, and {side} is a changelog (its rows "
+           "carry __weight: an EMIT CHANGES aggregate, an outer join, a Top-N); a retraction would revise a match "
+           "already emitted. Make that input append-only: aggregate over a window with EMIT ON WINDOW CLOSE "
+           "upstream (each window is emitted once, final, with window_end as event time), or join the source it "
+           "reads; to look up a changing table as each row arrives, join FOR SYSTEM_TIME AS OF a PROCTIME() "
+           "column (a lookup join, which follows a right input's changelog)")
+    raise UnsupportedJoinError(msg)
 
 
 def _asof(k, kind, left, right, lkeys, rkeys, lname, op, rname, lschema, rschema, ltimes, rtimes, schema, sql,

@@ -39,8 +39,6 @@ from laminardb.sql.plan import Filter, IntervalBounds, Join, JoinKind, Shift
 from laminardb.sql.types import ticks_per_ms, type_name
 from laminardb.sql.watermarks import WatermarkMap
 
-_PSEUDO = {"WINDOW_START", "WINDOW_END", "WINDOW_TIME"}
-
 
 @dataclass
 class FromItem:
@@ -488,7 +486,8 @@ def _select_list(expressions: list[exp.Expression], binder: _Binder) -> list[exp
             taken.add(e.alias.lower())
             out.append(binder.rewrite(e))
             continue
-        if isinstance(e, exp.Column) and e.name.upper() not in _PSEUDO and binder.resolve(e) is not None:
+        if isinstance(e, exp.Column) and binder.resolve(e) is not None:
+            # an input's column, window bounds too (a.window_start): named as the input names it
             i, j = binder.resolve(e)
             name = name_for(binder.items[i].schema.field(j).name)
             out.append(exp.alias_(binder.rewrite(e), name, quoted=True))

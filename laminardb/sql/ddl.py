@@ -229,7 +229,7 @@ def _tag_tvfs(select: exp.Expression, tvfs: list[_lexer.WindowTvf]) -> None:
         found.add(i)
     if len(found) != len(tvfs):
         raise UnsupportedSqlError("a window TVF (TABLE(TUMBLE|HOP|SESSION(TABLE t, DESCRIPTOR(ts), …))) belongs "
-                                  "in FROM, in place of a table")
+                                  "in FROM or after JOIN, in place of a table")
 
 
 def _single_input_stars(select: exp.Expression) -> None:

@@ -17,9 +17,11 @@ on a source that declares no watermark the window's column becomes the source's 
 passes event time on in ``window_start``/``window_end``, so windows cascade.
 
 Window TVFs: a query may hold several (q5); ``ddl`` tags the ``exp.Table`` each reads, and the
-SELECT block whose FROM is that table takes its window. A GROUP BY of both bounds of the
-input's windows is a window aggregate too (``_window_groups.py``), and ``PROCTIME()`` columns
-carry processing time (``watermarks.ProcessingTime``): windows over them follow the clock.
+SELECT block whose FROM is that table takes its window — its window aggregate, or, when the block
+does not aggregate, the TVF's rows with their window bounds (``_window_tvf.py``, stateless). A
+GROUP BY of both bounds of the input's windows is a window aggregate too (``_window_groups.py``),
+and ``PROCTIME()`` columns carry processing time (``watermarks.ProcessingTime``): windows over
+them follow the clock.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from laminardb.sql._agg_filter import filtered_argument
 from laminardb.sql._checks import check_supported
 from laminardb.sql._dialect import parse_select
 from laminardb.sql._window_groups import WindowGroups, window_attribute_grouping
+from laminardb.sql._window_tvf import expand_window_tvf, window_spec
 from laminardb.sql.ddl import Query
 from laminardb.sql.exceptions import (
     GroupingError,
@@ -248,8 +251,10 @@ def _table_name(table: exp.Table) -> str:
     return ident.name if ident.args.get("quoted") else ident.name.lower()
 
 
-def _plan_item(node: exp.Expression, ctx: _Context):
-    """One FROM input → (plan node, alias, quoted, visible schema, time_col, time_cols)."""
+def _plan_item(node: exp.Expression, ctx: _Context, expand: bool = False):
+    """One FROM input → (plan node, alias, quoted, visible schema, time_col, time_cols).
+
+    ``expand``: a window TVF read here gives its rows with their windows (``_window_tvf``)."""
     alias_ident = node.args.get("alias")
     alias_ident = alias_ident.this if isinstance(alias_ident, exp.TableAlias) else alias_ident
     if isinstance(node, exp.Table):
@@ -257,6 +262,8 @@ def _plan_item(node: exp.Expression, ctx: _Context):
             raise UnsupportedSqlError(f"FROM {node.sql()}: name a source, stream or view")
         rel = ctx.lookup(_table_name(node))
         scan = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time(), rel.primary_key)
+        if expand and node.meta.get("tvf") is not None:
+            scan, rel = expand_window_tvf(ctx.tvfs[node.meta["tvf"]], rel, scan)
         if alias_ident is None:
             return scan, rel.name, bool(node.this.args.get("quoted")), rel.schema, rel.time_col, rel.event_time()
         return scan, alias_ident.name, bool(alias_ident.args.get("quoted")), rel.schema, rel.time_col, rel.event_time()
@@ -350,9 +357,12 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
                 query = replace(query, tvf=_tagged_tvf(sel, ctx) if ctx.tvfs else ctx.tvf[0])
             outer, rel, node = over
             return _plan_block(outer, query, rel, node, batch)
-    planned = [_plan_item(source, ctx)] + [_plan_item(j.this, ctx) for j in joins]
+    expand = bool(joins and ctx.tvfs) and not _aggregates(sel)  # window TVFs joined as rows
+    planned = [_plan_item(source, ctx, expand)] + [_plan_item(j.this, ctx, expand) for j in joins]
     if top:  # an inner block that reads the window TVF's table has taken it
         query = replace(query, tvf=_tagged_tvf(sel, ctx) if ctx.tvfs else ctx.tvf[0])
+    if expand:
+        query = replace(query, tvf=None)
     if not joins:
         node, alias, _, schema, time_col, time_cols = planned[0]
         rel = RelationInfo(alias, schema, time_col, node.changelog, time_cols, kind="subquery")
@@ -369,6 +379,10 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
 
 
 def _plan_block(sel, query: Query, rel: RelationInfo, child, batch: bool) -> QueryPlan:
+    if query.tvf is not None and isinstance(child, Scan) and not _aggregates(sel):
+        # a window TVF with no aggregate: its rows with their windows, read like a subquery
+        child, rel = expand_window_tvf(query.tvf, rel, child)
+        query = replace(query, tvf=None)
     scope = Scope(rel.schema)
     where = compile_expr(sel.args["where"].this, scope) if sel.args.get("where") else None
     if where is not None and not pa.types.is_boolean(where.type):
@@ -461,23 +475,7 @@ def _find_window(sel, query: Query, rel: RelationInfo, scope: Scope, batch: bool
     if not batch:
         in_map, implicit = _event_time(kind, col, rel)
     tpm = ticks_per_ms(col.type)
-    sizes = [interval_ms(a) * tpm for a in args[1:]]
-    if any(s <= 0 for s in sizes[: 2 if kind == "HOP" else 1]):
-        raise SqlTypeError(f"{kind.lower()}() sizes must be positive")
-    if kind == "TUMBLE":
-        if len(sizes) not in (1, 2):
-            raise SqlTypeError("tumble(ts, size [, offset])")
-        w = WindowSpec("tumble", size=sizes[0], offset=sizes[1] if len(sizes) > 1 else 0)
-    elif kind == "HOP":
-        if len(sizes) not in (2, 3):
-            raise SqlTypeError("hop(ts, size, slide [, offset])")
-        # the larger interval is the size: hop(ts, size, slide) as written by laminardb and LaminarDB's
-        # README, HOP(ts, slide, size) as in Flink's legacy group window and LaminarDB's SQL reference
-        w = WindowSpec("hop", size=max(sizes[:2]), slide=min(sizes[:2]), offset=sizes[2] if len(sizes) > 2 else 0)
-    else:
-        if len(sizes) != 1:
-            raise SqlTypeError("session(ts, gap)")
-        w = WindowSpec("session", gap=sizes[0])
+    w = window_spec(kind, [interval_ms(a) * tpm for a in args[1:]])
     lateness = (query.allowed_lateness_ms or 0) * tpm
     return _Window(w, idx, col.type, rest, kind, call_sql, in_map, implicit, lateness)
 
@@ -512,6 +510,13 @@ def _event_time(kind: str, col: pa.Field, rel: RelationInfo) -> tuple[WatermarkM
 
 def _is_agg(node: exp.Expression) -> bool:
     return isinstance(node, exp.Count) or type(node) in _AGG_KINDS
+
+
+def _aggregates(sel) -> bool:
+    """Whether a SELECT block groups (GROUP BY, aggregates, HAVING, DISTINCT): a window TVF it
+    reads is then its window aggregate, else the TVF's rows (``_window_tvf``)."""
+    return bool(sel.args.get("group") or sel.args.get("having") or sel.args.get("distinct")
+                or any(_is_agg(n) for e in sel.expressions for n in e.walk()))
 
 
 def _output_name(e: exp.Expression, i: int) -> str:
