@@ -302,6 +302,7 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
     from laminardb.errors import ConfigError
 
     config = dict(config or {})
+    udfs = _config_udfs(config)  # functions never ride in the config (it is pickled by Ray)
     if AutoscaleConfig.from_config(config).enabled and config.get("checkpoint_dir") == ":memory:":
         raise ConfigError("autoscale needs checkpoints (a rescale moves the state through one): "
                           "drop checkpoint_dir=':memory:' or autoscale=True")
@@ -327,7 +328,37 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
             ray.kill(head, no_restart=True)
         raise ClusterStartError(f"database {database!r} did not start: {type(exc).__name__}: {exc}; "
                                 "check `ray status` for free CPUs") from exc
-    return RemoteConnection(head, database, config=config)
+    conn = RemoteConnection(head, database, config=config)
+    if udfs:
+        conn._call("register_udfs", udfs)  # by "module:qualname", kept by the head
+    return conn
+
+
+def _config_udfs(config: dict[str, Any]) -> list[dict]:
+    """``config["udfs"]`` ({name: (function, return type)}, as ``laminardb.open`` takes it),
+    taken out of ``config`` and checked before anything starts, to be registered by reference
+    once connected (``register_udf``'s rule: a lambda or a function of ``__main__`` is refused
+    with ``UdfDefinitionError``). A ``config["clock"]`` is refused: in a cluster PROCTIME() is
+    the database head's wall clock, and a function cannot travel to the head."""
+    from laminardb.errors import ConfigError
+    from laminardb.sql.exceptions import UdfDefinitionError
+    from laminardb.udf import UdfRegistry
+
+    if "clock" in config:
+        raise ConfigError("config['clock'] (a processing-time clock) is for the embedded engine: in a "
+                          "cluster PROCTIME() reads the database head's wall clock; drop the key")
+    udfs = config.pop("udfs", None) or {}
+    if not isinstance(udfs, dict) or not all(isinstance(v, tuple | list) and len(v) == 2 for v in udfs.values()):
+        raise ConfigError("config['udfs'] must map each name to (function, return type), e.g. "
+                          "{'twice': (twice, 'BIGINT')}")
+    reg = UdfRegistry()
+    for name, (fn, return_type) in udfs.items():
+        reg.register(str(name), fn, return_type)
+    items = reg.describe()
+    if bad := [i["name"] for i in items if not i["function"]]:
+        raise UdfDefinitionError(f"UDF(s) {', '.join(bad)} in config['udfs'] are lambdas or functions of "
+                                 "__main__, which the cluster cannot import; define them at module level")
+    return items
 
 
 def _raft_spec(raft) -> dict | None:

@@ -211,3 +211,22 @@ def test_a_udf_registered_by_a_client_runs_on_the_actors_and_survives_recovery(d
     wait_until(lambda: sub.to_arrow().num_rows >= 3, timeout=60)
     assert sorted(map(tuple, (r.values() for r in sub.to_arrow().to_pylist()))) == [(1, 3), (2, 0), (3, 3)]
     assert len(db.metrics()["database"]["recoveries"]) == 1
+
+
+def test_config_udfs_travel_by_reference_and_a_clock_is_refused(database):
+    """``config={"udfs": …}`` as ``laminardb.open`` takes it: registered by reference with
+    the database; a lambda and a ``config["clock"]`` are refused before anything starts."""
+    from laminardb.errors import ConfigError
+    from laminardb.nexmark.udfs import count_char
+    from laminardb.sql.exceptions import UdfDefinitionError
+
+    with pytest.raises(ConfigError, match="clock"):
+        database("clocked", clock=lambda: 0)
+    with pytest.raises(UdfDefinitionError, match="cannot import"):
+        database("lambda-udf", udfs={"f": (lambda a: a, "BIGINT")})
+    db = database("config-udf", udfs={"count_char": (count_char, "BIGINT")}, coordinator="local")
+    db.execute("CREATE SOURCE s (x VARCHAR); CREATE STREAM n AS SELECT count_char(x, 'a') AS n FROM s")
+    sub = db.subscribe_stream("n")
+    db.insert("s", [{"x": "banana"}, {"x": "xyz"}])
+    db.finish()
+    assert sub.to_arrow().column("n").to_pylist() == [3, 0]
