@@ -83,28 +83,26 @@ def main() -> None:
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     results: dict = {}
+    want: dict = {}
+    print(f"{'query':6} {'engine':9} {'events/s':>11} {'seconds':>8} {'rows out':>9}  same as embedded")
     try:
-        pools = {n: Cluster(n, 256) for n in (1, 2)}
-        engines = {"embedded": laminardb.open,
-                   "1 actor": lambda: ClusterConnection(pools[1], shutdown_on_close=False),
-                   "2 actors": lambda: ClusterConnection(pools[2], shutdown_on_close=False)}
-        print(f"{'query':6} {'engine':9} {'events/s':>11} {'seconds':>8} {'rows out':>9}  same as embedded")
-        for name in names:
-            want = None
-            for label, open_db in engines.items():
-                _one(open_db, name, WARM_EVENTS, args.batch_events)
-                seconds, rows, out = _one(open_db, name, args.events, args.batch_events)
-                folded = _folded(out)
-                if want is None:
-                    want = folded
-                same = folded == want
-                eps = args.events / seconds
-                results.setdefault(name, {})[label] = {"eps": eps, "seconds": seconds, "rows_out": rows,
-                                                       "same": same}
-                print(f"{name:6} {label:9} {eps:11,.0f} {seconds:8.2f} {rows:9,}  {'yes' if same else 'NO'}",
-                      flush=True)
-        for pool in pools.values():
-            pool.shutdown()
+        for label, actors in (("embedded", 0), ("1 actor", 1), ("2 actors", 2)):
+            pool = Cluster(actors, 256) if actors else None  # one pool at a time: 2 CPUs
+            try:
+                open_db = (lambda p=pool: ClusterConnection(p, shutdown_on_close=False)) if pool else laminardb.open
+                for name in names:
+                    _one(open_db, name, WARM_EVENTS, args.batch_events)
+                    seconds, rows, out = _one(open_db, name, args.events, args.batch_events)
+                    folded = _folded(out)
+                    same = want.setdefault(name, folded) == folded
+                    eps = args.events / seconds
+                    results.setdefault(name, {})[label] = {"eps": eps, "seconds": seconds, "rows_out": rows,
+                                                           "same": same}
+                    print(f"{name:6} {label:9} {eps:11,.0f} {seconds:8.2f} {rows:9,}  {'yes' if same else 'NO'}",
+                          flush=True)
+            finally:
+                if pool is not None:
+                    pool.shutdown()
     finally:
         ray.shutdown()
     print("BENCH_JSON " + json.dumps({"events": args.events, "queries": results}))
