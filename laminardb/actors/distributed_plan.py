@@ -73,17 +73,52 @@ class _RemoteNode(_Node):
         targets = sorted(parts)
         args = [(self.owner.name, self.index, port, wm, to_ipc(parts[a])) for a in targets]
         futures = [cluster.actors[a].plan_push.remote(*arg) for a, arg in zip(targets, args, strict=True)]
-        return _batches(cluster.gather(targets, futures, "plan_push"))
+        return self._outputs(cluster.gather(targets, futures, "plan_push"))
 
     def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
         cluster = self.owner.cluster
         targets = list(range(cluster.n_actors))
-        return _batches(cluster.call_each(targets, "plan_watermark", self.owner.name, self.index, wm))
+        return self._outputs(cluster.call_each(targets, "plan_watermark", self.owner.name, self.index, wm))
+
+    def _outputs(self, results: list[tuple[list[bytes], int]]) -> list[pa.RecordBatch]:
+        """Each actor's (emitted batches, rows it dropped as late); the drops are counted here."""
+        self.owner.late_dropped += sum(late for _, late in results)
+        out = [from_ipc(b) for outs, _ in results for b in outs]
+        return [b for b in out if b.num_rows]
 
 
-def _batches(results: list[list[bytes]]) -> list[pa.RecordBatch]:
-    out = [from_ipc(b) for r in results for b in r]
-    return [b for b in out if b.num_rows]
+class _ActorsState:
+    """What ``metrics()`` reads of a tree's state (``state_groups``, ``nbytes``): the sums over
+    the actors' copies, asked once per metrics read (cached briefly; None if an actor does not
+    answer within 2 s — metrics never wait on a paused actor)."""
+
+    __slots__ = ("_op", "_at", "_sums")
+
+    def __init__(self, op: DistributedPlanOperator) -> None:
+        self._op, self._at, self._sums = op, -1.0, (None, None)
+
+    def _read(self) -> tuple[int | None, int | None]:
+        import time
+
+        if time.monotonic() - self._at > 0.5:
+            cluster = self._op.cluster
+            targets = list(range(cluster.n_actors))
+            try:
+                futures = cluster.submit(targets, "plan_state", self._op.name)
+                got = cluster.gather(targets, futures, "plan_state", timeout=2.0)
+                self._sums = (sum(r for r, _ in got), sum(b for _, b in got))
+            except Exception:  # noqa: BLE001 - an actor lost or paused: unknown, not an error
+                self._sums = (None, None)
+            self._at = time.monotonic()
+        return self._sums
+
+    @property
+    def state_groups(self) -> int | None:
+        return self._read()[0]
+
+    @property
+    def nbytes(self) -> int | None:
+        return self._read()[1]
 
 
 class DistributedPlanOperator:
@@ -99,15 +134,12 @@ class DistributedPlanOperator:
         self.cluster = cluster
         self.tree = PlanOperator(plan, place=self._place)
         self.schema = self.tree.schema
-        self.late_dropped = 0
+        self.late_dropped = 0  # rows the nodes dropped as late, as the actors report them
+        self.agg = _ActorsState(self)  # what metrics() reads: state rows and bytes on the actors
 
     def _place(self, index: int, node: _Node) -> _Node | None:
         keys = _keys_of(node)
         return None if keys is None else _RemoteNode(self, index, node, keys)
-
-    @property
-    def agg(self):
-        return self.tree.agg
 
     # ------------------------------------------------------------------ the operator contract
     def process(self, batch, wm_before: int = NO_WATERMARK, **_ignored):
@@ -162,14 +194,24 @@ class DistributedPlanOperator:
         self.late_dropped = int(doc.get("late_dropped", 0))
 
 
-def node_outputs(tree: PlanOperator, index: int, port: int, wm: int, batch: pa.RecordBatch) -> list[bytes]:
+def node_outputs(tree: PlanOperator, index: int, port: int, wm: int,
+                 batch: pa.RecordBatch) -> tuple[list[bytes], int]:
     """An actor's side of ``_RemoteNode.push``: node ``index`` of its own copy of the tree
-    takes the rows it owns; what it emits goes back to the head (never up this tree)."""
-    return [to_ipc(b) for b in tree.nodes[index].push(batch, port, wm) if b.num_rows]
+    takes the rows it owns; what it emits goes back to the head (never up this tree), with
+    the rows it dropped as late."""
+    node = tree.nodes[index]
+    before = node.op.late_dropped
+    outs = [to_ipc(b) for b in node.push(batch, port, wm) if b.num_rows]
+    return outs, node.op.late_dropped - before
 
 
-def node_watermark(tree: PlanOperator, index: int, wm: int) -> list[bytes]:
-    return [to_ipc(b) for b in tree.nodes[index].on_watermark(wm) if b.num_rows]
+def node_watermark(tree: PlanOperator, index: int, wm: int) -> tuple[list[bytes], int]:
+    return [to_ipc(b) for b in tree.nodes[index].on_watermark(wm) if b.num_rows], 0
 
 
-__all__ = ["DistributedPlanOperator", "node_outputs", "node_watermark"]
+def tree_state(tree: PlanOperator) -> tuple[int, int]:
+    """An actor's copy of a tree: its state rows and bytes (``_ActorsState``)."""
+    return int(tree.agg.state_groups), int(tree.agg.nbytes)
+
+
+__all__ = ["DistributedPlanOperator", "node_outputs", "node_watermark", "tree_state"]

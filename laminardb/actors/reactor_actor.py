@@ -196,8 +196,9 @@ class ReactorActorImpl:
         return to_ipc(state.close(wm))
 
     # -- plan trees: one stateful node at a time (see distributed_plan.py) ----------
-    def plan_push(self, query: str, index: int, port: int, wm: int, data) -> list[bytes]:
-        """Rows this actor owns for node ``index`` of ``query``'s tree; returns what it emits."""
+    def plan_push(self, query: str, index: int, port: int, wm: int, data) -> tuple[list[bytes], int]:
+        """Rows this actor owns for node ``index`` of ``query``'s tree; returns what it emits
+        and how many rows it dropped as late."""
         from laminardb.actors.distributed_plan import node_outputs
 
         with self._busy():
@@ -205,11 +206,16 @@ class ReactorActorImpl:
             self.rows_in += batch.num_rows
             return node_outputs(self._op(query), index, port, wm, batch)
 
-    def plan_watermark(self, query: str, index: int, wm: int) -> list[bytes]:
+    def plan_watermark(self, query: str, index: int, wm: int) -> tuple[list[bytes], int]:
         from laminardb.actors.distributed_plan import node_watermark
 
         with self._busy():
             return node_watermark(self._op(query), index, wm)
+
+    def plan_state(self, query: str) -> tuple[int, int]:
+        from laminardb.actors.distributed_plan import tree_state
+
+        return tree_state(self._op(query))
 
     def on_watermark(self, node: str, wm: int) -> list[bytes]:
         return [to_ipc(b) for b in self._op(node).on_watermark(wm)]

@@ -27,6 +27,7 @@ from tests.delta.workload import (
     expected_windows,
     kafka_rows,
     produce,
+    produce_through_an_actor_kill,
 )
 
 pytestmark = pytest.mark.integration
@@ -156,12 +157,7 @@ time.sleep(600)  # the test SIGKILLs this client while its pipeline runs
         proc.kill()  # SIGKILL: no close(), no finalizer — the pipeline must not notice
         proc.wait(timeout=30)
     watcher = database("kafka-pipe")  # attaches to the running pipeline
-    produce(bootstrap, src, kafka_rows(0, KAFKA_ROWS // 2))
-    wait_until(lambda: watcher.metrics()["events_ingested"] >= KAFKA_ROWS // 2, timeout=60)
-    time.sleep(1.5)  # a checkpoint covers part of the input
-    os.kill(_pids(watcher)[1], signal.SIGKILL)
-    produce(bootstrap, src, kafka_rows(KAFKA_ROWS // 2, KAFKA_ROWS))
-    produce(bootstrap, src, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)])
+    produce_through_an_actor_kill(bootstrap, src, watcher)
     expected = expected_windows()
 
     def out() -> list[tuple]:

@@ -87,7 +87,12 @@ def test_a_kafka_join_pipeline_commits_exactly_once_through_an_actor_kill(databa
 
     import laminardb
     from tests._services.procs import wait_until
-    from tests.delta.workload import KAFKA_ROWS, SENTINEL_TS, committed_windows, kafka_rows, produce
+    from tests.delta.workload import (
+        KAFKA_ROWS,
+        committed_windows,
+        kafka_rows,
+        produce_through_an_actor_kill,
+    )
 
     bootstrap = kafka_broker.bootstrap
     src, dst = f"tin-{time.monotonic_ns()}", f"tout-{time.monotonic_ns()}"
@@ -113,13 +118,70 @@ def test_a_kafka_join_pipeline_commits_exactly_once_through_an_actor_kill(databa
                f"idle_timeout_ms = '60000'); {query}; CREATE SINK out FROM per_key INTO KAFKA (brokers = "
                f"'{bootstrap}', topic = '{dst}', format = 'json', delivery.guarantee = 'exactly-once')")
     db.start()
-    produce(bootstrap, src, kafka_rows(0, KAFKA_ROWS // 2))
-    wait_until(lambda: db.metrics()["events_ingested"] >= KAFKA_ROWS // 2, timeout=60)
-    time.sleep(1.5)  # a checkpoint covers part of the input
-    os.kill(_pids(db)[1], signal.SIGKILL)
-    produce(bootstrap, src, kafka_rows(KAFKA_ROWS // 2, KAFKA_ROWS))
-    produce(bootstrap, src, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)])
+    produce_through_an_actor_kill(bootstrap, src, db)
     wait_until(lambda: len(committed_windows(bootstrap, dst)) >= len(expected), timeout=180, interval=1.0)
     time.sleep(2)  # later checkpoints must add nothing
     assert committed_windows(bootstrap, dst) == expected
     assert len(db.metrics()["database"]["recoveries"]) >= 1
+
+
+def test_a_trees_metrics_sum_its_nodes_on_the_actors(database):
+    """``metrics()`` of a tree on the cluster: the rows its nodes hold and the late rows they
+    dropped, summed over the actors, equal the embedded engine's over the same rows."""
+    import laminardb
+    from tests.delta.workload import DDL, batch
+
+    tree = ("CREATE STREAM pairs AS SELECT a.k, a.seq, b.v FROM t a JOIN t b ON a.k = b.k AND a.seq = b.seq "
+            "AND a.ts BETWEEN b.ts - INTERVAL '1' SECOND AND b.ts")
+
+    def run(db) -> dict:
+        db.execute(DDL + ";" + tree)
+        for i in range(4):
+            db.insert("t", batch(i))
+        late = batch(0).slice(0, 100)  # event times far behind the watermark
+        db.insert("t", late)
+        return db.metrics()["queries"]["pairs"]
+
+    with laminardb.open() as ref:
+        want = run(ref)
+    got = run(database("tree-metrics", coordinator="local", checkpoint_interval="off"))
+    assert want["late_dropped"] > 0 and want["state_rows"] > 0
+    assert (got["late_dropped"], got["state_rows"]) == (want["late_dropped"], want["state_rows"])
+    assert got["state_bytes"] > 0
+
+
+def test_nodes_without_a_key_run_on_one_actor_and_keep_their_state_through_a_kill(database):
+    """A global aggregate over a join, a LAG and a Top-N without PARTITION BY: each such node
+    runs on the owner of vnode 0, and its state survives an actor kill and a rescale."""
+    import laminardb
+    from tests.delta.workload import DDL, batch, rows
+
+    trees = {
+        "total": "SELECT count(*) AS n, sum(v2) AS s FROM (SELECT a.k, a.v + b.v AS v2 FROM t a JOIN t b "
+                 "ON a.k = b.k AND a.seq = b.seq AND a.ts BETWEEN b.ts - INTERVAL '1' SECOND AND b.ts) AS j",
+        "prev": "SELECT k, seq, v, LAG(v) OVER (ORDER BY ts) AS before FROM t",
+        "top3": "SELECT * FROM (SELECT k, v, ts, ROW_NUMBER() OVER (ORDER BY v DESC) AS rn FROM t) WHERE rn <= 3",
+    }
+
+    def run(db, faults: dict) -> dict:
+        db.execute(DDL + ";" + ";".join(f"CREATE STREAM {n} AS {q}" for n, q in trees.items()))
+        subs = {n: db.subscribe_stream(n) for n in trees}
+        for i in range(12):
+            db.insert("t", batch(i))
+            if i in faults:
+                faults[i](db)
+        db.finish()
+        return {n: _fold(subs[n].to_arrow()) for n in trees}
+
+    with laminardb.open() as ref:
+        want = run(ref, {})
+    got = run(database("keyless", coordinator="local", checkpoint_interval="off"), {
+        2: lambda db: db.checkpoint(),
+        4: lambda db: os.kill(_pids(db)[0], signal.SIGKILL),
+        6: lambda db: db.scale(1),
+        8: lambda db: db.scale(2),
+        9: lambda db: os.kill(_pids(db)[1], signal.SIGKILL),
+    })
+    for n in trees:
+        assert want[n].num_rows > 0, n
+        assert rows(got[n]) == rows(want[n]), n

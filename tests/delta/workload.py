@@ -98,6 +98,23 @@ def produce(bootstrap: str, topic: str, rows: list[dict], partitions: int = 2) -
         p.close(timeout=10)
 
 
+def produce_through_an_actor_kill(bootstrap: str, topic: str, db) -> None:
+    """The Kafka fault workload: half the rows, read by ``db`` and covered by a checkpoint;
+    its actor 1 SIGKILLed; the other half, then a sentinel per partition closing every window."""
+    import os
+    import signal
+    import time
+
+    from tests._services.procs import wait_until
+
+    produce(bootstrap, topic, kafka_rows(0, KAFKA_ROWS // 2))
+    wait_until(lambda: db.metrics()["events_ingested"] >= KAFKA_ROWS // 2, timeout=60)
+    time.sleep(1.5)  # a checkpoint covers part of the input
+    os.kill(db.metrics()["cluster"]["members"][1]["pid"], signal.SIGKILL)
+    produce(bootstrap, topic, kafka_rows(KAFKA_ROWS // 2, KAFKA_ROWS))
+    produce(bootstrap, topic, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)])
+
+
 def kafka_rows(lo: int, hi: int) -> list[dict]:
     b = batch(0, rows=KAFKA_ROWS)  # the same deterministic rows as the insert tests
     return b.slice(lo, hi - lo).to_pylist()
