@@ -424,7 +424,7 @@ class ClusterConnection(Connection):
 
         if _tree_reads_processing_time(plan):
             return PlanOperator(plan)
-        return DistributedPlanOperator(name, plan, self.cluster)
+        return DistributedPlanOperator(name, plan, self.cluster, ring=self._ring)
 
     def _operators(self) -> list[DistributedOperator]:
         return [n.op for n in self._reactor.nodes.values() if isinstance(n.op, DistributedOperator)]

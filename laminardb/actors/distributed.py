@@ -166,15 +166,7 @@ class DistributedOperator:
                                    [s for it in items for s in it.slots], [it.wm_next for it in items]))
 
     def _ship(self, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
-        """The batch as the actors will read it: a shared-memory slice when they all run on
-        this machine and a slot is free, else an object in Ray's object store."""
-        if self.ring is not None and all(self.ring.readers[a] for a in targets):
-            written = self.ring.write(batch)
-            if written is not None:
-                return written[0], [written[1]]
-        import ray
-
-        return ray.put(to_ipc_array(batch)), []
+        return ship(self.ring, batch, targets)
 
     @property
     def _method(self) -> str:
@@ -378,6 +370,19 @@ class DistributedOperator:
             self.merger.state = {int(ws): self.merger.regroup({int(a): tuple(t) for a, t in per.items()}, n)
                                  for ws, per in doc["merger"].items()}
         self.late_dropped = int(doc.get("late_dropped", 0))
+
+
+def ship(ring: ShmRing | None, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
+    """The batch as the actors will read it, and the ring slots it holds until they have: a
+    shared-memory slice when they all run on this machine and a slot is free, else an object
+    in Ray's object store."""
+    if ring is not None and all(ring.readers[a] for a in targets):
+        written = ring.write(batch)
+        if written is not None:
+            return written[0], [written[1]]
+    import ray
+
+    return ray.put(to_ipc_array(batch)), []
 
 
 #: the envelope of a distributed query's snapshot: one operator snapshot per actor

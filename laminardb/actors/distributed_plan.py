@@ -27,7 +27,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from laminardb.actors._wire import from_ipc, to_ipc
-from laminardb.actors.distributed import CLUSTER_FORMAT, ClusterImage
+from laminardb.actors.distributed import CLUSTER_FORMAT, ClusterImage, ship
 from laminardb.actors.routing import split_by_owner
 from laminardb.operators.plan_operator import PlanOperator, _Join, _Node, _Stage, _TopN
 from laminardb.sql.planner import QueryPlan
@@ -71,9 +71,16 @@ class _RemoteNode(_Node):
             split = split_by_owner(batch, key_arrays, cluster.routing.owner, n)
             parts = {a: p for a, p in enumerate(split) if p.num_rows}
         targets = sorted(parts)
-        args = [(self.owner.name, self.index, port, wm, to_ipc(parts[a])) for a in targets]
-        futures = [cluster.actors[a].plan_push.remote(*arg) for a, arg in zip(targets, args, strict=True)]
-        return self._outputs(cluster.gather(targets, futures, "plan_push"))
+        futures, slots = [], []
+        try:
+            for a in targets:
+                data, used = ship(self.owner.ring, parts[a], [a])  # shared memory on this machine
+                slots += used
+                futures.append(cluster.actors[a].plan_push.remote(self.owner.name, self.index, port, wm, data))
+            return self._outputs(cluster.gather(targets, futures, "plan_push"))
+        finally:
+            for slot in slots:
+                self.owner.ring.release(slot)
 
     def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
         cluster = self.owner.cluster
@@ -128,10 +135,11 @@ class DistributedPlanOperator:
     mode = "keyed"  # checkpoints split by vnode (``ClusterImage``)
     merger = None
 
-    def __init__(self, name: str, plan: QueryPlan, cluster) -> None:
+    def __init__(self, name: str, plan: QueryPlan, cluster, *, ring=None) -> None:
         self.name = name
         self.plan = plan
         self.cluster = cluster
+        self.ring = ring  # the connection's shared-memory ring (None: Ray's object store)
         self.tree = PlanOperator(plan, place=self._place)
         self.schema = self.tree.schema
         self.late_dropped = 0  # rows the nodes dropped as late, as the actors report them

@@ -202,7 +202,8 @@ class ReactorActorImpl:
         from laminardb.actors.distributed_plan import node_outputs
 
         with self._busy():
-            batch = from_ipc(_resolved(data))
+            # copied out of the shared-memory ring: joins and Top-N keep input rows as state
+            batch = self.shm.read(data, copy=True) if isinstance(data, ShmSlice) else from_ipc(_resolved(data))
             self.rows_in += batch.num_rows
             return node_outputs(self._op(query), index, port, wm, batch)
 

@@ -166,7 +166,9 @@ class ShmReader:
         """Whether this process sees the client's ring file (same machine, same /dev/shm)."""
         return os.access(path, os.R_OK)
 
-    def read(self, where: ShmSlice) -> pa.RecordBatch:
+    def read(self, where: ShmSlice, *, copy: bool = False) -> pa.RecordBatch:
+        """The batch in ``where``, zero-copy — or ``copy``-ed out of the ring, for a reader
+        that keeps the rows (a join's state) past the call: the slot is reused after it."""
         from laminardb.actors._wire import from_ipc
 
         mapped = self._maps.get(where.path)
@@ -174,7 +176,8 @@ class ShmReader:
             with open(where.path, "rb") as f:
                 m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             mapped = self._maps[where.path] = (m, memoryview(m))
-        return from_ipc(pa.py_buffer(mapped[1][where.offset:where.offset + where.length]))
+        view = mapped[1][where.offset:where.offset + where.length]
+        return from_ipc(pa.py_buffer(view.tobytes() if copy else view))
 
     def close(self) -> None:
         for m, view in self._maps.values():
