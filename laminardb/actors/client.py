@@ -228,15 +228,15 @@ class Cluster:
         """Raise ``ActorLostError`` if any actor of this connection has died."""
         self._raise_if_dead([], method)
 
-    def probe(self, method: str = "metrics", *, timeout: float = _METRICS_TIMEOUT_S,
+    def probe(self, method: str = "metrics", *args, timeout: float = _METRICS_TIMEOUT_S,
               record: bool = True) -> list[Any]:
-        """``method`` on every live actor, waiting at most ``timeout``: a result per actor,
+        """``method(*args)`` on every live actor, waiting at most ``timeout``: a result per actor,
         None for a dead one or one that did not answer in time (then marked slow). With
         ``record`` False nothing is marked (the autoscaler's samples: a busy actor is not sick)."""
         import ray
 
         alive = [i for i in range(self.n_actors) if i not in self.dead]
-        futures = self.submit(alive, method)
+        futures = self.submit(alive, method, *args)
         done, _ = ray.wait(futures, num_returns=len(futures), timeout=timeout)
         done_ids = {f.hex() for f in done}
         out: list[Any] = [None] * self.n_actors

@@ -97,7 +97,7 @@ class _RemoteNode(_Node):
 class _ActorsState:
     """What ``metrics()`` reads of a tree's state (``state_groups``, ``nbytes``): the sums over
     the actors' copies, asked once per metrics read (cached briefly; None if an actor does not
-    answer within 2 s — metrics never wait on a paused actor)."""
+    answer in time — metrics never wait on a paused actor, nor mark a busy one slow)."""
 
     __slots__ = ("_op", "_at", "_sums")
 
@@ -108,14 +108,9 @@ class _ActorsState:
         import time
 
         if time.monotonic() - self._at > 0.5:
-            cluster = self._op.cluster
-            targets = list(range(cluster.n_actors))
-            try:
-                futures = cluster.submit(targets, "plan_state", self._op.name)
-                got = cluster.gather(targets, futures, "plan_state", timeout=2.0)
-                self._sums = (sum(r for r, _ in got), sum(b for _, b in got))
-            except Exception:  # noqa: BLE001 - an actor lost or paused: unknown, not an error
-                self._sums = (None, None)
+            got = self._op.cluster.probe("plan_state", self._op.name, record=False)
+            known = None not in got
+            self._sums = (sum(r for r, _ in got), sum(b for _, b in got)) if known else (None, None)
             self._at = time.monotonic()
         return self._sums
 
