@@ -35,40 +35,45 @@ from laminardb.sql.watermarks import NO_WATERMARK
 
 
 def _keys_of(node: _Node):
-    """``port -> key arrays of a batch`` for a stateful node (``None``: no key, one owner),
-    or None for a node the head runs itself (stateless)."""
+    """``(port, batch) -> key arrays`` of a stateful node and whether it has a key at all (a
+    node without one runs on one actor), or None for a node the head runs itself (stateless)."""
     if isinstance(node, _Stage):
         agg = node.plan.aggregate
         if agg is None:
             return None
         exprs = list(agg.keys)
-        return lambda port, batch: [e.evaluate(batch) for e in exprs]
+        return (lambda port, batch: [e.evaluate(batch) for e in exprs]), bool(exprs)
     if isinstance(node, _Join):
         keys = node.op.keys
-        return lambda port, batch: [k.evaluate(batch) for k in keys[port]]
+        return (lambda port, batch: [k.evaluate(batch) for k in keys[port]]), bool(keys[0])
     if isinstance(node, _TopN):  # Top-N and OVER: their PARTITION BY columns
         cols = list(node.op.node.partition)
-        return lambda port, batch: [batch.column(i) for i in cols]
+        return (lambda port, batch: [batch.column(i) for i in cols]), bool(cols)
     return None
 
 
 class _RemoteNode(_Node):
     """A stateful node of the tree, run on the actors (see the module docstring)."""
 
-    def __init__(self, owner: DistributedPlanOperator, index: int, local: _Node, keys) -> None:
+    def __init__(self, owner: DistributedPlanOperator, index: int, local: _Node, keys, keyed: bool) -> None:
         self.owner = owner
         self.index = index
         self.op = local.op  # schema and counters; the state lives on the actors
         self.keys = keys
+        self.keyed = keyed
+
+    def _targets(self) -> list[int]:
+        """The actors holding this node's state: all, or the owner of vnode 0 (no key)."""
+        cluster = self.owner.cluster
+        return list(range(cluster.n_actors)) if self.keyed else [cluster.single_owner()]
 
     def push(self, batch: pa.RecordBatch, port: int, wm: int) -> list[pa.RecordBatch]:
         cluster = self.owner.cluster
-        key_arrays = self.keys(port, batch)
         n = cluster.n_actors
-        if not key_arrays or n == 1:
-            parts = {cluster.single_owner() if not key_arrays else 0: batch}
+        if not self.keyed or n == 1:
+            parts = {self._targets()[0]: batch}
         else:
-            split = split_by_owner(batch, key_arrays, cluster.routing.owner, n)
+            split = split_by_owner(batch, self.keys(port, batch), cluster.routing.owner, n)
             parts = {a: p for a, p in enumerate(split) if p.num_rows}
         targets = sorted(parts)
         futures, slots = [], []
@@ -84,8 +89,7 @@ class _RemoteNode(_Node):
 
     def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
         cluster = self.owner.cluster
-        targets = list(range(cluster.n_actors))
-        return self._outputs(cluster.call_each(targets, "plan_watermark", self.owner.name, self.index, wm))
+        return self._outputs(cluster.call_each(self._targets(), "plan_watermark", self.owner.name, self.index, wm))
 
     def _outputs(self, results: list[tuple[list[bytes], int]]) -> list[pa.RecordBatch]:
         """Each actor's (emitted batches, rows it dropped as late); the drops are counted here."""
@@ -142,7 +146,7 @@ class DistributedPlanOperator:
 
     def _place(self, index: int, node: _Node) -> _Node | None:
         keys = _keys_of(node)
-        return None if keys is None else _RemoteNode(self, index, node, keys)
+        return None if keys is None else _RemoteNode(self, index, node, *keys)
 
     # ------------------------------------------------------------------ the operator contract
     def process(self, batch, wm_before: int = NO_WATERMARK, **_ignored):

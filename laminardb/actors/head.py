@@ -261,17 +261,7 @@ class DatabaseHead:
             checkpoint_dir=os.path.dirname(self.directory),
             raft_voters=list(raft.voters) if raft is not None else None,
             raft_secret=raft.secret if raft is not None else None,
-            raft_secret_file=self._raft_secret_file())
-
-    def _raft_secret_file(self) -> str | None:
-        """The voters' secret file of a ``cluster up`` data dir: a restarted coordinator reads
-        the secret from it (it keeps registered secrets in memory only)."""
-        from laminardb.raft.launch import read_cluster_file
-
-        data_dir = (self.raft or {}).get("data_dir") or (os.environ.get("LAMINARDB_RAFT_DIR") if self.raft is None else None)
-        if not data_dir:
-            return None
-        return read_cluster_file(data_dir).get("secret_file") or None
+            raft_secret_file=raft.secret_file if raft is not None else None)
 
     def _external_checkpoint(self) -> int:
         """``checkpoint()`` through the coordinator. A coordinator that dies meanwhile is

@@ -26,6 +26,9 @@ class RaftConfig:
 
     voters: tuple[str, ...]
     secret: str
+    #: where the secret is kept (a ``cluster up`` data dir): the checkpoint coordinator, which
+    #: holds secrets in memory only, reads it again after a restart
+    secret_file: str | None = None
 
     @classmethod
     def from_data_dir(cls, data_dir: str) -> RaftConfig:
@@ -37,7 +40,7 @@ class RaftConfig:
         if not info.get("secret_file"):
             return cls(voters, "")
         with open(info["secret_file"]) as f:
-            return cls(voters, f.read().strip())
+            return cls(voters, f.read().strip(), info["secret_file"])
 
     @classmethod
     def from_env(cls) -> RaftConfig | None:

@@ -111,16 +111,7 @@ class RemoteConnection:
         """As ``Connection.register_udf``; the function travels by its ``"module:qualname"``
         reference — define it at module level in a module the cluster can import (a lambda or
         a function of ``__main__`` is refused with ``UdfDefinitionError``)."""
-        from laminardb.udf import UdfRegistry
-
-        reg = UdfRegistry()
-        reg.register(name, fn, return_type)  # checks the name and the type here
-        items = reg.describe()
-        if not items[0]["function"]:
-            from laminardb.sql.exceptions import UdfDefinitionError
-
-            raise UdfDefinitionError(f"UDF {name!r} is a lambda or a function of __main__, which the cluster "
-                                     "cannot import; define it at module level in an importable module")
+        items = udf_references({name: (fn, return_type)})
         self._call("register_udfs", items)
 
     # ------------------------------------------------------------------ streams
@@ -341,8 +332,6 @@ def _config_udfs(config: dict[str, Any]) -> list[dict]:
     with ``UdfDefinitionError``). A ``config["clock"]`` is refused: in a cluster PROCTIME() is
     the database head's wall clock, and a function cannot travel to the head."""
     from laminardb.errors import ConfigError
-    from laminardb.sql.exceptions import UdfDefinitionError
-    from laminardb.udf import UdfRegistry
 
     if "clock" in config:
         raise ConfigError("config['clock'] (a processing-time clock) is for the embedded engine: in a "
@@ -351,13 +340,24 @@ def _config_udfs(config: dict[str, Any]) -> list[dict]:
     if not isinstance(udfs, dict) or not all(isinstance(v, tuple | list) and len(v) == 2 for v in udfs.values()):
         raise ConfigError("config['udfs'] must map each name to (function, return type), e.g. "
                           "{'twice': (twice, 'BIGINT')}")
+    return udf_references(udfs)
+
+
+def udf_references(udfs: dict[str, tuple]) -> list[dict]:
+    """``{name: (function, return type)}`` as the head and the actors take UDFs: each function by
+    its ``"module:qualname"`` reference (names and types checked here). A lambda or a function
+    of ``__main__`` has none the cluster could import: ``UdfDefinitionError``."""
+    from laminardb.sql.exceptions import UdfDefinitionError
+    from laminardb.udf import UdfRegistry
+
     reg = UdfRegistry()
     for name, (fn, return_type) in udfs.items():
         reg.register(str(name), fn, return_type)
     items = reg.describe()
     if bad := [i["name"] for i in items if not i["function"]]:
-        raise UdfDefinitionError(f"UDF(s) {', '.join(bad)} in config['udfs'] are lambdas or functions of "
-                                 "__main__, which the cluster cannot import; define them at module level")
+        raise UdfDefinitionError(f"UDF(s) {', '.join(map(repr, bad))} are lambdas or functions of __main__, "
+                                 "which the cluster cannot import; define them at module level in an "
+                                 "importable module")
     return items
 
 

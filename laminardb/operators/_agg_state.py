@@ -21,7 +21,7 @@ import pyarrow as pa
 from laminardb.checkpoint.exceptions import SnapshotFormatError
 from laminardb.operators._interner import Interner
 from laminardb.operators.aggregates import Accumulator, CountAcc
-from laminardb.operators.snapshot import Column, Snapshot, StateImage, decode, mismatch
+from laminardb.operators.snapshot import Column, Snapshot, StateImage, checked_snapshot
 
 
 def fingerprint(key_types: list[pa.DataType], specs, window: Any, emit: str) -> dict[str, Any]:
@@ -118,11 +118,7 @@ def restore(kind: str, agg, blob: bytes | Snapshot, expected: dict[str, Any] | N
             add: bool = False) -> Snapshot:
     """Decode ``blob``, check it belongs to this plan and load its ``vnodes`` into ``agg``
     (``add``: fold into the groups it holds already — ``GroupAggregate`` only)."""
-    snap = blob if isinstance(blob, Snapshot) else decode(blob, kind=kind)
-    found = snap.meta.get("plan")
-    if found != expected:
-        raise mismatch(kind, found, expected)
-    snap = snap.select(vnodes)
+    snap = checked_snapshot(blob, kind, expected, vnodes)
     if "groups" in snap.tables:
         if add:
             agg.load(snap, snap.meta["agg"], add=True)

@@ -34,7 +34,7 @@ import pyarrow as pa
 from laminardb.operators import _join_kernels as J
 from laminardb.operators._buffers import hash_rows, numeric_view
 from laminardb.operators._interner import Interner
-from laminardb.operators.snapshot import DEFAULT_VNODES, StateImage, decode, mismatch
+from laminardb.operators.snapshot import DEFAULT_VNODES, StateImage, checked_snapshot
 from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.plan import Join
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
@@ -398,33 +398,29 @@ def visible_rows(batch: pa.RecordBatch, n_visible: int, changelog: bool) -> tupl
     return batch, w
 
 
-def checked_snapshot(blob: bytes, kind: str, fingerprint, vnodes):
-    """``blob`` decoded as a ``kind`` snapshot of this plan, cut to ``vnodes``."""
-    snap = decode(blob, kind=kind)
-    if snap.meta.get("plan") != fingerprint:
-        raise mismatch(kind, snap.meta.get("plan"), fingerprint)
-    return snap.select(vnodes)
+_SIDE_NAMES = ("left", "right")
 
 
-def snapshot_sides(snap, side_schema):
+def snapshot_sides(snap, side_schema, sides=(0, 1)):
     """(side, its rows as a batch of the side's schema, the raw table) of each non-empty side
-    of a two-sided join snapshot (tables ``left`` and ``right``)."""
-    for side, name in ((0, "left"), (1, "right")):
-        t = snap.tables[name]
+    of a join snapshot (tables ``left`` and ``right``; a lookup join stores only ``right``)."""
+    for side in sides:
+        t = snap.tables[_SIDE_NAMES[side]]
         if t.num_rows == 0:
             continue
         cols = [t.column(f.name).combine_chunks() for f in side_schema[side]]
         yield side, pa.RecordBatch.from_arrays(cols, schema=side_schema[side]), t
 
 
-def side_tables(sides, keys) -> dict:
-    """The snapshot tables ``left`` and ``right`` of a two-sided join: each side's live rows,
-    copied now, gathered and hashed to vnodes when encoded."""
+def side_tables(sides, keys, which=(0, 1)) -> dict:
+    """The snapshot tables ``left`` and ``right`` of a join (``which`` sides: a lookup join
+    stores only its right one): each side's live rows, copied now, gathered and hashed to
+    vnodes when encoded."""
     tables = {}
-    for side, name in ((0, "left"), (1, "right")):
+    for side in which:
         s = sides[side]
         idx = s.live()
-        tables[name] = partial(_side_table, list(s.chunks), list(s.starts), s.schema, idx,
+        tables[_SIDE_NAMES[side]] = partial(_side_table, list(s.chunks), list(s.starts), s.schema, idx,
                                s.ts[idx], s.w[idx], s.match[idx], keys[side])
     return tables
 

@@ -19,8 +19,6 @@ append-only stream: unbounded then); watermarks never expire it.
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 import pyarrow as pa
 
@@ -28,8 +26,8 @@ from laminardb.operators import _asof_kernels as A
 from laminardb.operators import _join_kernels as J
 from laminardb.operators._buffers import hash_rows
 from laminardb.operators._interner import Interner
-from laminardb.operators.join import _Side, _side_table, _visible, visible_rows
-from laminardb.operators.snapshot import StateImage, decode, mismatch
+from laminardb.operators.join import _Side, _visible, side_tables, snapshot_sides, visible_rows
+from laminardb.operators.snapshot import StateImage, checked_snapshot
 from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.plan import LookupJoin
 from laminardb.sql.watermarks import NO_WATERMARK
@@ -178,20 +176,11 @@ class LookupJoinOperator:
 
     def snapshot(self) -> StateImage:
         """The stored table (copied now, gathered and hashed to vnodes in ``encode``)."""
-        s = self.table
-        idx = s.live()
-        table = partial(_side_table, list(s.chunks), list(s.starts), s.schema, idx, s.ts[idx], s.w[idx],
-                        s.match[idx], self.keys[1])
         return StateImage("lookup_join", meta={"plan": self.fingerprint}, counters={"late_dropped": 0},
-                          tables={"right": table})
+                          tables=side_tables({1: self.table}, self.keys, which=(1,)))
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
         """Load a snapshot of a join of the same plan; blobs of disjoint vnode subsets add up."""
-        snap = decode(blob, kind="lookup_join")
-        if snap.meta.get("plan") != self.fingerprint:
-            raise mismatch("lookup_join", snap.meta.get("plan"), self.fingerprint)
-        t = snap.select(vnodes).tables["right"]
-        if t.num_rows:
-            cols = [t.column(f.name).combine_chunks() for f in self.side_schema[1]]
-            self._load(pa.RecordBatch.from_arrays(cols, schema=self.side_schema[1]), t.column("__w").to_numpy(),
-                       t.column("__match").to_numpy())
+        snap = checked_snapshot(blob, "lookup_join", self.fingerprint, vnodes)
+        for _, rows, t in snapshot_sides(snap, self.side_schema, sides=(1,)):
+            self._load(rows, t.column("__w").to_numpy(), t.column("__match").to_numpy())

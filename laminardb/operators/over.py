@@ -35,7 +35,7 @@ from numba import njit
 from laminardb.operators._buffers import numeric_view
 from laminardb.operators._interner import Interner
 from laminardb.operators.join import gather
-from laminardb.operators.snapshot import StateImage, decode, mismatch
+from laminardb.operators.snapshot import StateImage, checked_snapshot
 from laminardb.operators.topn import _Pending, _Store, _with_vnode
 from laminardb.sql.plan import Over
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
@@ -312,10 +312,7 @@ class OverOperator:
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
         """Load a snapshot of the same plan; blobs of disjoint vnode subsets add up."""
-        snap = decode(blob, kind="over")
-        if snap.meta.get("plan") != self.fingerprint:
-            raise mismatch("over", snap.meta.get("plan"), self.fingerprint)
-        snap = snap.select(vnodes)
+        snap = checked_snapshot(blob, "over", self.fingerprint, vnodes)
         for name in ("pending", "tail"):
             t = snap.tables[name]
             if not t.num_rows:

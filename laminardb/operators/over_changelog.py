@@ -52,7 +52,7 @@ from laminardb.operators._buffers import hash_rows, numeric_view
 from laminardb.operators._interner import Interner
 from laminardb.operators.join import gather
 from laminardb.operators.over import fold_value
-from laminardb.operators.snapshot import StateImage, decode, mismatch
+from laminardb.operators.snapshot import StateImage, checked_snapshot
 from laminardb.operators.topn import _Pending, _with_vnode
 from laminardb.sql.plan import Over
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
@@ -442,10 +442,7 @@ class OverChangelogOperator:
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
         """Load a snapshot of the same plan; blobs of disjoint vnode subsets add up."""
-        snap = decode(blob, kind="over_changelog")
-        if snap.meta.get("plan") != self.fingerprint:
-            raise mismatch("over_changelog", snap.meta.get("plan"), self.fingerprint)
-        snap = snap.select(vnodes)
+        snap = checked_snapshot(blob, "over_changelog", self.fingerprint, vnodes)
         rows = snap.tables["rows"]
         if rows.num_rows:
             cols = [rows.column(f.name).combine_chunks() for f in self.in_schema]

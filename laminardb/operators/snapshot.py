@@ -38,7 +38,8 @@ import pyarrow as pa
 from laminardb.checkpoint.exceptions import SnapshotFormatError
 from laminardb.operators._buffers import hash_rows
 
-__all__ = ["DEFAULT_VNODES", "FORMAT", "SNAPSHOT_VERSION", "Snapshot", "StateImage", "decode", "mismatch"]
+__all__ = ["DEFAULT_VNODES", "FORMAT", "SNAPSHOT_VERSION", "Snapshot", "StateImage", "checked_snapshot", "decode",
+           "mismatch"]
 
 SNAPSHOT_VERSION = 1
 FORMAT = "laminardb.state"
@@ -157,6 +158,16 @@ def decode(blob: bytes, *, kind: str | None = None) -> Snapshot:
 def _not_ours(why: str) -> str:
     return (f"not a laminardb state snapshot: {why}; the file is corrupt or from another "
             "program — move that checkpoint aside to recover from an older one")
+
+
+def checked_snapshot(blob: bytes | Snapshot, kind: str, fingerprint: Any, vnodes=None) -> Snapshot:
+    """``blob`` decoded as a ``kind`` snapshot of the plan ``fingerprint`` describes, cut to
+    ``vnodes``; a blob of another plan is refused (``mismatch``)."""
+    snap = blob if isinstance(blob, Snapshot) else decode(blob, kind=kind)
+    found = snap.meta.get("plan")
+    if found != fingerprint:
+        raise mismatch(kind, found, fingerprint)
+    return snap.select(vnodes)
 
 
 def mismatch(kind: str, found: Any, expected: Any) -> SnapshotFormatError:

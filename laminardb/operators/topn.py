@@ -50,7 +50,7 @@ from numba import njit
 from laminardb.operators._buffers import hash_rows, numeric_view
 from laminardb.operators._interner import Interner
 from laminardb.operators.join import gather
-from laminardb.operators.snapshot import DEFAULT_VNODES, StateImage, decode, mismatch
+from laminardb.operators.snapshot import DEFAULT_VNODES, StateImage, checked_snapshot
 from laminardb.sql.plan import TopN
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
 
@@ -497,10 +497,7 @@ class TopNOperator:
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
         """Load a snapshot of a Top-N of the same plan; blobs of disjoint vnode subsets add up."""
-        snap = decode(blob, kind="topn")
-        if snap.meta.get("plan") != self.fingerprint:
-            raise mismatch("topn", snap.meta.get("plan"), self.fingerprint)
-        snap = snap.select(vnodes)
+        snap = checked_snapshot(blob, "topn", self.fingerprint, vnodes)
         rows = snap.tables["rows"]
         if rows.num_rows:
             cols = [rows.column(f.name).combine_chunks() for f in self.in_schema]

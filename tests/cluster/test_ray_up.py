@@ -405,15 +405,14 @@ def _kafka_pipeline_survives(tmp_path: Path, logs: Path, *, env: dict[str, str])
     from kafka.admin import KafkaAdminClient, NewTopic
 
     from tests._services.kafka import start_kafka_broker
-    from tests._services.procs import wait_until
     from tests.delta.workload import (
         KAFKA_DDL,
         KAFKA_ROWS,
         SENTINEL_TS,
-        committed_windows,
         expected_windows,
         kafka_rows,
         produce,
+        settled_windows,
     )
 
     broker = start_kafka_broker()
@@ -435,11 +434,6 @@ def _kafka_pipeline_survives(tmp_path: Path, logs: Path, *, env: dict[str, str])
         produce(bootstrap, "in", [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)])
         expected = expected_windows()
 
-        def out() -> list[tuple]:
-            return committed_windows(bootstrap, "out")
-
-        wait_until(lambda: len(out()) >= len(expected), timeout=180, interval=1.0)
-        time.sleep(2)  # later checkpoints add nothing
-        assert out() == expected
+        assert settled_windows(bootstrap, "out", expected, timeout=180) == expected
     finally:
         broker.stop()

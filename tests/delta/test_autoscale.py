@@ -26,10 +26,10 @@ from tests.delta.workload import (
     KAFKA_ROWS,
     SENTINEL_TS,
     batch,
-    committed_windows,
     expected_windows,
     kafka_rows,
     produce,
+    settled_windows,
 )
 
 pytestmark = pytest.mark.integration
@@ -206,12 +206,7 @@ def test_actor_killed_during_rescales_keeps_the_committed_output_exactly_once(da
     produce(bootstrap, src, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(PARTITIONS)])
     expected = expected_windows()
 
-    def out() -> list[tuple]:
-        return committed_windows(bootstrap, dst)
-
-    wait_until(lambda: len(out()) >= len(expected), timeout=180, interval=0.5)
-    time.sleep(1.5)  # later checkpoints must not add duplicates
-    assert out() == expected
+    assert settled_windows(bootstrap, dst, expected, timeout=180, settle_s=1.5) == expected
     assert _rescales(db) == [(1, 2), (2, 1)]
 
 

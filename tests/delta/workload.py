@@ -140,3 +140,16 @@ def committed_windows(bootstrap: str, topic: str) -> list[tuple]:
 
     return sorted((r["k"], r["window_start"], r["c"], r["s"])
                   for r in (json.loads(rec["value"]) for rec in committed(bootstrap, topic)))
+
+
+def settled_windows(bootstrap: str, topic: str, expected: list[tuple], *, timeout: float,
+                    settle_s: float = 2.0) -> list[tuple]:
+    """The sink topic's committed windows once it holds at least as many as ``expected`` and
+    ``settle_s`` more seconds of checkpoints have run (they must add no duplicates)."""
+    import time
+
+    from tests._services.procs import wait_until
+
+    wait_until(lambda: len(committed_windows(bootstrap, topic)) >= len(expected), timeout=timeout, interval=0.5)
+    time.sleep(settle_s)
+    return committed_windows(bootstrap, topic)

@@ -100,6 +100,31 @@ class Driver:
         return pa.Table.from_batches(self.out, schema=self.op.schema)
 
 
+def resumed_output(make_plan, batches, *, split: bool) -> pa.Table:
+    """The output over ``batches`` (``(source, batch)`` pairs) of the plan ``make_plan()``
+    builds, with a snapshot after the first half restored into a fresh operator (``split``: as
+    two owners' halves of the vnodes, which add up) — what a subscriber sees across a restore."""
+    from laminardb.operators.snapshot import DEFAULT_VNODES
+
+    cut = len(batches) // 2
+    first = Driver(PlanOperator(make_plan()))
+    for src, b in batches[:cut]:
+        first.feed(src, b)
+    image = first.op.snapshot()
+    fresh = PlanOperator(make_plan())
+    if split:
+        fresh.restore(image.encode(range(DEFAULT_VNODES // 2)))
+        fresh.restore(image.encode(range(DEFAULT_VNODES // 2, DEFAULT_VNODES)))
+    else:
+        fresh.restore(image.encode())
+    second = Driver(fresh)
+    second.max_ts = dict(first.max_ts)  # the reactor restores its watermarks from the checkpoint
+    for src, b in batches[cut:]:
+        second.feed(src, b)
+    second.finish()
+    return pa.Table.from_batches(first.out + second.out, schema=fresh.schema)
+
+
 def fold(t: pa.Table) -> pa.Table:
     """A changelog netted by ``__weight`` (every net weight must be 0 or positive)."""
     if "__weight" not in t.column_names:

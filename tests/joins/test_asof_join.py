@@ -9,9 +9,18 @@ import pytest
 
 import laminardb
 from laminardb.operators.plan_operator import PlanOperator
-from laminardb.operators.snapshot import DEFAULT_VNODES
 from laminardb.sql.exceptions import UnsupportedJoinError
-from tests.joins.harness import SOURCES, Driver, make_rows, oracle, plan_for, rows, run_db, same
+from tests.joins.harness import (
+    SOURCES,
+    Driver,
+    make_rows,
+    oracle,
+    plan_for,
+    resumed_output,
+    rows,
+    run_db,
+    same,
+)
 
 OPS = [">=", ">", "<=", "<"]
 _COLS = "l.k, l.v, l.ts, r.w, r.ts AS rts"
@@ -107,27 +116,11 @@ def test_right_state_is_bounded_per_key_by_the_watermark():
 def test_restore_mid_stream_gives_the_same_output(op, split):
     query = _ours(op, "LEFT")
     batches = asof_rows(5)
-    cut = len(batches) // 2
-    first = Driver(PlanOperator(plan_for(query)))
-    for src, b in batches[:cut]:
-        first.feed(src, b)
-    image = first.op.snapshot()
-    fresh = PlanOperator(plan_for(query))
-    if split:  # two owners' halves of the vnodes add up
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2)))
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2, DEFAULT_VNODES)))
-    else:
-        fresh.restore(image.encode())
-    second = Driver(fresh)
-    second.max_ts = dict(first.max_ts)
-    for src, b in batches[cut:]:
-        second.feed(src, b)
-    second.finish()
+    got = resumed_output(lambda: plan_for(query), batches, split=split)
     whole = Driver(PlanOperator(plan_for(query)))
     for src, b in batches:
         whole.feed(src, b)
     want = whole.finish()
-    got = pa.Table.from_batches(first.out + second.out, schema=fresh.schema)
     assert rows(got) == rows(want)
     same(want, oracle(_duck(op, "LEFT"), batches))
 

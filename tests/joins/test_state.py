@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from laminardb.operators.plan_operator import PlanOperator
-from laminardb.operators.snapshot import DEFAULT_VNODES
 from tests.joins.harness import (
     SOURCES,
     Driver,
@@ -15,6 +14,7 @@ from tests.joins.harness import (
     make_rows,
     oracle,
     plan_for,
+    resumed_output,
     rows,
     run_db,
     same,
@@ -41,33 +41,10 @@ def _unbroken(query: str, batches):
 def test_restore_mid_stream_gives_the_same_output(name, split):
     query = QUERIES[name]
     batches = make_rows(11)
-    cut = len(batches) // 2
-    first = Driver(PlanOperator(plan_for(query)))
-    for src, b in batches[:cut]:
-        first.feed(src, b)
-    image = first.op.snapshot()
-    fresh = PlanOperator(plan_for(query))
-    if split:  # two owners' halves of the vnodes, restored into one operator, add up
-        half = range(DEFAULT_VNODES // 2)
-        fresh.restore(image.encode(half))
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2, DEFAULT_VNODES)))
-    else:
-        fresh.restore(image.encode())
-    second = Driver(fresh)
-    second.max_ts = dict(first.max_ts)  # the reactor restores its watermarks from the checkpoint
-    for src, b in batches[cut:]:
-        second.feed(src, b)
-    second.finish()
     whole = fold(_unbroken(query, batches))
     # a changelog's second half retracts rows of the first: fold both halves together
-    both = _table(first.out + second.out, fresh.schema)
+    both = resumed_output(lambda: plan_for(query), batches, split=split)
     assert rows(fold(both)) == rows(whole)
-
-
-def _table(batches, schema):
-    import pyarrow as pa
-
-    return pa.Table.from_batches(batches, schema=schema)
 
 
 def test_interval_join_state_is_empty_once_the_watermark_has_passed():

@@ -20,6 +20,7 @@ from tests.joins.harness import (
     Driver,
     duck,
     make_rows,
+    resumed_output,
     rows,
     same,
     tables,
@@ -93,23 +94,7 @@ def test_version_state_is_bounded_by_the_watermark():
 @pytest.mark.parametrize("split", [False, True])
 def test_restore_mid_stream_gives_the_same_output(split):
     batches = make_rows(5)
-    cut = len(batches) // 2
-    first = Driver(PlanOperator(_plan(_query("LEFT"))))
-    for src, b in batches[:cut]:
-        first.feed(src, b)
-    image = first.op.snapshot()
-    fresh = PlanOperator(_plan(_query("LEFT")))
-    if split:
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2)))
-        fresh.restore(image.encode(range(DEFAULT_VNODES // 2, DEFAULT_VNODES)))
-    else:
-        fresh.restore(image.encode())
-    second = Driver(fresh)
-    second.max_ts = dict(first.max_ts)
-    for src, b in batches[cut:]:
-        second.feed(src, b)
-    second.finish()
-    got = pa.Table.from_batches(first.out + second.out, schema=fresh.schema)
+    got = resumed_output(lambda: _plan(_query("LEFT")), batches, split=split)
     same(got, _oracle(batches, "LEFT"))
 
 

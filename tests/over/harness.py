@@ -127,6 +127,40 @@ def resumed_output(query: str, batches, *, split: bool) -> pa.Table:
     return pa.concat_tables([first.so_far(), second.so_far()])
 
 
+def durable_resumed_output(query: str, batches, directory) -> pa.Table:
+    """The output of ``query`` over ``batches`` through a durable database checkpointed after
+    the first half, closed and opened again: what a subscriber sees across the restart."""
+    cut = len(batches) // 2
+    db = laminardb.open(str(directory))
+    db.execute(SOURCE)
+    db.execute(f"CREATE STREAM q AS {query}")
+    sub = db.subscribe_stream("q")
+    for b in batches[:cut]:
+        db.insert("s", b)
+    db.checkpoint()
+    before = sub.to_arrow()
+    db.close()
+    db = laminardb.open(str(directory))
+    sub = db.subscribe_stream("q")
+    for b in batches[cut:]:
+        db.insert("s", b)
+    db.finish()
+    after = sub.to_arrow()
+    db.close()
+    return pa.concat_tables([before, after])
+
+
+def assert_equals_duckdb(query: str, duck_sql: str, seed: int, *, changelog: bool) -> None:
+    """``query`` over seeded batches, with nothing dropped late, equals DuckDB's ``duck_sql``
+    over the same rows (folded by ``__weight`` when ``changelog``, which it must then be)."""
+    batches = make_batches(seed)
+    got, db = run_db(query, batches)
+    assert db.metrics()["late_events_dropped"] == 0
+    db.close()
+    assert ("__weight" in got.column_names) == changelog
+    same(got, oracle(duck_sql, batches))
+
+
 def fold(t: pa.Table) -> pa.Table:
     """A changelog netted by ``__weight`` (every net weight must be 0 or positive)."""
     if "__weight" not in t.column_names:

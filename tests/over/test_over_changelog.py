@@ -18,6 +18,7 @@ from tests.engine.oracle import duck
 from tests.over.harness import (
     SOURCE,
     Driver,
+    durable_resumed_output,
     fold,
     make_batches,
     plan_for,
@@ -148,25 +149,8 @@ def test_restore_mid_stream_gives_the_same_output(name, split):
 
 def test_a_durable_database_resumes_from_its_checkpoint(tmp_path):
     batches = make_batches(8)
-    cut = len(batches) // 2
-    query = _sql("by_g_ts")
-    db = laminardb.open(str(tmp_path / "db"))
-    db.execute(SOURCE)
-    db.execute(f"CREATE STREAM q AS {query}")
-    sub = db.subscribe_stream("q")
-    for b in batches[:cut]:
-        db.insert("s", b)
-    db.checkpoint()
-    before = sub.to_arrow()
-    db.close()
-    db = laminardb.open(str(tmp_path / "db"))
-    sub = db.subscribe_stream("q")
-    for b in batches[cut:]:
-        db.insert("s", b)
-    db.finish()
-    after = sub.to_arrow()
-    db.close()
-    _check(pa.concat_tables([before, after]), duck(QUERIES["by_g_ts"][3], s=table(batches)))
+    resumed = durable_resumed_output(_sql("by_g_ts"), batches, tmp_path / "db")
+    _check(resumed, duck(QUERIES["by_g_ts"][3], s=table(batches)))
 
 
 @pytest.mark.parametrize("select", [

@@ -15,13 +15,13 @@ from laminardb.sql.exceptions import UnsupportedSqlError
 from tests.over.harness import (
     SOURCE,
     Driver,
+    assert_equals_duckdb,
     fold,
     make_batches,
     oracle,
     plan_for,
     resumed_output,
     rows,
-    run_db,
     same,
 )
 
@@ -58,13 +58,7 @@ CASES = {
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("name", list(CASES))
 def test_rank_top_n_equals_duckdb(name, seed):
-    query, duck_sql = CASES[name]
-    batches = make_batches(seed)
-    got, db = run_db(query, batches)
-    assert db.metrics()["late_events_dropped"] == 0
-    db.close()
-    assert "__weight" in got.column_names  # Top-N is a changelog
-    same(got, oracle(duck_sql, batches))
+    assert_equals_duckdb(*CASES[name], seed, changelog=True)  # Top-N is a changelog
 
 
 def test_ranks_share_and_gap_as_in_sql():

@@ -4,15 +4,13 @@ another query is refused; Top-N state holds at most N rows per partition."""
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
-import laminardb
 from laminardb.checkpoint.exceptions import SnapshotFormatError
 from laminardb.operators.plan_operator import PlanOperator
 from tests.over.harness import (
-    SOURCE,
     Driver,
+    durable_resumed_output,
     fold,
     make_batches,
     plan_for,
@@ -76,23 +74,7 @@ def test_a_durable_database_resumes_from_its_checkpoint(name, tmp_path):
     checkpoint and the two runs' output folds to an unbroken run's."""
     query = QUERIES[name]
     batches = make_batches(21)
-    cut = len(batches) // 2
-    db = laminardb.open(str(tmp_path))
-    db.execute(SOURCE)
-    db.execute(f"CREATE STREAM q AS {query}")
-    sub = db.subscribe_stream("q")
-    for b in batches[:cut]:
-        db.insert("s", b)
-    db.checkpoint()
-    before = sub.to_arrow()
-    db.close()
-    db = laminardb.open(str(tmp_path))
-    sub = db.subscribe_stream("q")
-    for b in batches[cut:]:
-        db.insert("s", b)
-    db.finish()
-    after = sub.to_arrow()
-    db.close()
+    resumed = durable_resumed_output(query, batches, tmp_path)
     whole, db = run_db(query, batches)
     db.close()
-    assert rows(fold(pa.concat_tables([before, after]))) == rows(fold(whole))
+    assert rows(fold(resumed)) == rows(fold(whole))

@@ -9,7 +9,17 @@ import pytest
 import laminardb
 from laminardb.operators.plan_operator import PlanOperator
 from laminardb.sql.exceptions import UnsupportedSqlError
-from tests.over.harness import Driver, fold, make_batches, oracle, plan_for, rows, run_db, same
+from tests.over.harness import (
+    Driver,
+    assert_equals_duckdb,
+    fold,
+    make_batches,
+    oracle,
+    plan_for,
+    rows,
+    run_db,
+    same,
+)
 
 
 def _over(select: str, window: str, where: str, inner_from: str = "s", inner_select: str = "*") -> str:
@@ -62,13 +72,7 @@ CASES = {
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("name", list(CASES))
 def test_top_n_equals_duckdb(name, seed):
-    query, duck_sql = CASES[name]
-    batches = make_batches(seed)
-    got, db = run_db(query, batches)
-    assert db.metrics()["late_events_dropped"] == 0
-    db.close()
-    assert "__weight" in got.column_names  # Top-N is a changelog
-    same(got, oracle(duck_sql, batches))
+    assert_equals_duckdb(*CASES[name], seed, changelog=True)  # Top-N is a changelog
 
 
 def test_the_changelog_is_right_after_every_batch():
