@@ -10,7 +10,7 @@ Snowflake's dialect) and ``LEFT ASOF JOIN`` parses as ``ASOF LEFT JOIN``.
 
 from __future__ import annotations
 
-from sqlglot import parser, tokens
+from sqlglot import exp, parser, tokens
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 
@@ -115,4 +115,19 @@ def parse_select(text: str, *, base_line: int = 0, base_col: int = 0):
         raise SqlParseError(str(e).split("\n")[0]) from None
     if len(stmts) != 1 or stmts[0] is None:
         raise SqlParseError("expected exactly one query")
-    return stmts[0]
+    return _expand_negations(stmts[0])
+
+
+def _expand_negations(tree: exp.Expression) -> exp.Expression:
+    """Rewrite ``negate=True`` nodes as ``NOT (node)``.
+
+    sqlglot 30.30 and later parse ``x NOT LIKE p`` (also NOT ILIKE, IS NOT) as one node with
+    ``negate=True``; older releases gave ``Not(Like(…))``. The compiler only knows the second
+    shape, so every tree is brought to it here, whatever the sqlglot release.
+    """
+    for node in list(tree.find_all(exp.Like, exp.ILike, exp.Is)):
+        if node.args.get("negate"):
+            node.set("negate", None)
+            inner = node.copy()
+            node.replace(exp.Not(this=exp.Paren(this=inner)))
+    return tree
