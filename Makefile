@@ -1,36 +1,53 @@
 # laminardb developer entry points.
-#   make demo   live market-data demo in the terminal (core dependencies only)
-#   make test   the whole test suite (installs the dev extras once)
-#   make lint   ruff over the package and the tests
-# The virtualenv is .venv; stamp files inside it record what was installed, so repeated runs
-# do not reinstall (they do again after pyproject.toml changes).
+#   make demo      live market-data demo in the terminal (core dependencies, pandas and polars)
+#   make test      the whole test suite (installs the dev extras once)
+#   make fuzz      the SQL differential test with many more random expressions (minutes)
+#   make lint      ruff over the package and the tests
+#   make upgrade   move uv.lock to the newest releases the ranges in pyproject.toml allow, then test
+# Installs come from uv.lock (exact versions with hashes), so a fresh machine gets what CI last
+# passed with. uv itself is pinned and lives in .tools/; the project's virtualenv is .venv.
+# Stamp files inside .venv record what was installed, so repeated runs do not reinstall (they do
+# again after pyproject.toml or uv.lock change).
 
-PYTHON ?= python3
-VENV   := .venv
-BIN    := $(VENV)/bin
-PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+PYTHON     ?= python3
+UV_VERSION := 0.13.8
+TOOLS      := .tools
+UV         := $(TOOLS)/bin/uv
+VENV       := .venv
+BIN        := $(VENV)/bin
+# --locked: refuse to run when uv.lock no longer matches pyproject.toml (run `make upgrade` or `uv lock`)
+SYNC       := UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --quiet --python $(PYTHON)
 
-.PHONY: demo test lint clean-stamps
+.PHONY: demo test fuzz lint upgrade clean-stamps
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+$(UV):
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 
-$(VENV)/.stamp-core: pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+# --inexact: the demo's install never removes what `make test` installed
+$(VENV)/.stamp-core: pyproject.toml uv.lock | $(UV)
+	$(SYNC) --inexact --extra pandas --extra polars
 	touch $@
 
-$(VENV)/.stamp-dev: pyproject.toml | $(BIN)/python
-	$(PIP) -e ".[dev]"
+$(VENV)/.stamp-dev: pyproject.toml uv.lock | $(UV)
+	$(SYNC) --extra dev
 	touch $@ $(VENV)/.stamp-core
 
 demo: $(VENV)/.stamp-core
 	$(BIN)/laminardb demo --seconds 15
 
 test: $(VENV)/.stamp-dev
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	UV=$(abspath $(UV)) $(BIN)/python -m pytest -q -p no:cacheprovider
+
+fuzz: $(VENV)/.stamp-dev
+	LAMINARDB_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sql_functions/test_differential.py
 
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check laminardb tests
+
+upgrade: | $(UV)
+	$(UV) lock --upgrade --python $(PYTHON)
+	$(MAKE) test
 
 clean-stamps:
 	rm -f $(VENV)/.stamp-core $(VENV)/.stamp-dev

@@ -136,39 +136,49 @@ def test_backlog_scales_out_drains_and_idleness_scales_in(database, kafka_broker
 
 
 def test_oscillating_load_does_not_flap(database, kafka_broker):  # noqa: F811
-    """Bursts above one actor's capacity and pauses that drain them, alternating faster than the
-    stabilization window: the scale-out condition is met again and again but never holds for
-    the window, so the count never changes. (A 5-minute sliding window: each row lands in 3,000
-    windows, so a 15k-row burst is more than a second of one actor's work on any machine;
-    catch_up_time is long, so the lag a burst leaves is not overdue.)"""
+    """Bursts that one actor needs well over catch_up_time to drain, each followed by a pause
+    until the lag is gone: the scale-out condition (lag overdue) is met at every burst but never
+    holds for the stabilization window, so the count never changes.
+
+    It holds on any machine: a burst is 15k rows of a 5-minute sliding window (3,000 windows a
+    row), which no actor drains within catch_up_time (200 ms), so every burst meets the
+    condition; the next burst waits until a decision has seen the lag drained, so the condition
+    resets between bursts however slow the machine; and the stabilization window (30 s) is
+    longer than one burst's drain by a wide margin. (Fixed bursts and pauses judged by arrival
+    rate did not hold: on a loaded machine the producer is slower than the actor, and the
+    utilization never left its band.)"""
     bootstrap = kafka_broker.bootstrap
     src = _topic("osc-in")
     _topics(bootstrap, src)
     db = database("autoscale-osc", actors=1, autoscale=True, coordinator="local", checkpoint_interval="1s",
-                  **{**FAST, "stabilization_window": "4s", "metrics_window": "500ms", "catch_up_time": "1m"})
+                  **{**FAST, "stabilization_window": "30s", "metrics_window": "500ms"})
     db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src).replace("INTERVAL '60' SECOND",
                                                                       "INTERVAL '300' SECOND"))
     db.start()
-    reasons: set[str] = set()
+    reasons: list[str] = []
     stop = threading.Event()
 
     def watch() -> None:
+        seen = 0.0
         while not stop.wait(0.1):
             for d in _auto(db).get("decisions") or []:
-                reasons.add(d["reason"])
+                if d["time"] > seen:
+                    seen = d["time"]
+                    reasons.append(d["reason"])
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        for i in range(6):  # a burst, then a pause about as long as the actor needs for it
+        for i in range(4):
             produce(bootstrap, src, batch(i, rows=15_000).to_pylist(), partitions=PARTITIONS)
-            time.sleep(1.5)
-        time.sleep(1.0)
+            wait_until(lambda: any("waits for the stabilization window" in r for r in reasons[-8:]), timeout=60)
+            mark = len(reasons)  # then the pause: until a decision sees the burst drained
+            wait_until(lambda m=mark: any("no lag" in r for r in reasons[m:]), timeout=120)
     finally:
         stop.set()
         watcher.join(timeout=10)
     assert _rescales(db) == []
-    assert any("waits for the stabilization window" in r for r in reasons), reasons
+    assert sum("waits for the stabilization window" in r for r in reasons) >= 4, reasons
     assert len(db.metrics()["cluster"]["members"]) == 1
 
 

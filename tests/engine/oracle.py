@@ -137,15 +137,33 @@ def run_engine(stream_sql: str, scenario: Scenario, *, source_ddl: str | None = 
 
 
 # --------------------------------------------------------------------------- DuckDB side
-def duck(sql: str, **tables: Any) -> pa.Table:
+def oracle_connection(**tables: Any) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with ``tables`` registered, the one way every test builds its oracle.
+
+    Arrow timestamps other than µs are registered as µs (DuckDB's own TIMESTAMP, lossless for
+    ms and s): DuckDB 2.0.1's ``epoch_ms()`` fails on a TIMESTAMP_MS column ("Unimplemented type
+    for cast (INT64 -> INT64)"). ``x % 0`` is NULL, as in DuckDB 1.x and in laminardb (a stream
+    cannot stop on one row); newer DuckDB raises unless told otherwise.
+    """
     con = duckdb.connect()
-    try:  # x % 0 is NULL (DuckDB 1.x semantics, which laminardb follows); newer DuckDB raises by default
+    try:
         con.execute("SET error_on_division_by_zero = false")
     except duckdb.Error:
         pass
     for name, t in tables.items():
-        con.register(name, t)
-    rel = con.sql(sql)
+        con.register(name, _timestamps_as_us(t) if isinstance(t, pa.Table | pa.RecordBatch) else t)
+    return con
+
+
+def _timestamps_as_us(t: pa.Table | pa.RecordBatch) -> pa.Table | pa.RecordBatch:
+    fields = [pa.field(f.name, pa.timestamp("us", f.type.tz), f.nullable)
+              if pa.types.is_timestamp(f.type) and f.type.unit != "us" else f for f in t.schema]
+    schema = pa.schema(fields, metadata=t.schema.metadata)
+    return t if schema == t.schema else t.cast(schema)
+
+
+def duck(sql: str, **tables: Any) -> pa.Table:
+    rel = oracle_connection(**tables).sql(sql)
     for name in ("to_arrow_table", "arrow", "fetch_arrow_table"):  # the name moved between duckdb releases
         if hasattr(rel, name):
             t = getattr(rel, name)()

@@ -21,7 +21,7 @@ from laminardb.nexmark import (
     tables,
 )
 from laminardb.sql._lexer import rewrite_window_tvf
-from tests.engine.oracle import duck
+from tests.engine.oracle import duck, oracle_connection
 
 # 1,000 events/s of event time: 100,000 events span 100 s, so 10-second windows and sessions
 # open and close many times while the rows stream in (at Nexmark's 10M/s everything would sit
@@ -79,9 +79,7 @@ def test_event_time_never_decreases_and_ids_are_dense(rows):
 def test_references_exist_when_made_without_leads():
     """With ``lead=False`` every bid names an auction and a person, and every auction a seller,
     generated at or before it (Nexmark's leads let a few point up to 10 ids ahead)."""
-    con = duckdb.connect()
-    for name, t in tables(50_000, seed=1, config=NexmarkConfig(rate=1000.0, lead=False)).items():
-        con.register(name, t)
+    con = oracle_connection(**tables(50_000, seed=1, config=NexmarkConfig(rate=1000.0, lead=False)))
     # ids grow with event time, so "generated before" is: max id whose row is not later
     bad = _rows(con, """
         SELECT count(*) FROM bid b WHERE
@@ -94,9 +92,7 @@ def test_references_exist_when_made_without_leads():
 
 
 def test_references_with_leads_stay_within_ten_ids(rows):
-    con = duckdb.connect()
-    for name, t in rows.items():
-        con.register(name, t)
+    con = oracle_connection(**rows)
     ahead = _rows(con, """SELECT max(b.auction - (SELECT max(id) FROM auction a WHERE a."dateTime" <= b."dateTime"))
                        FROM (SELECT * FROM bid USING SAMPLE 2000 ROWS (reservoir, 1)) b""")[0][0]
     assert ahead <= 10
@@ -205,8 +201,8 @@ ORACLE = {
 def _normalize(t: pa.Table) -> list[tuple]:
     cols = []
     for c in t.columns:
-        if pa.types.is_timestamp(c.type):
-            c = c.cast(pa.int64())
+        if pa.types.is_timestamp(c.type):  # epoch ms, whatever the unit (the oracle returns µs)
+            c = c.cast(pa.timestamp("ms")).cast(pa.int64())
         cols.append(c.to_pylist())
     out = []
     for r in zip(*cols, strict=True):

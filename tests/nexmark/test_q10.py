@@ -23,6 +23,7 @@ from laminardb.connectors.sinks import make_sink
 from laminardb.nexmark import QUERIES, SOURCES_DDL, NexmarkConfig, generate, tables
 from laminardb.sql import ddl
 from laminardb.sql.exceptions import UnknownObjectError
+from tests.engine.oracle import oracle_connection
 
 # 50 events/s of event time: 20,000 events span 400 s, so bids fall into 7 or 8 minutes (hm=…)
 SLOW = NexmarkConfig(rate=50.0)
@@ -60,9 +61,7 @@ def _written(out: Path, fmt: str) -> list[tuple]:
 
 
 def _want(bid: pa.Table, upto: int | None = None) -> list[tuple]:
-    con = duckdb.connect()
-    con.register("bid", bid if upto is None else bid.slice(0, upto))
-    return con.sql(ORACLE).fetchall()
+    return oracle_connection(bid=bid if upto is None else bid.slice(0, upto)).sql(ORACLE).fetchall()
 
 
 def _feed(db) -> None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import random
 
-import duckdb
 import pyarrow as pa
 import pytest
 
 import laminardb
 from laminardb.errors import LaminarError
 from laminardb.sql.exceptions import UnsupportedJoinError
+from tests.engine.oracle import oracle_connection
 
 SOURCES = """
 CREATE SOURCE l (k BIGINT, v VARCHAR, ts BIGINT NOT NULL, WATERMARK FOR ts AS ts - INTERVAL '1' SECOND);
@@ -86,9 +86,9 @@ def test_the_advice_runs_a_window_closed_aggregate_joined_asof():
     db.finish()
     got = sorted(tuple(r.values()) for r in sub.to_arrow().to_pylist())
     db.close()
-    con = duckdb.connect()
-    for name, schema in (("l", L_SCHEMA), ("r", R_SCHEMA)):
-        con.register(name, pa.Table.from_pylist([x for s, rows in inputs if s == name for x in rows], schema=schema))
+    con = oracle_connection(**{name: pa.Table.from_pylist([x for s, rows in inputs if s == name for x in rows],
+                                                          schema=schema)
+                               for name, schema in (("l", L_SCHEMA), ("r", R_SCHEMA))})
     want = sorted(con.execute("""
         WITH bars AS (SELECT k, CAST(floor(ts / 1000) AS BIGINT) * 1000 + 1000 AS we, sum(w) AS total
                       FROM r GROUP BY ALL)

@@ -8,13 +8,13 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-import duckdb
 import pyarrow as pa
 import pytest
 
 import laminardb
 from laminardb.errors import LaminarError
 from laminardb.sql.exceptions import UnsupportedSqlError
+from tests.engine.oracle import oracle_connection
 
 DELAY = 1000
 SOURCE = f"CREATE SOURCE t (k BIGINT, v VARCHAR, ts BIGINT NOT NULL, WATERMARK FOR ts AS ts - INTERVAL '{DELAY}' MILLISECOND)"
@@ -23,10 +23,7 @@ BOUNDS = ["window_start", "window_end", "window_time"]
 
 
 def duck(sql: str, **tables: pa.Table) -> list[tuple]:
-    con = duckdb.connect()
-    for name, table in tables.items():
-        con.register(name, table)
-    return sorted(con.execute(sql).fetchall(), key=repr)
+    return sorted(oracle_connection(**tables).execute(sql).fetchall(), key=repr)
 
 
 def rows_of(table: pa.Table) -> list[tuple]:

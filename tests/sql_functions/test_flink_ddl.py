@@ -23,6 +23,7 @@ from laminardb.sql.exceptions import (
     UnsupportedSqlError,
 )
 from tests.engine.oracle import duck
+from tests.nexmark.test_nexmark import _normalize
 from tests.sql_functions.harness import count_char
 
 PUBLISHED = Path(__file__).parent / "nexmark"
@@ -61,12 +62,6 @@ ORACLE = {
 @pytest.fixture(scope="module")
 def rows() -> dict[str, pa.Table]:
     return tables(EVENTS, seed=7, config=SLOW)
-
-
-def _normalize(t: pa.Table) -> list[tuple]:
-    cols = [(c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c).to_pylist() for c in t.columns]
-    return sorted((tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in zip(*cols, strict=True)),
-                  key=repr)
 
 
 def _published(name: str) -> str:
