@@ -13,6 +13,7 @@ versions, which the whole suite tests.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +24,8 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRAS = ("pandas", "polars")
@@ -41,7 +44,7 @@ def _uv() -> str:
     return found
 
 
-def _declared_floors() -> dict[str, str]:
+def _declared_floors() -> dict[str, Version]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     reqs = list(project["dependencies"])
     for extra in EXTRAS:
@@ -51,7 +54,7 @@ def _declared_floors() -> dict[str, str]:
         req = Requirement(text)
         lows = [s.version for s in req.specifier if s.operator == ">="]
         assert lows, f"{text!r} in pyproject.toml has no floor (>=): every dependency needs one"
-        floors[req.name.lower()] = lows[0]
+        floors[canonicalize_name(req.name)] = Version(lows[0])
     return floors
 
 
@@ -71,7 +74,7 @@ def test_engine_tests_pass_on_the_declared_floors(tmp_path):
     listed = subprocess.run([python, "-c", "import importlib.metadata as m, json; print(json.dumps("
                              "{d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
                             check=True, **run)
-    installed = __import__("json").loads(listed.stdout)
+    installed = {canonicalize_name(n): Version(v) for n, v in json.loads(listed.stdout).items()}
     floors = _declared_floors()
     assert {n: installed.get(n) for n in floors} == floors, "the venv does not hold the declared floors"
 
