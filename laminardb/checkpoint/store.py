@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 MANIFEST_FORMAT = "laminardb.manifest"
 MANIFEST_VERSION = 1
 _PREFIX = "ckpt-"
+_SKIPPED = "_skipped-"  # a checkpoint recovery could not use, kept for inspection
 _PENDING = "MANIFEST.pending"  # prepared for the Delta coordinator, not yet recorded in Raft
 
 
@@ -171,8 +172,10 @@ class CheckpointStore:
         return (manifest.path / name).read_bytes()
 
     def latest(self) -> tuple[Manifest | None, list[str]]:
-        """The newest usable checkpoint, and why newer ones were skipped."""
+        """The newest usable checkpoint, and why newer ones were skipped (their epochs with a
+        manifest — corrupt, not merely partial — are left in ``self.corrupt``)."""
         skipped = []
+        self.corrupt: list[int] = []
         for epoch in reversed(self.epochs_on_disk()):
             try:
                 return self.load(epoch), skipped
@@ -180,8 +183,38 @@ class CheckpointStore:
                 raise
             except (ValueError, KeyError, TypeError) as exc:
                 skipped.append(f"checkpoint {epoch}: {exc}")
+                if (self.dir_of(epoch) / "MANIFEST").exists():
+                    self.corrupt.append(epoch)
                 log.warning("skipping checkpoint %d: %s", epoch, exc)
         return None, skipped
+
+    def set_aside(self, epoch: int) -> str | None:
+        """Rename a checkpoint recovery skipped (corrupt or partial) to ``_skipped-ckpt-<e>``:
+        it no longer counts for retention or recovery, and its epoch number stays known, so
+        it is never given to a later checkpoint (whose sink output would take the abandoned
+        epoch's names). Idempotent; returns the new name, or None if it was gone."""
+        d = self.dir_of(epoch)
+        if not d.exists():
+            return None
+        target = self.root / f"{_SKIPPED}{d.name}"
+        n = 1
+        while target.exists():
+            target = self.root / f"{_SKIPPED}{d.name}.{n}"
+            n += 1
+        os.replace(d, target)
+        fsync_dir(self.root)
+        return target.name
+
+    def highest_epoch(self) -> int:
+        """The highest epoch number any checkpoint directory on disk used (0: none), skipped
+        ones included: a new checkpoint takes a number above it."""
+        best = 0
+        for p in self.root.iterdir():
+            name = p.name[len(_SKIPPED):] if p.name.startswith(_SKIPPED) else p.name
+            digits = name[len(_PREFIX):].split(".")[0]
+            if name.startswith(_PREFIX) and digits.isdigit():
+                best = max(best, int(digits))
+        return best
 
     def complete(self) -> list[int]:
         """Epochs with a manifest, oldest first (not verified: for retention)."""

@@ -76,8 +76,46 @@ def test_damage_before_the_last_segment_is_refused(tmp_path):
     data[30] ^= 0xFF
     first.write_bytes(bytes(data))
     with pytest.raises(WalCorruptError) as e:
-        Wal(tmp_path)
-    assert e.value.code == "LDB-5003"
+        Wal(tmp_path).settle(0)  # recovery needs every record: refused, nothing changed
+    assert e.value.code == "LDB-5003" and "Put an undamaged copy" in str(e.value)
+    assert first.read_bytes() == bytes(data)
+    w = Wal(tmp_path)  # a checkpoint at lsn 2 needs only the second segment
+    assert w.settle(2) and (tmp_path / (first.name + ".damaged")).exists()
+    assert [r.lsn for r in w.replay(2)] == [2]
+    assert w.append_insert("s", _batch(3)) == 3
+    w.close()
+
+
+def test_damage_followed_by_valid_records_in_the_last_segment_is_not_a_torn_tail(tmp_path):
+    w = Wal(tmp_path)
+    for i in range(3):
+        w.append_insert("s", _batch(i))
+    w.close()
+    (_, seg), = Wal(tmp_path).segments()
+    data = bytearray(seg.read_bytes())
+    data[30] ^= 0xFF  # inside the first record: two valid records follow
+    seg.write_bytes(bytes(data))
+    with pytest.raises(WalCorruptError):
+        Wal(tmp_path).settle(0)
+    assert seg.read_bytes() == bytes(data)  # not cut off as a torn tail
+
+
+def test_a_missing_segment_is_refused_and_lsns_never_go_below_the_checkpoint(tmp_path):
+    w = Wal(tmp_path)
+    w.append_insert("s", _batch(0))
+    assert w.rotate() == 1
+    w.append_insert("s", _batch(1))
+    w.close()
+    (tmp_path / f"{1:020d}.wal").rename(tmp_path / "moved")
+    with pytest.raises(WalCorruptError) as e:
+        Wal(tmp_path).settle(1)  # a checkpoint at lsn 1 needs segment 1
+    assert "is missing" in str(e.value)
+    (tmp_path / "moved").rename(tmp_path / f"{1:020d}.wal")  # what the message says: put it back
+    w = Wal(tmp_path)
+    w.settle(1)
+    assert w.append_insert("s", _batch(2)) == 2  # numbering goes on above the checkpoint
+    w.close()
+    assert [r.lsn for r in Wal(tmp_path).replay(1)] == [1, 2]
 
 
 def test_truncate_before_keeps_uncovered_segments(tmp_path):
