@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ MANIFEST_FORMAT = "laminardb.manifest"
 MANIFEST_VERSION = 1
 _PREFIX = "ckpt-"
 _SKIPPED = "_skipped-"  # a checkpoint recovery could not use, kept for inspection
+_EPOCH_NAME = re.compile(r"^_*(?:skipped-)?ckpt-(\d+)")
 _PENDING = "MANIFEST.pending"  # prepared for the Delta coordinator, not yet recorded in Raft
 
 
@@ -210,10 +212,9 @@ class CheckpointStore:
         ones included: a new checkpoint takes a number above it."""
         best = 0
         for p in self.root.iterdir():
-            name = p.name[len(_SKIPPED):] if p.name.startswith(_SKIPPED) else p.name
-            digits = name[len(_PREFIX):].split(".")[0]
-            if name.startswith(_PREFIX) and digits.isdigit():
-                best = max(best, int(digits))
+            m = _EPOCH_NAME.match(p.name)  # ckpt-<e>, _skipped-ckpt-<e>, a renamed _ckpt-<e>
+            if m:
+                best = max(best, int(m.group(1)))
         return best
 
     def complete(self) -> list[int]:
