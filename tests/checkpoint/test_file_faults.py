@@ -20,11 +20,11 @@ Seeds: ``make test`` runs a handful; ``LAMINARDB_FAULT_SEEDS=20`` runs seeds 0..
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import shutil
 import signal
-import multiprocessing
 import sys
 import time
 from pathlib import Path
