@@ -7,7 +7,8 @@ A directory without a valid manifest is a partial checkpoint: ignored, then remo
 
 The manifest is JSON (readable with any tool) with a CRC32C over its canonical body, and
 names every snapshot file with its size and CRC, so a corrupt or missing file disqualifies
-the checkpoint and recovery falls back to the one before.
+the checkpoint and recovery falls back to the one before; a corrupt one is then renamed
+``_skipped-ckpt-<e>`` (``set_aside``), and its epoch number is never given out again.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class CheckpointStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.root = Path(directory) / "checkpoints"
         self.root.mkdir(parents=True, exist_ok=True)
+        #: epochs ``latest()`` skipped although they have a manifest (corrupt, not partial)
+        self.corrupt: list[int] = []
 
     def dir_of(self, epoch: int) -> Path:
         return self.root / f"{_PREFIX}{epoch:012d}"
@@ -176,8 +179,8 @@ class CheckpointStore:
     def latest(self) -> tuple[Manifest | None, list[str]]:
         """The newest usable checkpoint, and why newer ones were skipped (their epochs with a
         manifest — corrupt, not merely partial — are left in ``self.corrupt``)."""
-        skipped = []
-        self.corrupt: list[int] = []
+        skipped: list[str] = []
+        self.corrupt = []
         for epoch in reversed(self.epochs_on_disk()):
             try:
                 return self.load(epoch), skipped

@@ -188,8 +188,9 @@ class Wal:
             target = seg.path.with_name(seg.path.name + ".damaged")
             os.replace(seg.path, target)
             self.set_aside.append(f"{seg.path.name}: {seg.damage}")
-            log.warning("WAL segment %s is %s; no retained checkpoint after %d needs its records: "
-                        "set aside as %s", seg.path, seg.damage, needed_from, target.name)
+            log.warning("WAL segment %s is %s; recovery replays from record %d, after all of its "
+                        "records, so it is not needed: set aside as %s",
+                        seg.path, seg.damage, needed_from, target.name)
         if aside:
             fsync_dir(self.dir)
         live = [seg for seg in scan if seg not in aside]
