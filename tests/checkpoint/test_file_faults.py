@@ -73,7 +73,10 @@ class Run:
         self.log = tmp / "child.log"
         self.acked = 0  # the most rows any run saw acknowledged
 
-    def start(self, rows: int, *, finish: bool) -> tuple[str, multiprocessing.process.BaseProcess]:
+    def start(self, rows: int, *, finish: bool,
+              kill_after: int | None = None) -> tuple[str, multiprocessing.process.BaseProcess]:
+        """Run the child up to ``rows``; SIGKILL it once idle there, or as soon as it has
+        acknowledged ``kill_after`` rows (wherever it then is: inserting, checkpointing)."""
         cfg_path = self.tmp / "cfg.json"
         cfg_path.write_text(json.dumps(dict(self.cfg, rows=rows, finish=finish)))
         self.log.write_text("")
@@ -85,6 +88,9 @@ class Run:
             while time.monotonic() < deadline:
                 text = self.log.read_text(errors="replace")
                 if any(w in text for w in want) or not p.is_alive():
+                    break
+                if kill_after is not None and f"acked {kill_after}\n" in text:
+                    text += "idle"  # a kill at a moment of the child's own choosing
                     break
                 time.sleep(0.02)
             else:
@@ -209,9 +215,10 @@ def test_a_damaged_file_never_loses_an_acknowledged_row(tmp_path, seed):
     rng = random.Random(seed)
     target = ("snapshot", "manifest", "wal")[seed % 3]
     kind = ("flip", "truncate", "missing")[(seed // 3) % 3]
-    run = Run(tmp_path, batch=100, ckpt_every=rng.choice((1, 2, 3)))
+    run = Run(tmp_path, batch=50, ckpt_every=rng.choice((2, 3, 4)))
     first = rng.randrange(700, 1300)
-    run.start(first, finish=False)
+    # killed at a random acknowledged count (mid-insert or mid-checkpoint), or once idle
+    run.start(first, finish=False, kill_after=rng.choice((None, 50 * rng.randrange(10, first // 50))))
     path, last_segment = _pick(run, target, rng)
     if last_segment and kind == "truncate":
         kind = "flip"  # a truncated active segment is a torn tail (see damage())
