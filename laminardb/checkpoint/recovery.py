@@ -111,8 +111,8 @@ def recover(conn) -> dict[str, Any]:
     coord.epoch = epoch
     highest = max([epoch, coord.store.highest_epoch()] + [s.highest_epoch() for s in coord.sinks().values()])
     if highest > epoch:
-        log.warning("recovery: restored checkpoint %d, but epochs up to %d were used before; the next "
-                    "checkpoint is %d", epoch, highest, highest + 1)
+        log.info("recovery: restored checkpoint %d, but epochs up to %d were used before; the next "
+                 "checkpoint is %d", epoch, highest, highest + 1)
     coord._next_epoch = highest + 1
     if manifest is not None and replayed == 0:
         coord._last_marks = coord._marks()  # nothing new since that checkpoint: the timer may idle
