@@ -1,6 +1,6 @@
-"""The process the file-fault tests kill: ``run(CONFIG.json)`` in a forked child (the test
-forks after importing laminardb, so a child starts in milliseconds, not in seconds of imports
-on a loaded 2-core machine), or ``python _fault_child.py CONFIG.json``.
+"""The process the file-fault tests kill: ``run(CONFIG.json, LOG)`` in a child forked by the
+tests' forkserver (which imported this module, so a child starts without seconds of imports),
+or ``python _fault_child.py CONFIG.json``.
 
 It opens (or recovers) a durable database, inserts the deterministic rows of
 ``_crash_child.row`` from where ``offset()`` says the database stopped, checkpoints every
@@ -22,6 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import laminardb  # noqa: E402
+import laminardb.ingest  # noqa: E402,F401 - preloaded by the tests' forkserver (pyarrow, pandas)
+import laminardb.operators._kernels  # noqa: E402,F401 - numba, its kernels from the disk cache
 from tests.checkpoint._crash_child import row  # noqa: E402
 
 

@@ -40,9 +40,12 @@ sys.path.insert(0, str(ROOT))
 from tests.checkpoint import _fault_child  # noqa: E402
 from tests.checkpoint._crash_child import KEYS, row  # noqa: E402
 
-# Children are forked from this process once laminardb is imported and its kernels are
-# compiled (see _warm_up): each starts in milliseconds. Each is a real process, SIGKILLed.
-_FORK = multiprocessing.get_context("fork")
+# Children are forked by a forkserver: a fresh single-threaded process that imported and ran
+# what a child uses once (_fault_warm; forking the test process itself could copy locks held
+# by threads of earlier tests). A child then starts in well under a second instead of the
+# seconds of imports on a loaded 2-core machine. Each is a real process, SIGKILLed.
+_FORK = multiprocessing.get_context("forkserver")
+_FORK.set_forkserver_preload(["tests.checkpoint._fault_child", "tests.checkpoint._fault_warm"])
 
 _TIMEOUT_S = 90
 _SEEDS = int(os.environ.get("LAMINARDB_FAULT_SEEDS", "6"))
@@ -50,17 +53,14 @@ _HEAD = 24  # a WAL record's fixed header: magic, header length, body length, ls
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _warm_up(tmp_path_factory):
-    """Import and compile what a child uses, once, before the first fork."""
-    import laminardb
+def _stop_forkserver():
+    """The forkserver would otherwise live until pytest exits: stop it with this module."""
+    yield
+    from multiprocessing import forkserver
 
-    tmp = tmp_path_factory.mktemp("warm")
-    sql = (HERE / "fault_pipeline.sql").read_text()
-    with laminardb.open(tmp / "db", config={"checkpoint_interval": "off", "vars": {"OUT": str(tmp / "out")}}) as db:
-        db.execute(sql)
-        db.insert("ev", [row(i) for i in range(300)])
-        db.checkpoint()
-        db.finish()
+    stop = getattr(forkserver._forkserver, "_stop", None)  # CPython's own test suite uses it
+    if stop is not None:
+        stop()
 
 
 class Run:
