@@ -50,6 +50,9 @@ SyncMode = Literal["none", "always"]
 
 _MAGIC = 0x4C57414C  # "LWAL"
 _HEAD = struct.Struct("<IIIQI")
+# the seal that ends a rotated segment: magic, the next segment's first lsn, crc of that lsn
+_SEAL_MAGIC = 0x53574C4C
+_SEAL = struct.Struct("<IQI")
 _LSN = struct.Struct("<Q")
 _SEGMENT_BYTES = 64 << 20  # roll to a new segment past this: bounds the work of one truncation
 _SUFFIX = ".wal"
@@ -134,11 +137,18 @@ class Wal:
         segs = self.segments()
         for i, (first, path) in enumerate(segs):
             last = i == len(segs) - 1
-            good_end, next_lsn, bad, valid_after = _scan_segment(path, first)
+            good_end, next_lsn, bad, valid_after, sealed = _scan_segment(path, first)
             size = path.stat().st_size
+            if sealed is not None:
+                good_end = size  # the seal is part of the segment, not a tail to cut
             damage = None
+            if bad and not last and not valid_after and size - good_end < _HEAD.size:
+                bad = False  # a seal torn by a crash while rotating: nothing lost
             if bad and (not last or valid_after):
                 damage = f"damaged at byte {good_end} of {size}"
+            elif last and sealed is not None:
+                damage = (f"was followed by {sealed:020d}{_SUFFIX} (its seal says so), which is "
+                          "missing")
             elif not last and next_lsn != segs[i + 1][0]:
                 damage = (f"ends at record {next_lsn} but the next segment starts at {segs[i + 1][0]} "
                           "(truncated, or a segment is missing)")
@@ -290,8 +300,18 @@ class Wal:
                 self._synced = self.next_lsn - 1
             # (default mode: a checkpoint covers the records before its lsn with fsynced
             # snapshots, so the old segment needs no fsync of its own)
-            os.close(self._fd)
+            old = self._fd
             self._new_segment(self.next_lsn)
+            # then seal the old segment with its successor's name: a segment that says it has
+            # a successor which is gone was damaged (the newest segment deleted would
+            # otherwise look like a log that ended there). Written after the successor
+            # exists, so a crash in between leaves no seal rather than a false one.
+            lsn = _LSN.pack(self.next_lsn)
+            try:
+                _write_all(old, [_SEAL.pack(_SEAL_MAGIC, self.next_lsn, crc32c(lsn))])
+            except OSError:
+                pass  # a segment without its seal is only checked less
+            os.close(old)
         return self.next_lsn
 
     def truncate_before(self, lsn: int) -> int:
@@ -359,22 +379,34 @@ def _record_ok(view: memoryview, pos: int) -> int:
     return end
 
 
-def _scan_segment(path: Path, first_lsn: int) -> tuple[int, int, bool, bool]:
+def _seal_at(view: memoryview, pos: int) -> int | None:
+    """The successor's lsn named by a valid seal at ``pos`` that ends the file, or None."""
+    if len(view) - pos != _SEAL.size:
+        return None
+    magic, nxt, crc = _SEAL.unpack_from(view, pos)
+    return nxt if magic == _SEAL_MAGIC and crc == crc32c(_LSN.pack(nxt)) else None
+
+
+def _scan_segment(path: Path, first_lsn: int) -> tuple[int, int, bool, bool, int | None]:
     """(end of the last good record, the lsn after it, whether bad bytes follow, whether a
-    valid record follows the bad bytes — then they are damage, not a torn tail)."""
+    valid record follows the bad bytes — then they are damage, not a torn tail — and the
+    successor's lsn if the segment ends with a seal)."""
     with open(path, "rb") as f:
         data = f.read()
     view = memoryview(data)
     pos, lsn = 0, first_lsn
     while pos < len(view):
+        sealed = _seal_at(view, pos)
+        if sealed is not None:
+            return pos, lsn, False, False, sealed
         end = _record_ok(view, pos)
         if end < 0 or _HEAD.unpack_from(view, pos)[3] != lsn:
             magic = _HEAD.pack(_MAGIC, 0, 0, 0, 0)[:4]
             at = data.find(magic, pos + 1)
             while at >= 0:
                 if _record_ok(view, at) >= 0:
-                    return pos, lsn, True, True
+                    return pos, lsn, True, True, None
                 at = data.find(magic, at + 1)
-            return pos, lsn, True, False
+            return pos, lsn, True, False, None
         pos, lsn = end, lsn + 1
-    return pos, lsn, False, False
+    return pos, lsn, False, False, None

@@ -117,6 +117,11 @@ class Run:
             assert p.exitcode == -signal.SIGKILL, text[-3000:]
         return "ok", p
 
+    def recovery(self) -> dict:
+        """What the last run's open reported (metrics()["checkpoints"]["recovery"])."""
+        text = self.log.read_text(errors="replace")
+        return json.loads(text.split("RECOVERY-REPORT ", 1)[1].splitlines()[0])
+
     def refusal(self) -> str:
         return self.log.read_text(errors="replace").split("REFUSED ", 1)[1]
 
@@ -187,8 +192,8 @@ def _pick(run: Run, target: str, rng: random.Random) -> tuple[Path, bool]:
     ckpts = run.checkpoints()
     ckpt = ckpts[-1] if rng.random() < 0.6 else rng.choice(ckpts)
     if target == "manifest":
-        return ckpt / "MANIFEST", False
-    return rng.choice(sorted(p for p in ckpt.iterdir() if p.name != "MANIFEST")), False
+        return ckpt / "MANIFEST", ckpt == ckpts[-1]
+    return rng.choice(sorted(p for p in ckpt.iterdir() if p.name != "MANIFEST")), ckpt == ckpts[-1]
 
 
 def _open_or_follow_advice(run: Run, rows: int, *, finish: bool, backup: Path, original: Path,
@@ -219,7 +224,8 @@ def test_a_damaged_file_never_loses_an_acknowledged_row(tmp_path, seed):
     first = rng.randrange(700, 1300)
     # killed at a random acknowledged count (mid-insert or mid-checkpoint), or once idle
     run.start(first, finish=False, kill_after=rng.choice((None, 50 * rng.randrange(10, first // 50))))
-    path, last_segment = _pick(run, target, rng)
+    path, newest = _pick(run, target, rng)  # newest: the last WAL segment / the newest checkpoint
+    last_segment = newest and target == "wal"
     if last_segment and kind == "truncate":
         kind = "flip"  # a truncated active segment is a torn tail (see damage())
     backup = tmp_path / "backup"
@@ -227,6 +233,12 @@ def test_a_damaged_file_never_loses_an_acknowledged_row(tmp_path, seed):
     damage(path, kind, rng, last_segment=last_segment)
     how = _open_or_follow_advice(run, first + rng.randrange(200, 700), finish=False, backup=backup,
                                  original=path, refusable=target == "wal")
+    if target != "wal" and newest and how == "ok":  # the damage was seen, not restored from
+        epoch = int(path.parent.name.split("-")[1])
+        assert run.recovery()["epoch"] < epoch, f"checkpoint {epoch} was used although damaged"
+        how += f", fell back from checkpoint {epoch} to {run.recovery()['epoch']}"
+    elif target == "wal" and how == "ok" and run.recovery()["wal_segments_set_aside"]:
+        how += ", segment set aside"
     total = run.acked + rng.randrange(100, 400)
     run.start(total, finish=True)
     run.check_output(total)

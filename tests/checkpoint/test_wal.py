@@ -168,3 +168,40 @@ def test_group_commit_shares_fsyncs_between_threads(tmp_path, monkeypatch):
 def test_bad_sync_mode_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="wal_sync"):
         Wal(tmp_path, sync="sometimes")
+
+
+def test_a_missing_newest_segment_is_refused_by_its_predecessors_seal(tmp_path):
+    """A segment deleted after the checkpoint's one would look like a log that ended there;
+    the seal that rotate() writes at the end of the segment before says it existed."""
+    w = Wal(tmp_path)
+    w.append_insert("s", _batch(0))
+    assert w.rotate() == 1  # the checkpoint's position
+    w.append_insert("s", _batch(1))
+    assert w.rotate() == 2  # a checkpoint killed before its manifest: 1 stays the position
+    w.append_insert("s", _batch(2))  # acknowledged
+    w.close()
+    newest = tmp_path / f"{2:020d}.wal"
+    kept = newest.read_bytes()
+    newest.unlink()
+    with pytest.raises(WalCorruptError) as e:
+        Wal(tmp_path).settle(1)
+    assert f"{2:020d}.wal" in str(e.value) and "missing" in str(e.value)
+    newest.write_bytes(kept)  # put it back, as the message says
+    w = Wal(tmp_path)
+    w.settle(1)
+    assert [r.lsn for r in w.replay(1)] == [1, 2] and w.append_insert("s", _batch(3)) == 3
+    w.close()
+
+
+def test_a_seal_torn_by_a_crash_is_not_damage(tmp_path):
+    w = Wal(tmp_path)
+    w.append_insert("s", _batch(0))
+    w.rotate()
+    w.append_insert("s", _batch(1))
+    w.close()
+    first = Wal(tmp_path).segments()[0][1]
+    first.write_bytes(first.read_bytes()[:-7])  # the seal half-written
+    w = Wal(tmp_path)
+    w.settle(0)
+    assert [r.lsn for r in w.replay(0)] == [0, 1]
+    w.close()
