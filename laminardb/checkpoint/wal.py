@@ -22,7 +22,8 @@ Durability: by default a record is handed to the OS (``os.write``) before ``inse
 returns, which survives a crash of the process. ``sync="always"`` also fsyncs, with group
 commit: threads whose records were written while one fsync ran share the next one.
 Checkpoints ``rotate()`` to a new segment, so ``truncate_before(lsn)`` can delete whole
-segments that only hold records the retained checkpoints already cover.
+segments that only hold records the retained checkpoints already cover. Once the new segment
+exists, the old one gets a 16-byte seal naming it, so a deleted newest segment is found too.
 """
 
 from __future__ import annotations
