@@ -121,6 +121,9 @@ def recover(conn) -> dict[str, Any]:
               "next_epoch": highest + 1,
               "torn_wal_bytes": coord.wal.torn_bytes, "seconds": time.perf_counter() - t0}
     coord.stats["recovery"] = report
+    # damaged files the last open tolerated (set aside, or skipped for an older checkpoint)
+    coord.stats["recovery_skipped_checkpoints"] = len(skipped)
+    coord.stats["recovery_wal_segments_set_aside"] = len(wal_set_aside)
     return report
 
 

@@ -63,9 +63,11 @@ def main(cfg_path: str) -> None:
     db.execute(open(cfg["sql"]).read())
     total, batch, every = cfg["rows"], cfg["batch"], cfg["ckpt_every"]
     i = db.offset("ev")
-    rec = db.metrics()["checkpoints"]["recovery"] or {}
+    ckpts = db.metrics()["checkpoints"]
+    rec = dict(ckpts["recovery"] or {}, set_aside_count=ckpts["recovery_wal_segments_set_aside"])
     print("RECOVERY-REPORT " + json.dumps({k: rec.get(k) for k in ("epoch", "skipped_checkpoints",
-                                                         "wal_segments_set_aside")}), flush=True)
+                                                         "wal_segments_set_aside", "set_aside_count")}),
+          flush=True)
     print(f"resume at {i}", flush=True)
     n_batches = 0
     while i < total:

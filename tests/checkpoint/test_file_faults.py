@@ -293,5 +293,6 @@ def test_damage_in_an_old_wal_segment_does_not_block_open_or_lose_rows(tmp_path)
     outcome, _ = run.start(2600, finish=False)  # opens despite the damage; 1000 rows more, killed
     assert outcome == "ok" and run.acked == 2600
     assert (run.db / "wal" / (segs[0].name + ".damaged")).exists()
+    assert run.recovery()["set_aside_count"] == 1  # metrics()["checkpoints"], and Prometheus
     run.start(2600, finish=True)  # resumes at 2600 (asserted by start), nothing to insert
     run.check_output(2600)
