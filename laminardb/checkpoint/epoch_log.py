@@ -191,8 +191,9 @@ class FileEpochLog:
                 doc[key]  # noqa: B018 - presence check
         except (ValueError, KeyError, AttributeError) as exc:
             msg = (f"the coordinator's epoch log {self.path} is damaged ({exc}); it is only "
-                   "ever replaced whole, so it was changed by hand: restore it from a backup "
-                   "(or delete it to restart the database's epochs from 1 — only if its sinks "
-                   "are new as well)")
+                   "ever replaced whole, so it was changed by hand: put back an undamaged copy "
+                   "(from a backup, or from where it was moved) and start the coordinator again. "
+                   "Do not delete it: epochs would restart at 1, and the database's sinks would "
+                   "take the new epochs for ones they already committed and drop their rows")
             raise EpochLogError(msg) from exc
         return doc

@@ -112,6 +112,7 @@ class LocalCoordinator:
             "checkpoints": 0, "failures": 0, "last_epoch": 0, "last_duration_s": None,
             "last_stall_s": None, "max_stall_s": 0.0, "last_bytes": 0, "last_error": None,
             "sink_commit_failures": 0, "recovery": None,
+            "recovery_skipped_checkpoints": 0, "recovery_wal_segments_set_aside": 0,
         }
 
     # ------------------------------------------------------------------ journal

@@ -3,7 +3,9 @@
 Entry point: ``recover(conn)``, called by ``Connection`` when it opens a directory.
 
 1. The newest checkpoint whose manifest and snapshot files verify (a partial or corrupt one
-   is skipped for the one before).
+   is skipped for the one before; a corrupt one is renamed ``_skipped-ckpt-<e>``). The WAL
+   is judged against it: damage only in records before its position is set aside, damage
+   in records it needs is refused before anything on disk changes.
 2. Its catalog: every live object is created again from its DDL; Kafka sources are built
    to resume from the checkpointed offsets and partition watermarks.
 3. Every operator, view and source gets its state back.
@@ -12,6 +14,10 @@ Entry point: ``recover(conn)``, called by ``Connection`` when it opens a directo
 5. The WAL after the checkpoint's position is replayed — DDL, inserts and finish() in their
    original order. Replay is deterministic, so the output it regenerates is what the
    unbroken run produced; sinks stage it again and the next checkpoint commits it.
+6. The next checkpoint takes an epoch above every epoch number seen on disk or in a sink,
+   never the number of a checkpoint recovery skipped: that epoch's output may be visible
+   already (its sinks committed before its files were damaged), and a reused number would
+   collide with it (FILE) or be taken for it and dropped (Kafka marker, Delta app version).
 """
 
 from __future__ import annotations
@@ -38,9 +44,17 @@ def recover(conn) -> dict[str, Any]:
     if manifest is None and first_lsn > 0:
         raise ManifestError(
             f"no usable checkpoint in {coord.dir} ({'; '.join(skipped) or 'none found'}) and the WAL "
-            f"starts at record {first_lsn}, so the data before it cannot be rebuilt: restore the "
-            "directory from a backup")
+            f"starts at record {first_lsn}, so the rows before it cannot be rebuilt; nothing was "
+            "changed. Put undamaged copies of the checkpoint files back into its checkpoints "
+            "directory (from a backup, or from where they were moved), keeping the wal directory "
+            "as it is (it holds the writes since), and open the database again")
     epoch = manifest.epoch if manifest is not None else 0
+    # judge WAL damage against this checkpoint (raises before anything on disk changes)
+    wal_set_aside = coord.wal.settle(manifest.wal_lsn if manifest is not None else 0, after_checkpoint=epoch)
+    ckpt_set_aside = [n for n in map(coord.store.set_aside, coord.store.corrupt) if n]
+    for name in ckpt_set_aside:
+        log.warning("recovery: a corrupt checkpoint was skipped and kept as %s (its output is "
+                    "rebuilt from the WAL)", name)
     coord.journaling = False
     replayed = 0
     try:
@@ -90,16 +104,26 @@ def recover(conn) -> dict[str, Any]:
     except Exception as exc:
         raise RecoveryError(
             f"cannot restore {coord.dir} from checkpoint {epoch} and {replayed} WAL records: "
-            f"{type(exc).__name__}: {exc}") from exc
+            f"{type(exc).__name__}: {exc}. Nothing was deleted: the checkpoints and the WAL still "
+            "hold every acknowledged row; keep the directory as it is and report this error") from exc
     finally:
         coord.journaling = True
     coord.epoch = epoch
-    coord._next_epoch = epoch + 1
+    highest = max([epoch, coord.store.highest_epoch()] + [s.highest_epoch() for s in coord.sinks().values()])
+    if highest > epoch:
+        log.info("recovery: restored checkpoint %d, but epochs up to %d were used before; the next "
+                 "checkpoint is %d", epoch, highest, highest + 1)
+    coord._next_epoch = highest + 1
     if manifest is not None and replayed == 0:
         coord._last_marks = coord._marks()  # nothing new since that checkpoint: the timer may idle
     report = {"epoch": epoch, "wal_records_replayed": replayed, "skipped_checkpoints": skipped,
+              "checkpoints_set_aside": ckpt_set_aside, "wal_segments_set_aside": wal_set_aside,
+              "next_epoch": highest + 1,
               "torn_wal_bytes": coord.wal.torn_bytes, "seconds": time.perf_counter() - t0}
     coord.stats["recovery"] = report
+    # damaged files the last open tolerated (set aside, or skipped for an older checkpoint)
+    coord.stats["recovery_skipped_checkpoints"] = len(skipped)
+    coord.stats["recovery_wal_segments_set_aside"] = len(wal_set_aside)
     return report
 
 
@@ -118,8 +142,10 @@ def _restore_state(coord, reactor, manifest) -> None:
         node = reactor.nodes.get(name)
         if node is None:
             raise RecoveryError(f"checkpoint {manifest.epoch} has state for {name!r}, which its catalog "
-                                "does not create: the checkpoint is inconsistent; move it aside to use "
-                                "the one before")
+                                "does not create: the checkpoint is inconsistent. Rename its directory "
+                                f"{manifest.path.name} to start with '_' (do not delete it): recovery "
+                                "then uses the checkpoint before and replays the WAL kept since it, "
+                                "so no acknowledged row is lost")
         node.wm, node.max_ts = meta["wm"], meta["max_ts"]
         node.rows_out, node.accepted = meta["rows_out"], meta["accepted"]
         if "op" in meta:

@@ -66,6 +66,12 @@ class TwoPhaseSink(ABC):
         """Settle after a restart from the manifest of checkpoint ``epoch`` (0: none yet):
         commit staged epochs <= ``epoch``, abort later ones, open ``epoch + 1``."""
 
+    def highest_epoch(self) -> int:
+        """The highest epoch this sink has staged or made visible, as far as it can tell (0:
+        none). Called after ``recover()``: recovery opens the next epoch above it, so the
+        number of an epoch that a skipped checkpoint committed is never used again."""
+        return 0
+
     def flush(self) -> None:  # noqa: B027 - optional hook
         """Nothing to do: visibility comes from commit()."""
 

@@ -7,7 +7,8 @@ A directory without a valid manifest is a partial checkpoint: ignored, then remo
 
 The manifest is JSON (readable with any tool) with a CRC32C over its canonical body, and
 names every snapshot file with its size and CRC, so a corrupt or missing file disqualifies
-the checkpoint and recovery falls back to the one before.
+the checkpoint and recovery falls back to the one before; a corrupt one is then renamed
+``_skipped-ckpt-<e>`` (``set_aside``), and its epoch number is never given out again.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -31,6 +33,8 @@ log = logging.getLogger(__name__)
 MANIFEST_FORMAT = "laminardb.manifest"
 MANIFEST_VERSION = 1
 _PREFIX = "ckpt-"
+_SKIPPED = "_skipped-"  # a checkpoint recovery could not use, kept for inspection
+_EPOCH_NAME = re.compile(r"^_*(?:skipped-)?ckpt-(\d+)")
 _PENDING = "MANIFEST.pending"  # prepared for the Delta coordinator, not yet recorded in Raft
 
 
@@ -66,6 +70,8 @@ class CheckpointStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.root = Path(directory) / "checkpoints"
         self.root.mkdir(parents=True, exist_ok=True)
+        #: epochs ``latest()`` skipped although they have a manifest (corrupt, not partial)
+        self.corrupt: list[int] = []
 
     def dir_of(self, epoch: int) -> Path:
         return self.root / f"{_PREFIX}{epoch:012d}"
@@ -171,8 +177,10 @@ class CheckpointStore:
         return (manifest.path / name).read_bytes()
 
     def latest(self) -> tuple[Manifest | None, list[str]]:
-        """The newest usable checkpoint, and why newer ones were skipped."""
-        skipped = []
+        """The newest usable checkpoint, and why newer ones were skipped (their epochs with a
+        manifest — corrupt, not merely partial — are left in ``self.corrupt``)."""
+        skipped: list[str] = []
+        self.corrupt = []
         for epoch in reversed(self.epochs_on_disk()):
             try:
                 return self.load(epoch), skipped
@@ -180,8 +188,37 @@ class CheckpointStore:
                 raise
             except (ValueError, KeyError, TypeError) as exc:
                 skipped.append(f"checkpoint {epoch}: {exc}")
+                if (self.dir_of(epoch) / "MANIFEST").exists():
+                    self.corrupt.append(epoch)
                 log.warning("skipping checkpoint %d: %s", epoch, exc)
         return None, skipped
+
+    def set_aside(self, epoch: int) -> str | None:
+        """Rename a checkpoint recovery skipped (corrupt or partial) to ``_skipped-ckpt-<e>``:
+        it no longer counts for retention or recovery, and its epoch number stays known, so
+        it is never given to a later checkpoint (whose sink output would take the abandoned
+        epoch's names). Idempotent; returns the new name, or None if it was gone."""
+        d = self.dir_of(epoch)
+        if not d.exists():
+            return None
+        target = self.root / f"{_SKIPPED}{d.name}"
+        n = 1
+        while target.exists():
+            target = self.root / f"{_SKIPPED}{d.name}.{n}"
+            n += 1
+        os.replace(d, target)
+        fsync_dir(self.root)
+        return target.name
+
+    def highest_epoch(self) -> int:
+        """The highest epoch number any checkpoint directory on disk used (0: none), skipped
+        ones included: a new checkpoint takes a number above it."""
+        best = 0
+        for p in self.root.iterdir():
+            m = _EPOCH_NAME.match(p.name)  # ckpt-<e>, _skipped-ckpt-<e>, a renamed _ckpt-<e>
+            if m:
+                best = max(best, int(m.group(1)))
+        return best
 
     def complete(self) -> list[int]:
         """Epochs with a manifest, oldest first (not verified: for retention)."""

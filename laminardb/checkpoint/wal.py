@@ -9,19 +9,26 @@ Layout: segment files ``<first lsn:020d>.wal`` in one directory. A record is::
     magic u32 | header length u32 | body length u32 | lsn u64 | crc32c u32 | header | body
 
 with a msgpack header (``{"k": kind, ...}``) and an Arrow IPC stream as the body of inserts.
-The CRC covers lsn, header and body. A record cut short or failing its CRC at the end of
-the last segment is a torn tail (a crash mid-write): it is cut off on open. Damage anywhere
-else is ``WalCorruptError``.
+The CRC covers lsn, header and body. A damaged record with no valid record after it, at the
+end of the last segment, is a torn tail (a crash mid-write): it is cut off on open. Other
+damage — a bad record with valid ones after it, a damaged earlier segment, a gap between
+segments, a missing segment — is found when the WAL is opened and judged by ``settle()``
+once recovery knows which checkpoint it restores: damage only in records before that
+checkpoint's position is set aside (the segment renamed ``*.wal.damaged``) and reported;
+damage in records recovery needs is ``WalCorruptError`` and nothing is changed, because
+those records hold acknowledged rows that exist nowhere else.
 
 Durability: by default a record is handed to the OS (``os.write``) before ``insert()``
 returns, which survives a crash of the process. ``sync="always"`` also fsyncs, with group
 commit: threads whose records were written while one fsync ran share the next one.
 Checkpoints ``rotate()`` to a new segment, so ``truncate_before(lsn)`` can delete whole
-segments that only hold records the retained checkpoints already cover.
+segments that only hold records the retained checkpoints already cover. Once the new segment
+exists, the old one gets a 16-byte seal naming it, so a deleted newest segment is found too.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -38,13 +45,30 @@ from crc32c import crc32c
 from laminardb.checkpoint._files import fsync_dir, write_error
 from laminardb.checkpoint.exceptions import WalCorruptError
 
+log = logging.getLogger(__name__)
+
 SyncMode = Literal["none", "always"]
 
 _MAGIC = 0x4C57414C  # "LWAL"
 _HEAD = struct.Struct("<IIIQI")
+# the seal that ends a rotated segment: magic, the next segment's first lsn, crc of that lsn
+_SEAL_MAGIC = 0x53574C4C
+_SEAL = struct.Struct("<IQI")
 _LSN = struct.Struct("<Q")
 _SEGMENT_BYTES = 64 << 20  # roll to a new segment past this: bounds the work of one truncation
 _SUFFIX = ".wal"
+
+
+@dataclass
+class _Segment:
+    """What opening found in one segment file."""
+
+    first: int
+    path: Path
+    good_end: int  # bytes of valid records from the start
+    next_lsn: int  # the lsn after its last valid record
+    size: int
+    damage: str | None  # None: whole (a torn tail of the last segment is not damage)
 
 
 @dataclass
@@ -88,7 +112,11 @@ class Wal:
         self._cv = threading.Condition()
         self._synced = -1  # every record with lsn <= this is on stable storage
         self._syncing = False
-        self.torn_bytes = self._open_tail()
+        self.torn_bytes = 0
+        #: segments set aside by ``settle()`` (damage in records no checkpoint needs)
+        self.set_aside: list[str] = []
+        self._settled = False
+        self._scan = self._scan_all()
 
     # ------------------------------------------------------------------ open / scan
     def segments(self) -> list[tuple[int, Path]]:
@@ -104,33 +132,99 @@ class Wal:
         segs = self.segments()
         return segs[0][0] if segs else self.next_lsn
 
-    def _open_tail(self) -> int:
-        """Find the end of the log, cutting off a torn tail; open the last segment for append."""
+    def _scan_all(self) -> list[_Segment]:
+        """Read every segment once: where its good records end and what follows them."""
+        scan = []
         segs = self.segments()
-        torn = 0
-        if not segs:
-            self._new_segment(0)
-            return 0
         for i, (first, path) in enumerate(segs):
             last = i == len(segs) - 1
-            good_end, next_lsn, bad = _scan_segment(path, first)
-            if bad and not last:
-                raise WalCorruptError(
-                    f"WAL segment {path} is damaged at byte {good_end} (not at the end of the log): "
-                    "restore the database directory from a backup, or move the WAL segments from "
-                    "this one on aside to recover up to here")
-            self.next_lsn = next_lsn
-            if last:
-                size = path.stat().st_size
-                if good_end < size:
-                    torn = size - good_end
-                    with open(path, "r+b") as f:
-                        f.truncate(good_end)
-                        os.fsync(f.fileno())
-                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-                self._seg_bytes = good_end
+            good_end, next_lsn, bad, valid_after, sealed = _scan_segment(path, first)
+            size = path.stat().st_size
+            if sealed is not None:
+                good_end = size  # the seal is part of the segment, not a tail to cut
+            damage = None
+            if bad and not last and not valid_after and size - good_end < _HEAD.size:
+                bad = False  # a seal torn by a crash while rotating: nothing lost
+            if bad and (not last or valid_after):
+                damage = f"damaged at byte {good_end} of {size}"
+            elif last and sealed is not None:
+                damage = (f"was followed by {sealed:020d}{_SUFFIX} (its seal says so), which is "
+                          "missing")
+            elif not last and next_lsn != segs[i + 1][0]:
+                damage = (f"ends at record {next_lsn} but the next segment starts at {segs[i + 1][0]} "
+                          "(truncated, or a segment is missing)")
+            scan.append(_Segment(first, path, good_end, next_lsn, size, damage))
+        if scan:
+            tail = scan[-1]
+            self.next_lsn = tail.next_lsn
+            if tail.damage is None:
+                self.torn_bytes = tail.size - tail.good_end
+        return scan
+
+    def settle(self, needed_from: int = 0, *, after_checkpoint: int = 0) -> list[str]:
+        """Judge the damage found on open against what recovery needs — every record with
+        lsn >= ``needed_from`` (the replay position of the checkpoint it restores) — then open
+        the log for appends. Returns the segments set aside.
+
+        Raises:
+            WalCorruptError: a record recovery needs is damaged or missing. Nothing was
+                changed; the message names the file to put back.
+        """
+        if self._settled:
+            return self.set_aside
+        scan = self._scan
+        needed: list[str] = []
+        aside: list[_Segment] = []
+        for i, seg in enumerate(scan):
+            if seg.damage is None:
+                continue
+            upto = scan[i + 1].first if i + 1 < len(scan) else None  # its records are < upto
+            if upto is not None and upto <= needed_from:
+                aside.append(seg)
+            else:
+                needed.append(f"{seg.path.name} {seg.damage}")
+        if needed_from > 0 and not any(seg.first == needed_from for seg in scan):
+            # a checkpoint's position is always the first record of a segment of that name
+            needed.append(f"{needed_from:020d}{_SUFFIX} is missing")
+        if needed:
+            what = f"checkpoint {after_checkpoint}" if after_checkpoint else "the start of the log"
+            raise WalCorruptError(
+                f"the write-ahead log in {self.dir} cannot be replayed: {'; '.join(needed)}. Recovery "
+                f"needs every record from {needed_from} on (the writes acknowledged after {what}), "
+                "so the database was not opened and nothing was changed. Put an undamaged copy of "
+                "that file back into the wal directory (from a backup, or from where it was moved) "
+                "and open the database again; do not delete WAL segments or checkpoints: they hold "
+                "acknowledged rows that exist nowhere else")
+        for seg in aside:
+            target = seg.path.with_name(seg.path.name + ".damaged")
+            os.replace(seg.path, target)
+            self.set_aside.append(f"{seg.path.name}: {seg.damage}")
+            log.warning("WAL segment %s is %s; recovery replays from record %d, after all of its "
+                        "records, so it is not needed: set aside as %s",
+                        seg.path, seg.damage, needed_from, target.name)
+        if aside:
+            fsync_dir(self.dir)
+        live = [seg for seg in scan if seg not in aside]
+        if live:
+            tail = live[-1]
+            if tail.good_end < tail.size:
+                with open(tail.path, "r+b") as f:
+                    f.truncate(tail.good_end)
+                    os.fsync(f.fileno())
+            self.next_lsn = tail.next_lsn
+        # Never number a record below the checkpoint's replay position: replay starts there,
+        # so such a record would be acknowledged and then skipped (an empty wal directory
+        # used to restart at lsn 0 — the cause of an offset that went backwards).
+        if self.next_lsn < needed_from:
+            self.next_lsn = needed_from
+        if live and live[-1].next_lsn == self.next_lsn:
+            self._fd = os.open(live[-1].path, os.O_WRONLY | os.O_APPEND)
+            self._seg_bytes = live[-1].good_end
+        else:
+            self._new_segment(self.next_lsn)
         self._synced = self.next_lsn - 1
-        return torn
+        self._settled = True
+        return self.set_aside
 
     def _new_segment(self, first_lsn: int) -> None:
         path = self.dir / f"{first_lsn:020d}{_SUFFIX}"
@@ -151,6 +245,8 @@ class Wal:
         hdr = dict(header or {})
         hdr["k"] = kind
         hbytes = msgpack.packb(hdr, use_bin_type=True)
+        if not self._settled:
+            self.settle(0)
         lsn = self.next_lsn
         body_view = memoryview(body)
         crc = crc32c(body_view, crc32c(hbytes, crc32c(_LSN.pack(lsn))))
@@ -193,6 +289,8 @@ class Wal:
 
     def rotate(self) -> int:
         """Start a new segment (at a checkpoint); returns the lsn the new segment starts at."""
+        if not self._settled:
+            self.settle(0)
         if self._seg_bytes == 0:
             return self.next_lsn
         with self._cv:
@@ -203,8 +301,18 @@ class Wal:
                 self._synced = self.next_lsn - 1
             # (default mode: a checkpoint covers the records before its lsn with fsynced
             # snapshots, so the old segment needs no fsync of its own)
-            os.close(self._fd)
+            old = self._fd
             self._new_segment(self.next_lsn)
+            # then seal the old segment with its successor's name: a segment that says it has
+            # a successor which is gone was damaged (the newest segment deleted would
+            # otherwise look like a log that ended there). Written after the successor
+            # exists, so a crash in between leaves no seal rather than a false one.
+            lsn = _LSN.pack(self.next_lsn)
+            try:
+                _write_all(old, [_SEAL.pack(_SEAL_MAGIC, self.next_lsn, crc32c(lsn))])
+            except OSError:
+                pass  # a segment without its seal is only checked less
+            os.close(old)
         return self.next_lsn
 
     def truncate_before(self, lsn: int) -> int:
@@ -223,7 +331,10 @@ class Wal:
     # ------------------------------------------------------------------ read
     def replay(self, from_lsn: int = 0) -> Iterator[WalRecord]:
         """Records with lsn >= ``from_lsn``, in order."""
-        for _first, path in self.segments():
+        segs = self.segments()
+        for i, (_first, path) in enumerate(segs):
+            if i + 1 < len(segs) and segs[i + 1][0] <= from_lsn:
+                continue  # every record of this segment is before from_lsn
             with open(path, "rb") as f:
                 data = f.read()
             view = memoryview(data)
@@ -255,21 +366,48 @@ def _write_all(fd: int, parts: list) -> None:
             mv = mv[k:]
 
 
-def _scan_segment(path: Path, first_lsn: int) -> tuple[int, int, bool]:
-    """(end of the last good record, the lsn after it, whether bad bytes follow)."""
+def _record_ok(view: memoryview, pos: int) -> int:
+    """The end of a valid record at ``pos``, or -1."""
+    if pos + _HEAD.size > len(view):
+        return -1
+    magic, hl, bl, rec_lsn, crc = _HEAD.unpack_from(view, pos)
+    start = pos + _HEAD.size
+    end = start + hl + bl
+    if magic != _MAGIC or end > len(view):
+        return -1
+    if crc32c(view[start + hl : end], crc32c(view[start : start + hl], crc32c(_LSN.pack(rec_lsn)))) != crc:
+        return -1
+    return end
+
+
+def _seal_at(view: memoryview, pos: int) -> int | None:
+    """The successor's lsn named by a valid seal at ``pos`` that ends the file, or None."""
+    if len(view) - pos != _SEAL.size:
+        return None
+    magic, nxt, crc = _SEAL.unpack_from(view, pos)
+    return nxt if magic == _SEAL_MAGIC and crc == crc32c(_LSN.pack(nxt)) else None
+
+
+def _scan_segment(path: Path, first_lsn: int) -> tuple[int, int, bool, bool, int | None]:
+    """(end of the last good record, the lsn after it, whether bad bytes follow, whether a
+    valid record follows the bad bytes — then they are damage, not a torn tail — and the
+    successor's lsn if the segment ends with a seal)."""
     with open(path, "rb") as f:
         data = f.read()
     view = memoryview(data)
     pos, lsn = 0, first_lsn
     while pos < len(view):
-        if pos + _HEAD.size > len(view):
-            return pos, lsn, True
-        magic, hl, bl, rec_lsn, crc = _HEAD.unpack_from(view, pos)
-        start = pos + _HEAD.size
-        end = start + hl + bl
-        if magic != _MAGIC or end > len(view) or rec_lsn != lsn:
-            return pos, lsn, True
-        if crc32c(view[start + hl : end], crc32c(view[start : start + hl], crc32c(_LSN.pack(rec_lsn)))) != crc:
-            return pos, lsn, True
+        sealed = _seal_at(view, pos)
+        if sealed is not None:
+            return pos, lsn, False, False, sealed
+        end = _record_ok(view, pos)
+        if end < 0 or _HEAD.unpack_from(view, pos)[3] != lsn:
+            magic = _HEAD.pack(_MAGIC, 0, 0, 0, 0)[:4]
+            at = data.find(magic, pos + 1)
+            while at >= 0:
+                if _record_ok(view, at) >= 0:
+                    return pos, lsn, True, True, None
+                at = data.find(magic, at + 1)
+            return pos, lsn, True, False, None
         pos, lsn = end, lsn + 1
-    return pos, lsn, False
+    return pos, lsn, False, False, None

@@ -194,11 +194,19 @@ class DeltaLakeSink(TwoPhaseSink):
         self._failed = None
         self.commit(epoch)
         done = self._version()
+        self._recovered_version = done
         if done > epoch:
-            log.warning("Delta Lake sink %s: table %s records epoch %d of app %s, beyond the "
-                        "database's checkpoint %d (was the database directory restored from a "
-                        "backup?): epochs up to %d will not be appended again",
-                        self.name, self.path, done, self.app_id, epoch, done)
+            # see KafkaSink.recover: the rows come again in an epoch above ``done``, never
+            # under a reused number that commit() would skip as already appended
+            log.warning("Delta Lake sink %s: table %s records epochs up to %d of app %s, beyond the "
+                        "database's checkpoint %d (a skipped checkpoint, or a directory restored "
+                        "from a backup): their rows are appended again from epoch %d on",
+                        self.name, self.path, done, self.app_id, epoch, done + 1)
+
+    def highest_epoch(self) -> int:
+        """The table's version for this sink's app id (as ``recover()`` read it) or the newest
+        staged epoch."""
+        return max([getattr(self, "_recovered_version", 0)] + self._stage.epochs())
 
     def close(self) -> None:
         """Release the stage file; staged epochs stay for recovery."""

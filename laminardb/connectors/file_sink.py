@@ -14,6 +14,13 @@ Polars globs such as ``path/*.parquet``) see committed rows only, and a Parquet 
 complete (footer written) before it becomes visible. Like Flink's FileSink, commit is a
 rename that is idempotent: a staged file that is gone while its target exists was committed.
 
+A committed file of an epoch after the checkpoint recovery restored belongs to a checkpoint
+that was skipped (its snapshot or manifest was damaged after the sink committed). No valid
+manifest references it, and replay writes its rows again, so recovery moves it aside into
+``_abandoned/`` (readers skip it; kept for inspection) — idempotently, like Flink's
+FileCommitter settling a pending file. The database never reuses that epoch's number, so a
+later epoch's names never meet it.
+
 A write that fails (disk full) leaves nothing visible; the sink then refuses to pre-commit,
 so no checkpoint covers the lost rows, and reopening the database rebuilds them from the
 write-ahead log.
@@ -44,6 +51,7 @@ log = logging.getLogger(__name__)
 # footer (and a reader's unit of work) bounded when one epoch carries a burst of output.
 _ROLL_ROWS = 1_000_000
 _STAGING = "_staging"
+_ABANDONED = "_abandoned"
 _WRITER = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -212,12 +220,21 @@ class TransactionalFileSink(TwoPhaseSink):
         self._failed = None
         for e in sorted({e for e, _, _ in self._staged() if e > epoch}):
             self.abort(e)
+        self._set_aside_after(epoch)
         self.commit(epoch)
         staged = {name for _, _, name in self._staged()}
         for name in (info or {}).get("files", []):
             if name not in staged and not (self.path / name).exists():
                 log.warning("sink %s: %s of checkpoint %d is gone (deleted by hand?)",
                             self.path, name, epoch)
+
+    def highest_epoch(self) -> int:
+        """The highest epoch of this writer's files: staged, committed or set aside."""
+        best = 0
+        for d in (self.staging, self.path, self.path / _ABANDONED):
+            for e, _, _ in self._epoch_files(d):
+                best = max(best, e)
+        return best
 
     def flush(self) -> None:
         """Nothing to do: rows become visible when their checkpoint commits."""
@@ -226,6 +243,34 @@ class TransactionalFileSink(TwoPhaseSink):
         """Drop the open epoch's in-progress files (replay rebuilds them); staged epochs stay
         for recovery. Idempotent."""
         self._discard_open()
+
+    def _set_aside_after(self, epoch: int) -> None:
+        """Move this writer's committed files of epochs after ``epoch`` into ``_abandoned/``
+        (see the module docstring). A rename per file: a crash halfway leaves the rest for
+        the next recovery, and a file already moved is not seen again."""
+        doomed = [name for e, _, name in self._epoch_files(self.path) if e > epoch]
+        if not doomed:
+            return
+        aside = self.path / _ABANDONED
+        try:
+            aside.mkdir(exist_ok=True)
+            for name in doomed:
+                target = aside / name
+                n = 1
+                while target.exists():  # the same name abandoned twice (not expected): keep both
+                    target = aside / f"{name}.{n}"
+                    n += 1
+                os.replace(self.path / name, target)
+            fsync_dir(aside)
+            fsync_dir(self.path)
+        except OSError as exc:
+            msg = (f"sink {os.fspath(self.path)!r}: cannot move {len(doomed)} file(s) of a skipped "
+                   f"checkpoint into {os.fspath(aside)!r}: {exc.strerror or exc}; {_hint(exc)}, then "
+                   "open the database again (nothing was lost: their rows are rebuilt from the WAL)")
+            raise SinkWriteError(msg) from exc
+        log.warning("sink %s: %d file(s) of epochs after checkpoint %d belong to a skipped checkpoint; "
+                    "moved into %s (their rows are written again from the WAL)",
+                    self.path, len(doomed), epoch, aside)
 
     @property
     def idle(self) -> bool:
@@ -245,9 +290,13 @@ class TransactionalFileSink(TwoPhaseSink):
 
     def _staged(self) -> list[tuple[int, int, str]]:
         """This writer's sealed files as (epoch, n, name), oldest first."""
+        return self._epoch_files(self.staging)
+
+    def _epoch_files(self, directory: Path) -> list[tuple[int, int, str]]:
+        """This writer's part files in ``directory`` as (epoch, n, name), oldest first."""
         try:
-            names = os.listdir(self.staging)
-        except FileNotFoundError:
+            names = os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
             return []
         out = []
         for name in names:

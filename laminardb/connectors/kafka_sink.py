@@ -437,16 +437,27 @@ class ExactlyOnceKafkaSink(TwoPhaseSink):
         try:
             marker = self._settled_marker()
             if marker > epoch:
-                log.warning("Kafka sink %s: topic %s holds epoch %d of writer %s, beyond the "
-                            "database's checkpoint %d (was the database directory restored from "
-                            "a backup?): epochs up to %d will not be produced again",
-                            self.name, self.topic, marker, self.transactional_id, epoch, marker)
+                # a checkpoint after ``epoch`` committed here, then recovery skipped it (its
+                # files were damaged) or the directory was restored from a backup: Kafka
+                # cannot take those records back, and replay produces their rows again in an
+                # epoch above the marker (highest_epoch()), never under a reused number that
+                # commit() would take for the old one and drop
+                log.warning("Kafka sink %s: topic %s holds epochs up to %d of writer %s, beyond the "
+                            "database's checkpoint %d (a skipped checkpoint, or a directory restored "
+                            "from a backup): their rows are produced again from epoch %d on, so "
+                            "readers see them twice (header laminardb.epoch tells them apart)",
+                            self.name, self.topic, marker, self.transactional_id, epoch, marker + 1)
             self.commit(epoch)
         except Exception as exc:  # noqa: BLE001 - the next checkpoint's commit settles it
             self._reset()
             log.warning("Kafka sink %s: could not settle its staged epochs with Kafka on "
                         "recovery (%s); they stay staged and are produced, once, at the next "
                         "checkpoint", self.name, exc)
+
+    def highest_epoch(self) -> int:
+        """The marker (the newest epoch in Kafka, read by ``recover()``) or the newest staged
+        epoch; 0 when neither is known."""
+        return max([self._marker or 0] + self._stage.epochs())
 
     def close(self) -> None:
         """Close the producer; staged epochs stay on disk for recovery."""

@@ -248,12 +248,22 @@ class PartitionedTransactionalFileSink(TwoPhaseSink):
         for f in (info or {}).get("files", []):
             rel, _, name = f.rpartition("/")
             by_part.setdefault(rel, []).append(name)
-        for rel in sorted(set(self._walk_staging()) | set(self._parts)):
+        # every partition directory: committed files of a skipped checkpoint's epochs can sit
+        # in one with nothing staged (they are moved aside, see TransactionalFileSink)
+        for rel in sorted(set(self._walk_partitions()) | set(self._parts)):
             self._part(rel).recover(epoch, {"files": by_part.get(rel, [])})
         self._staged = {r for r, s in self._parts.items() if s.staged_files()}
         self._sealed_rows.clear()
         self._open_rows = 0
         self._forget_idle()
+
+    def highest_epoch(self) -> int:
+        """The highest epoch of this writer's files in any partition directory."""
+        best = 0
+        for rel in self._walk_partitions():
+            best = max(best, self._part(rel).highest_epoch())
+        self._forget_idle()
+        return best
 
     def flush(self) -> None:
         """Nothing to do: rows become visible when their checkpoint commits."""
@@ -277,12 +287,19 @@ class PartitionedTransactionalFileSink(TwoPhaseSink):
                     break  # not empty (another writer's files) or gone
                 d = d.parent
 
-    def _walk_staging(self) -> list[str]:
-        """The partition directories under ``_staging/`` (relative, ``/``-separated)."""
+    def _walk_partitions(self) -> list[str]:
+        """The partition directories under ``_staging/`` and under ``path`` (committed)."""
+        return sorted(set(self._walk_staging()) | set(self._walk_staging(self.path)))
+
+    def _walk_staging(self, top: Path | None = None) -> list[str]:
+        """The partition directories under ``_staging/`` (or ``top``; relative, ``/``-separated;
+        names starting with ``_`` or ``.`` are not partitions)."""
+        top = self.staging if top is None else top
         depth = len(self.partition_by)
         out = []
-        for root, dirs, _ in os.walk(self.staging):
-            rel = os.path.relpath(root, self.staging)
+        for root, dirs, _ in os.walk(top):
+            dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+            rel = os.path.relpath(root, top)
             level = 0 if rel == "." else rel.count(os.sep) + 1
             if level == depth:
                 out.append(rel.replace(os.sep, "/"))

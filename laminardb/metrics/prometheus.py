@@ -144,7 +144,11 @@ def _checkpoints(c: dict[str, Any] | None) -> list[Metric]:
              ("last_bytes", _gauge, "laminardb_checkpoint_bytes", "Bytes written by the last checkpoint."),
              ("checkpoint_bytes_on_disk", _gauge, "laminardb_checkpoint_disk_bytes",
               "Bytes of the retained checkpoints on disk."),
-             ("wal_bytes", _gauge, "laminardb_wal_bytes", "Bytes of the write-ahead log on disk.")]
+             ("wal_bytes", _gauge, "laminardb_wal_bytes", "Bytes of the write-ahead log on disk."),
+             ("recovery_skipped_checkpoints", _gauge, "laminardb_recovery_skipped_checkpoints",
+              "Checkpoints the last open skipped (partial or damaged) for an older one."),
+             ("recovery_wal_segments_set_aside", _gauge, "laminardb_recovery_wal_segments_set_aside",
+              "Damaged WAL segments the last open set aside (no checkpoint it restored needed them).")]
     out: list[Metric] = []
     for key, make, name, doc in specs:
         f = make(name, doc, [])

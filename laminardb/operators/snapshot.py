@@ -139,8 +139,8 @@ def decode(blob: bytes, *, kind: str | None = None) -> Snapshot:
     version = doc.get("version")
     if version != SNAPSHOT_VERSION:
         msg = (f"state snapshot version {version!r} found; this build of laminardb reads version "
-               f"{SNAPSHOT_VERSION}: restore it with the laminardb release that wrote it, or move "
-               "that checkpoint aside to recover from an older one")
+               f"{SNAPSHOT_VERSION}: restore it with the laminardb release that wrote it, or "
+               f"{_ASIDE}")
         raise SnapshotFormatError(msg)
     if kind is not None and doc.get("kind") != kind:
         msg = (f"a {doc.get('kind')!r} state snapshot cannot be restored into a {kind!r}: the "
@@ -155,9 +155,16 @@ def decode(blob: bytes, *, kind: str | None = None) -> Snapshot:
         raise SnapshotFormatError(_not_ours(f"its tables are unreadable ({exc})")) from exc
 
 
+# what to do with a checkpoint that cannot be restored: recovery keeps the WAL from the oldest
+# retained checkpoint on, so the one before plus that WAL rebuild every acknowledged row
+_ASIDE = ("rename that checkpoint's directory (checkpoints/ckpt-<epoch>) to start with '_', "
+          "without deleting it: recovery then uses the checkpoint before and replays the WAL kept "
+          "since it, so no acknowledged row is lost")
+
+
 def _not_ours(why: str) -> str:
     return (f"not a laminardb state snapshot: {why}; the file is corrupt or from another "
-            "program — move that checkpoint aside to recover from an older one")
+            f"program — {_ASIDE}")
 
 
 def checked_snapshot(blob: bytes | Snapshot, kind: str, fingerprint: Any, vnodes=None) -> Snapshot:

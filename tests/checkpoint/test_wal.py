@@ -76,8 +76,46 @@ def test_damage_before_the_last_segment_is_refused(tmp_path):
     data[30] ^= 0xFF
     first.write_bytes(bytes(data))
     with pytest.raises(WalCorruptError) as e:
-        Wal(tmp_path)
-    assert e.value.code == "LDB-5003"
+        Wal(tmp_path).settle(0)  # recovery needs every record: refused, nothing changed
+    assert e.value.code == "LDB-5003" and "Put an undamaged copy" in str(e.value)
+    assert first.read_bytes() == bytes(data)
+    w = Wal(tmp_path)  # a checkpoint at lsn 2 needs only the second segment
+    assert w.settle(2) and (tmp_path / (first.name + ".damaged")).exists()
+    assert [r.lsn for r in w.replay(2)] == [2]
+    assert w.append_insert("s", _batch(3)) == 3
+    w.close()
+
+
+def test_damage_followed_by_valid_records_in_the_last_segment_is_not_a_torn_tail(tmp_path):
+    w = Wal(tmp_path)
+    for i in range(3):
+        w.append_insert("s", _batch(i))
+    w.close()
+    (_, seg), = Wal(tmp_path).segments()
+    data = bytearray(seg.read_bytes())
+    data[30] ^= 0xFF  # inside the first record: two valid records follow
+    seg.write_bytes(bytes(data))
+    with pytest.raises(WalCorruptError):
+        Wal(tmp_path).settle(0)
+    assert seg.read_bytes() == bytes(data)  # not cut off as a torn tail
+
+
+def test_a_missing_segment_is_refused_and_lsns_never_go_below_the_checkpoint(tmp_path):
+    w = Wal(tmp_path)
+    w.append_insert("s", _batch(0))
+    assert w.rotate() == 1
+    w.append_insert("s", _batch(1))
+    w.close()
+    (tmp_path / f"{1:020d}.wal").rename(tmp_path / "moved")
+    with pytest.raises(WalCorruptError) as e:
+        Wal(tmp_path).settle(1)  # a checkpoint at lsn 1 needs segment 1
+    assert "is missing" in str(e.value)
+    (tmp_path / "moved").rename(tmp_path / f"{1:020d}.wal")  # what the message says: put it back
+    w = Wal(tmp_path)
+    w.settle(1)
+    assert w.append_insert("s", _batch(2)) == 2  # numbering goes on above the checkpoint
+    w.close()
+    assert [r.lsn for r in Wal(tmp_path).replay(1)] == [1, 2]
 
 
 def test_truncate_before_keeps_uncovered_segments(tmp_path):
@@ -130,3 +168,40 @@ def test_group_commit_shares_fsyncs_between_threads(tmp_path, monkeypatch):
 def test_bad_sync_mode_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="wal_sync"):
         Wal(tmp_path, sync="sometimes")
+
+
+def test_a_missing_newest_segment_is_refused_by_its_predecessors_seal(tmp_path):
+    """A segment deleted after the checkpoint's one would look like a log that ended there;
+    the seal that rotate() writes at the end of the segment before says it existed."""
+    w = Wal(tmp_path)
+    w.append_insert("s", _batch(0))
+    assert w.rotate() == 1  # the checkpoint's position
+    w.append_insert("s", _batch(1))
+    assert w.rotate() == 2  # a checkpoint killed before its manifest: 1 stays the position
+    w.append_insert("s", _batch(2))  # acknowledged
+    w.close()
+    newest = tmp_path / f"{2:020d}.wal"
+    kept = newest.read_bytes()
+    newest.unlink()
+    with pytest.raises(WalCorruptError) as e:
+        Wal(tmp_path).settle(1)
+    assert f"{2:020d}.wal" in str(e.value) and "missing" in str(e.value)
+    newest.write_bytes(kept)  # put it back, as the message says
+    w = Wal(tmp_path)
+    w.settle(1)
+    assert [r.lsn for r in w.replay(1)] == [1, 2] and w.append_insert("s", _batch(3)) == 3
+    w.close()
+
+
+def test_a_seal_torn_by_a_crash_is_not_damage(tmp_path):
+    w = Wal(tmp_path)
+    w.append_insert("s", _batch(0))
+    w.rotate()
+    w.append_insert("s", _batch(1))
+    w.close()
+    first = Wal(tmp_path).segments()[0][1]
+    first.write_bytes(first.read_bytes()[:-7])  # the seal half-written
+    w = Wal(tmp_path)
+    w.settle(0)
+    assert [r.lsn for r in w.replay(0)] == [0, 1]
+    w.close()

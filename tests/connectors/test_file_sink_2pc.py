@@ -236,6 +236,48 @@ def test_close_keeps_staged_epochs_for_recovery(out: Path, fmt: str) -> None:
     assert visible(out, fmt) == [0, 1]
 
 
+def test_a_skipped_checkpoints_committed_files_are_set_aside(out: Path, fmt: str) -> None:
+    """Checkpoint 2 committed its files, then recovery skipped it (its snapshot was damaged)
+    and restores 1: the epoch-2 files go to _abandoned/ (readers skip it), the sink reports
+    epoch 2 as used, and the replayed rows commit under epoch 3 — every row once. Twice:
+    setting aside is idempotent."""
+    s = sink(out, fmt)
+    s.write(rows(0, 2))
+    info = s.pre_commit(1)
+    s.commit(1)
+    s.write(rows(2, 4))
+    checkpoint(s, 2)
+    for _ in range(2):
+        again = sink(out, fmt)
+        again.recover(1, info)
+        assert visible(out, fmt) == [0, 1]
+        assert [p.name for p in (out / "_abandoned").iterdir()] == [f"part-000000000002-0-0000.{fmt}"]
+        assert again.highest_epoch() == 2
+    again.write(rows(2, 5))  # the replay, and a row after it
+    checkpoint(again, 3)
+    assert visible(out, fmt) == [0, 1, 2, 3, 4]
+
+
+def test_a_skipped_checkpoint_in_a_partitioned_sink(out: Path) -> None:
+    from laminardb.connectors.partitioned_sink import PartitionedTransactionalFileSink
+
+    def part_sink() -> PartitionedTransactionalFileSink:
+        return PartitionedTransactionalFileSink(out, format="jsonl", schema=SCHEMA, partition_by="name")
+
+    s = part_sink()
+    s.write(rows(0, 2))
+    info = s.pre_commit(1)
+    s.commit(1)
+    s.write(rows(2, 4))
+    s.pre_commit(2)
+    s.commit(2)
+    again = part_sink()
+    again.recover(1, info)
+    assert again.highest_epoch() == 2
+    assert sorted(p.parent.parent.name for p in out.glob("*/_abandoned/part-*")) == ["name=n2", "name=n3"]
+    assert sorted(p.parent.name for p in out.glob("*/part-*.jsonl")) == ["name=n0", "name=n1"]
+
+
 # -- errors -----------------------------------------------------------------------------------
 
 

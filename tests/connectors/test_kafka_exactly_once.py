@@ -292,6 +292,29 @@ def test_empty_epochs_and_epochs_beyond_the_manifest(
     assert epochs(everything(bootstrap, topic)) == {2: ROWS_PER_EPOCH}
 
 
+def test_a_skipped_checkpoint_never_has_its_epoch_reused(
+        new_topic: Callable[..., str], bootstrap: str,
+        sink_factory: Callable[..., ExactlyOnceKafkaSink]) -> None:
+    """Epoch 2 committed to Kafka, then its checkpoint was damaged: recovery restores 1 and
+    replays. The sink reports epoch 2 as used (highest_epoch), so the replayed rows go out as
+    epoch 3; a reused epoch 2 would be taken for the one in Kafka and dropped (rows lost)."""
+    topic = new_topic(1)
+    a = sink_factory(topic)
+    checkpoint(a, 1, rows(1))
+    a.commit(1)
+    checkpoint(a, 2, rows(2))
+    a.commit(2)
+    b = sink_factory(topic)
+    b.recover(1, None)
+    nxt = max(1, b.highest_epoch()) + 1  # what recovery opens (laminardb/checkpoint/recovery.py)
+    assert nxt == 3
+    checkpoint(b, nxt, rows(2, variant=1))  # the replay: epoch 2's rows and what came after
+    b.commit(nxt)
+    got = committed(bootstrap, topic)
+    assert epochs(got) == {1: ROWS_PER_EPOCH, 2: ROWS_PER_EPOCH, 3: ROWS_PER_EPOCH}
+    assert sorted(vs(got)) == sorted(values([1, 2]) + rows(2, variant=1).column("v").to_pylist())
+
+
 def test_a_fenced_writer_keeps_its_epoch_staged(new_topic: Callable[..., str], bootstrap: str,
                                                 sink_factory: Callable[..., ExactlyOnceKafkaSink],
                                                 ) -> None:
