@@ -119,7 +119,9 @@ def parse_script(sql: str, variables: dict[str, object] | None = None) -> list[S
 
 def parse_script_with_text(sql: str, variables: dict[str, object] | None = None) -> list[tuple[Statement, str]]:
     """Each statement with its text after ``${VAR}`` substitution (the cluster re-sends it)."""
-    sql = _lexer.substitute(sql, variables or {})
+    # comments go first: a ``${NAME}`` in a comment needs no value, and no later step (the
+    # Flink translation reads statement text too) has to know about comments
+    sql = _lexer.substitute(_lexer.blank_comments(sql), variables or {})
     parsed = [(parse_statement(s.text, line=s.line, col=s.col), s.text) for s in _lexer.split_statements(sql)]
     from laminardb.sql import (
         flink_ddl,  # Flink's CREATE TABLE / INSERT INTO / CREATE FUNCTION → ours
@@ -129,6 +131,7 @@ def parse_script_with_text(sql: str, variables: dict[str, object] | None = None)
 
 
 def parse_statement(text: str, *, line: int = 0, col: int = 0) -> Statement:
+    text = _lexer.blank_comments(text)  # comments may stand wherever a token can (pasted Flink DDL)
     head = re.sub(r"\s+", " ", text[:60]).strip().upper()
     if head.startswith("EXPLAIN "):
         return Explain(parse_statement(text[len("EXPLAIN") :].strip(), line=line, col=col))
