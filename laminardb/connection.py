@@ -277,13 +277,20 @@ class Connection:
         if getattr(stmt, "if_not_exists", False) and stmt.name in r.nodes:
             return ExecuteResult("create_sink", stmt.name)
         source_name = stmt.from_name
+        hidden_created = False
         if stmt.query is not None:
             source_name = f"{stmt.name}__query"
             if source_name not in r.nodes:
                 r._check_new(stmt.name)
                 r.create_stream(ddl.CreateStream(source_name, stmt.query))
+                hidden_created = True
         schema = r._node(source_name).schema
-        sink = self._make_sink(stmt, schema)
+        try:
+            sink = self._make_sink(stmt, schema)
+        except Exception:
+            if hidden_created:  # the sink's own query goes with the sink that was refused
+                r.drop(ddl.Drop("STREAM", source_name, if_exists=True))
+            raise
         r.add_sink(stmt.name, source_name, sink)
         return ExecuteResult("create_sink", stmt.name)
 

@@ -72,6 +72,9 @@ _FILE_FORMATS = {"csv": "csv", "json": "jsonl", "parquet": "parquet"}
 # accepted in an INSERT's table and not applied (see _sink_options)
 _FILE_LIFECYCLE = ("sink.rolling-policy.", "sink.partition-commit.", "partition.time-extractor.", "auto-compaction",
                    "compaction.", "sink.parallelism", "sink.shuffle-by-partition.")
+# every key a filesystem table takes (besides the lifecycle prefixes above): anything else —
+# 'formt', 'csv.field-delimiter', 'source.monitor-interval' — is refused, not silently ignored
+_FILE_TABLE_KEYS = ("connector", "path", "format", "partition.default-name")
 _IDENT = ddl._IDENT
 
 
@@ -194,6 +197,7 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
         src_opts = check_options(name, schema, opts)
         src_connector = "datagen"
     elif connector == "filesystem":
+        _check_file_table_keys(name, opts)
         src_connector, src_opts = "filesystem", _file_source_options(name, opts)
     if partitioned and connector != "filesystem":
         raise UnsupportedSqlError(f"table {name!r}: PARTITIONED BY applies to filesystem tables")
@@ -215,6 +219,14 @@ def _file_path(name: str, opts: dict[str, str]) -> str:
     if not path:
         raise UnsupportedSqlError(f"table {name!r}: connector 'filesystem' needs 'path' = '…'")
     return re.sub(r"^file://", "", path)
+
+
+def _check_file_table_keys(name: str, opts: dict[str, str]) -> None:
+    for key in opts:
+        if key not in _FILE_TABLE_KEYS and not key.startswith(_FILE_LIFECYCLE):
+            known = [*_FILE_TABLE_KEYS, *(p + "*" if p.endswith(".") else p for p in _FILE_LIFECYCLE)]
+            raise UnknownOptionError(f"unknown option {key!r} for filesystem table {name!r}; known options: "
+                                     f"{', '.join(known)} (the lifecycle ones are accepted and not applied)")
 
 
 def _file_source_options(name: str, opts: dict[str, str]) -> dict[str, str]:

@@ -2,7 +2,8 @@
 Flink's and LaminarDB's connector options onto laminardb's own.
 
 Entry points: ``read_options(text)`` (a parenthesized option list → dict), ``source_options``,
-``stream_options``, ``sink_with_options`` and ``known_sink_options(connector)``.
+``stream_options``, ``sink_with_options``, ``known_sink_options(connector)`` and
+``check_sink_options`` (the INTO keys a connector checks itself: FILE).
 
 Keys may be bare (``watermark = 'ts'``) or quoted as in Flink (``'connector' = 'kafka'``);
 values are quoted strings, bare words/numbers, or an INTERVAL. A key an object does not take
@@ -26,6 +27,7 @@ __all__ = [
     "SOURCE_OPTIONS",
     "STREAM_OPTIONS",
     "SourceOptions",
+    "check_sink_options",
     "known_sink_options",
     "lateness_ms",
     "read_options",
@@ -264,3 +266,25 @@ def known_sink_options(connector: str) -> tuple[str, ...]:
     if c not in _SINK_OPTIONS:
         raise UnknownOptionError(f"sink connector {connector!r} is not known; use FILE, KAFKA or DELTA_LAKE")
     return _SINK_OPTIONS[c]
+
+
+# keys users reach for that FILE sinks do not take, with what to do instead
+_FILE_SINK_HINTS = {
+    "compression": "Parquet part files are written Snappy-compressed (pyarrow's default) and CSV/JSONL "
+                   "uncompressed; leave 'compression' out (compress finished files outside laminardb)",
+}
+
+
+def check_sink_options(name: str, connector: str, opts: dict[str, str]) -> None:
+    """Refuse a key the sink connector does not take (``UnknownOptionError``, LDB-1002, with the
+    known keys): a misspelt ``fromat`` or an unsupported ``compression`` would otherwise be
+    ignored and the sink would write something other than what the user asked for."""
+    known = known_sink_options(connector)
+    for key in opts:
+        if key in known or any(k.endswith(".*") and key.startswith(k[:-1]) for k in known):
+            continue
+        err = _unknown(key, f"sink {name!r} ({connector.upper()})", known)
+        hint = _FILE_SINK_HINTS.get(key) if connector.lower() == "file" else None
+        if hint:
+            err = UnknownOptionError(f"{err.message}. {hint}")
+        raise err
