@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from laminardb._convert import CODE_FUTURE, CODE_RANGE, DEFAULT_RANGE_MS, unit_hints
+from laminardb._convert import CODE_FUTURE, CODE_RANGE, DEFAULT_RANGE_MS, dateless_text, unit_hints
 from laminardb.operators._buffers import numeric_view
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.intervals import unit_ms
@@ -40,7 +40,6 @@ from laminardb.sql.types import ticks_per_ms
 OPTION_KEYS = ("event_time_range", "max_future")
 
 _NO_MAX = np.iinfo(np.int64).min  # the reactor's NO_WATERMARK: no row accepted yet
-_DATETIME_MS = (-62_135_596_800_000, 253_402_300_800_000)  # years 1 … 9999: printable as a date
 _UNIT_ALIASES = {"m": "MINUTE", "mins": "MINUTE", "sec": "SECOND", "secs": "SECOND", "hr": "HOUR",
                  "hrs": "HOUR"}
 
@@ -157,11 +156,7 @@ class EventTimeRules:
     def _value_text(self, values: pa.Array, ms: np.ndarray) -> pa.Array:
         if not pa.types.is_timestamp(values.type):
             return pc.cast(values, pa.string())
-        printable = pa.array((ms >= _DATETIME_MS[0]) & (ms < _DATETIME_MS[1]))
-        as_ms = pc.binary_join_element_wise(pc.cast(pa.array(ms.astype(np.int64)), pa.string()),
-                                            " ms after the epoch", "")
-        safe = pc.if_else(printable, values, pa.scalar(0, values.type))
-        return pc.if_else(printable, pc.cast(safe, pa.string()), as_ms)
+        return dateless_text(values, ms)
 
     def surely_fine(self, low: int, high: int, max_ts: int) -> bool:
         """True when no row with event times in ``[low, high]`` (ticks) can be refused: the

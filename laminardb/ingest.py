@@ -38,6 +38,7 @@ from laminardb._convert import (
     conform,
     json_lines,
     rejected_batch,
+    undated,
 )
 from laminardb.errors import (
     ConfigError,
@@ -266,6 +267,9 @@ def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.Rec
     for name in not_null:
         if batch.column(name).null_count:
             return None  # the checked path names the offending row
+    for i, f in enumerate(schema):
+        if pa.types.is_timestamp(f.type) and undated(batch.column(i)) is not None:
+            return None  # epoch µs/ns in a TIMESTAMP column: the checked path refuses the row
     return batch
 
 
