@@ -55,17 +55,26 @@ _NO_MAX = np.iinfo(np.int64).min
 
 
 class InsertResult(int):
-    """What ``insert(…, on_error='skip' | 'dead_letter')`` returns: the number of rows accepted
-    (it *is* that int), with ``rejected`` (how many rows were refused) and ``rejected_rows``
-    (a ``pyarrow.Table`` of ``index``, ``raw``, ``error`` — the schema of ``.rejected`` files)."""
+    """What ``insert()`` returns: the number of rows accepted into the source (it *is* that int;
+    ``offset()`` counts the same rows), with ``rejected`` (how many rows were refused) and
+    ``rejected_rows`` (a ``pyarrow.Table`` of ``index``, ``raw``, ``error`` — the schema of
+    ``.rejected`` files), and ``late``: how many accepted rows a query over the source dropped
+    as late (or sent to ``LATE DATA TO``) — the most any one query did; ``late_by_query`` names
+    each such query. Why: an accepted row that every window drops is not in any result, and
+    an insert that only said "accepted" hid that."""
 
     rejected: int
     rejected_rows: pa.Table
+    late: int
+    late_by_query: dict[str, int]
 
-    def __new__(cls, accepted: int, rejected_rows: pa.Table | None = None) -> InsertResult:
+    def __new__(cls, accepted: int, rejected_rows: pa.Table | None = None, *,
+                late_by_query: dict[str, int] | None = None) -> InsertResult:
         self = super().__new__(cls, accepted)
         self.rejected_rows = REJECTED_SCHEMA.empty_table() if rejected_rows is None else rejected_rows
         self.rejected = self.rejected_rows.num_rows
+        self.late_by_query = dict(late_by_query or {})
+        self.late = max(self.late_by_query.values(), default=0)
         return self
 
     @property
@@ -73,7 +82,7 @@ class InsertResult(int):
         return int(self)
 
     def __repr__(self) -> str:
-        return f"InsertResult(accepted={int(self)}, rejected={self.rejected})"
+        return f"InsertResult(accepted={int(self)}, rejected={self.rejected}, late={self.late})"
 
 
 def check_on_error(on_error: str) -> None:

@@ -205,7 +205,8 @@ def _detach(head, client: str) -> None:
 def _insert_result(answer: dict) -> int:
     if not answer["result"]:
         return answer["accepted"]
-    return InsertResult(answer["accepted"], from_ipc_table(answer["rejected"]))
+    rejected = None if answer["rejected"] is None else from_ipc_table(answer["rejected"])
+    return InsertResult(answer["accepted"], rejected, late_by_query=answer.get("late_by_query"))
 
 
 class RemoteSubscription(Subscription):

@@ -49,6 +49,7 @@ SOURCE_OPTIONS = {
     # plausibility checks of event times, read by laminardb/_event_time.py (EventTimeRules)
     "event_time_range": "'FROM/TO' dates: event times outside are refused as bad rows ('off': no check)",
     "max_future": "an interval: rows further ahead of the newest event time are refused",
+    "max_ahead_of_clock": "an interval (default '1 day'; 'off'): rows further ahead of the clock are refused",
 }
 #: CREATE STREAM / MATERIALIZED VIEW … WITH (…)
 STREAM_OPTIONS = {
@@ -182,7 +183,7 @@ def source_options(name: str, opts: dict[str, str], columns: list[str]) -> Sourc
             wm_col = value
         elif key == "allowed_lateness":
             delay = lateness_ms(value, f"{where}: allowed_lateness")
-        elif key in ("connector", "event_time_range", "max_future"):
+        elif key in ("connector", "event_time_range", "max_future", "max_ahead_of_clock"):
             continue  # event-time rules: checked where the source is built (reactor, _event_time)
         elif connector == "kafka" and (key in _KAFKA_SOURCE_KEYS or key.startswith(("properties.", "kafka."))):
             target = _KAFKA_SOURCE_KEYS[key] if key in _KAFKA_SOURCE_KEYS else "kafka." + key.split(".", 1)[1]
