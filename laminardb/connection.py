@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,13 @@ def _dashboard_settings(config: dict[str, Any]) -> DashboardSettings | None:
     return DashboardSettings.from_config(config)
 
 
+def _to_pandas(table: pa.Table):
+    from laminardb._extras import require
+
+    require("pandas", extra=None, for_what="to_pandas()")  # pyarrow's own error names no fix
+    return table.to_pandas()
+
+
 @dataclass
 class QueryResult:
     """Rows of a query: ``to_arrow()``, ``to_pandas()``, ``to_polars()``."""
@@ -74,12 +82,12 @@ class QueryResult:
         return self.table
 
     def to_pandas(self):
-        return self.table.to_pandas()
+        return _to_pandas(self.table)
 
     def to_polars(self):
-        import polars as pl
+        from laminardb._extras import require
 
-        return pl.from_arrow(self.table)
+        return require("polars", extra=None, for_what="to_polars()").from_arrow(self.table)
 
     def to_pylist(self) -> list[dict]:
         return self.table.to_pylist()
@@ -101,7 +109,7 @@ class ExecuteResult:
         return self.table
 
     def to_pandas(self):
-        return self.table.to_pandas()
+        return _to_pandas(self.table)
 
     def __repr__(self) -> str:
         return f"ExecuteResult(kind={self.kind!r}, name={self.name!r}, rows={self.table.num_rows})"
@@ -501,6 +509,7 @@ class Connection:
     def finish(self) -> None:
         """End of input: every watermark to +∞, every window emitted and delivered."""
         self._check_open()
+        self._warn_unstarted("finish()")
         self._stop_runners()
         with self._reactor.lock:
             if self._reactor.finished:
@@ -524,6 +533,17 @@ class Connection:
         finally:
             self.close()
 
+    def _warn_unstarted(self, when: str) -> None:
+        """Connector sources never started: say so once (``laminardb/_unstarted.py``)."""
+        if self._started or self._reactor.finished or getattr(self, "_warned_unstarted", False):
+            return
+        from laminardb._unstarted import unstarted_sources_message
+
+        msg = unstarted_sources_message(self._reactor, when)
+        if msg is not None:
+            self._warned_unstarted = True
+            warnings.warn(msg, UserWarning, stacklevel=3)  # shown once by default; logging.captureWarnings logs it
+
     def _stop_runners(self) -> None:
         for runner in self._runners.values():
             runner.stop()
@@ -533,6 +553,7 @@ class Connection:
         """Stop sources; a durable database takes a last checkpoint so sinks hold everything."""
         if self._closed:
             return
+        self._warn_unstarted("close()")
         if self._dashboard is not None:
             self._dashboard.stop()
             self._dashboard = None

@@ -54,6 +54,9 @@ def make_source_connector(kind: str, node: Node, options: dict[str, str],
     (from a checkpoint) resumes it where the checkpoint's data ended."""
     if kind != "kafka":
         raise UnsupportedSqlError(f"FROM {kind.upper()} is not a known source connector; use FROM KAFKA (…)")
+    from laminardb._extras import require
+
+    require("kafka", extra="kafka", for_what=f"Kafka source {node.name!r}")
     from laminardb.connectors.kafka import KafkaSource
 
     extra = {} if restore_state is None else {"restore_state": restore_state}

@@ -7,7 +7,8 @@ materialized views) run through ``Connection.execute``; ``INSERT INTO s [(col, �
 stream is subscribed when it is created (and, for a directory, every stream it already has):
 its rows are printed as the engine emits them, before the next prompt. Dot commands:
 ``.help``, ``.streams``, ``.finish`` (end of input: every window closes), ``.checkpoint``,
-``.metrics``, ``.quit``.
+``.metrics``, ``.quit`` — and, on a line of their own, ``\\q``, ``quit`` and ``exit`` (as psql,
+sqlite3 and mysql users type them), ``\\?``/``help``, ``\\d``.
 
 Read from a pipe (``laminardb sql < script.sql``) it prints no prompts and exits with 1 if any
 statement failed (each failure prints ``error: [LDB-NNNN] …`` on stderr and the shell goes on).
@@ -40,7 +41,7 @@ Streams print their rows as they are emitted.
 .finish      end of input: close every window (then open a new shell to go on)
 .checkpoint  checkpoint now (a database opened on a directory)
 .metrics     engine metrics
-.quit        leave (a directory keeps everything; in memory it is gone)"""
+.quit        leave (also \\q, quit, exit; a directory keeps everything; in memory it is gone)"""
 
 
 def format_table(table: pa.Table | pa.RecordBatch, *, max_rows: int = _MAX_ROWS) -> str:
@@ -253,6 +254,24 @@ class Shell:
         return True
 
 
+# what users of psql, sqlite3 and the mysql client type to leave or get help, on a line of its own
+_ALIASES = {"\\q": ".quit", "\\quit": ".quit", "quit": ".quit", "exit": ".quit", "\\?": ".help",
+            "\\h": ".help", "help": ".help", "\\d": ".streams"}
+
+
+def _command(line: str) -> str | None:
+    """The dot command a line is (``.quit``; ``\\q``, ``quit``, ``exit`` too), or None for SQL."""
+    text = line.strip()
+    if text.startswith("."):
+        return text
+    word = text.rstrip(";").strip().lower()
+    if word in _ALIASES:
+        return _ALIASES[word]
+    if text.startswith("\\"):
+        return "." + text[1:]  # an unknown backslash command: refused like an unknown dot command
+    return None
+
+
 def _reader(stdin: TextIO, stdout: TextIO, interactive: bool):
     """``read(unfinished) -> line | None`` (None at end of input); prompts when interactive."""
     def read(unfinished: bool) -> str | None:
@@ -300,9 +319,10 @@ def run_shell(directory: str | None = None, *, stdin: TextIO | None = None, stdo
                 continue
             if line is None:
                 break
-            if not _strip_comments(buffer) and line.strip().startswith("."):
+            command = _command(line) if not _strip_comments(buffer) else None
+            if command is not None:
                 buffer = ""
-                if not shell.run(line.strip()):
+                if not shell.run(command):
                     break
                 continue
             statements, buffer = split_statements(buffer + line + "\n")

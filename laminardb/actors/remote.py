@@ -374,10 +374,9 @@ def _raft_spec(raft) -> dict | None:
 
 def init_ray(address: str, actors: int | None):
     """``ray.init`` for a ``ray://`` address (unless this process is connected already)."""
-    try:
-        import ray
-    except ImportError:
-        raise ClusterStartError("connect() needs Ray: pip install 'laminardb[cluster]'") from None
+    from laminardb._extras import require
+
+    ray = require("ray", extra="cluster", for_what=f"connect({address!r})")
     if not address.startswith("ray://"):
         raise ClusterStartError(f"connect({address!r}): use ray://auto, ray://local or ray://host:port")
     target = address[len("ray://"):]

@@ -51,6 +51,9 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
     """
     connector = stmt.connector.lower()
     if connector == "kafka":
+        from laminardb._extras import require
+
+        require("kafka", extra="kafka", for_what=f"Kafka sink {stmt.name!r}")
         from laminardb.connectors.kafka_sink import (
             ExactlyOnceKafkaSink,
             KafkaSink,
