@@ -54,6 +54,9 @@ ON_ERROR_CHOICES = ("raise", "skip", "dead_letter")
 _NO_MAX = np.iinfo(np.int64).min
 
 
+_NO_REJECTED = REJECTED_SCHEMA.empty_table()  # immutable: shared by every result without refused rows
+
+
 class InsertResult(int):
     """What ``insert()`` returns: the number of rows accepted into the source (it *is* that int;
     ``offset()`` counts the same rows), with ``rejected`` (how many rows were refused) and
@@ -71,7 +74,7 @@ class InsertResult(int):
     def __new__(cls, accepted: int, rejected_rows: pa.Table | None = None, *,
                 late_by_query: dict[str, int] | None = None) -> InsertResult:
         self = super().__new__(cls, accepted)
-        self.rejected_rows = REJECTED_SCHEMA.empty_table() if rejected_rows is None else rejected_rows
+        self.rejected_rows = _NO_REJECTED if rejected_rows is None else rejected_rows
         self.rejected = self.rejected_rows.num_rows
         self.late_by_query = dict(late_by_query or {})
         self.late = max(self.late_by_query.values(), default=0)
@@ -83,6 +86,11 @@ class InsertResult(int):
 
     def __repr__(self) -> str:
         return f"InsertResult(accepted={int(self)}, rejected={self.rejected}, late={self.late})"
+
+    def __str__(self) -> str:  # an int where text is made of it: f"inserted {n} rows"
+        return int.__repr__(self)
+
+    __format__ = int.__format__
 
 
 def check_on_error(on_error: str) -> None:

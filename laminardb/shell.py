@@ -210,8 +210,10 @@ class Shell:
             if len(row) != width:
                 raise SqlError(f"INSERT row {i} has {len(row)} values for {width} columns "
                                f"({', '.join(columns)})", code="LDB-1002")
-        n = self.conn.insert(source, [dict(zip(columns, row, strict=True)) for row in rows])
-        self._print(f"inserted {n} row{'s' if n != 1 else ''}")
+        with self._print_lock:  # what the insert emits prints after this line, never before it
+            n = self.conn.insert(source, [dict(zip(columns, row, strict=True)) for row in rows])
+            self.out.write(f"inserted {n} row{'s' if n != 1 else ''}\n")
+            self.out.flush()
 
     def _execute(self, stmt: str) -> None:
         res = self.conn.execute(stmt)
