@@ -67,8 +67,8 @@ def _cell(v: Any) -> str:
 
 
 def split_statements(text: str) -> tuple[list[str], str]:
-    """Complete ``;``-terminated statements in ``text`` (quotes and ``--`` comments respected),
-    and the unfinished rest."""
+    """Complete ``;``-terminated statements in ``text`` (quotes, ``--`` and ``/* */`` comments
+    respected), and the unfinished rest."""
     out, start, quote, i = [], 0, None, 0
     while i < len(text):
         ch = text[i]
@@ -81,6 +81,12 @@ def split_statements(text: str) -> tuple[list[str], str]:
             nl = text.find("\n", i)
             i = len(text) if nl < 0 else nl
             continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:  # the comment goes on in the next lines: the statement is unfinished
+                break
+            i = end + 2
+            continue
         elif ch == ";":
             stmt = text[start:i].strip()
             if _strip_comments(stmt):
@@ -91,7 +97,13 @@ def split_statements(text: str) -> tuple[list[str], str]:
 
 
 def _strip_comments(text: str) -> str:
-    return "\n".join(line.split("--", 1)[0] for line in text.splitlines()).strip()
+    from laminardb.sql._lexer import blank_comments
+    from laminardb.sql.exceptions import SqlParseError
+
+    try:
+        return blank_comments(text).strip()
+    except SqlParseError:  # an open /* comment: unfinished text, not empty
+        return text.strip()
 
 
 def parse_insert(text: str) -> tuple[str, list[str] | None, list[list[Any]]]:

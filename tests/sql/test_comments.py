@@ -85,3 +85,14 @@ def test_parse_error_without_a_column_says_no_column_none():
     with laminardb.open() as db, pytest.raises(SqlParseError) as e:
         db.execute("CREATE SOURCE s (ts BIGINT, price)")
     assert "None" not in str(e.value)
+
+
+def test_shell_splits_statements_around_block_comments():
+    import io
+
+    from laminardb.shell import run_shell
+
+    script = "CREATE SOURCE t (x BIGINT, /* a ; b */\n y BIGINT -- c;\n);\n/* two\nlines; */\nDESCRIBE t;\n"
+    out, err = io.StringIO(), io.StringIO()
+    assert run_shell(None, stdin=io.StringIO(script), stdout=out, stderr=err, interactive=False) == 0, err.getvalue()
+    assert "created source t" in out.getvalue() and "\ny      | BIGINT" in out.getvalue()
