@@ -105,3 +105,10 @@ def test_to_pandas_without_pandas(tmp_path, call):
         report(lambda: {call})
     """, tmp_path)
     _assert_hint(out, "pip install pandas")
+
+
+def test_local_cluster_without_pyspark_is_refused_before_ray_starts(tmp_path):
+    # ray is absent too: had the check been skipped, the error would name ray, and no Ray starts
+    out = _run({"pyspark", "ray"}, "report(lambda: laminardb.connect('ray://local', actors=1))\n", tmp_path)
+    _assert_hint(out, "pip install 'laminardb[cluster]'")
+    assert "'pyspark'" in out["msg"], out
