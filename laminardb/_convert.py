@@ -54,7 +54,8 @@ _INT64_MAX = 2**63 - 1
 # The plausible event-time range when a source sets no ``event_time_range``: epoch values in
 # the wrong unit land far outside it (µs taken as ms is year ~55,000; s taken as ms is 1970).
 DEFAULT_RANGE_MS = (-2_208_988_800_000, 32_503_680_000_000)  # 1900-01-01 .. 3000-01-01 UTC
-_DATE_MS = (-62_135_596_800_000, 253_402_300_800_000)  # years 1 … 9999: what has an ISO-8601 form
+DATE_RANGE_MS = (-62_135_596_800_000, 253_402_300_800_000)  # years 1 … 9999: what has an ISO-8601 form
+_DATE_MS = DATE_RANGE_MS
 
 
 def _none(values: pa.Array) -> pa.Array:

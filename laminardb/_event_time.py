@@ -29,8 +29,8 @@ Source options (``CREATE SOURCE s (…) WITH (event_time_range = '…', max_futu
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
@@ -242,14 +242,15 @@ class EventTimeRules:
                 bad |= out
                 codes[out] = CODE_RANGE
                 ok &= ~out
-        limit = self._clock_limit()
+        now = wall_ms()
+        limit = None if self.max_ahead_ms is None else (now + self.max_ahead_ms) * self.ticks_per_ms
         if limit is not None and ok.any():
             ahead = ok & (ticks > limit)
             if ahead.any():
                 why = pc.binary_join_element_wise(
                     f"column {self.column!r}: ", self._value_text(values, ticks / self.ticks_per_ms),
                     f" is more than {self.max_ahead_text} ahead of the clock (now "
-                    f"{_fmt_instant(limit // self.ticks_per_ms - self.max_ahead_ms)}): a producer's clock or date "
+                    f"{_fmt_instant(now)}): a producer's clock or date "
                     "is wrong, and accepting it would make every later row late (source option "
                     f"max_ahead_of_clock = '{self.max_ahead_text}'; 'off' for simulated future data)", "")
                 reasons = pc.if_else(pa.array(ahead), why, reasons)

@@ -34,6 +34,7 @@ from laminardb._convert import (
     CODE_NULL,
     CODE_RANGE,
     CODE_SCHEMA,
+    DATE_RANGE_MS,
     REJECTED_SCHEMA,
     conform,
     json_lines,
@@ -285,8 +286,13 @@ def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.Rec
         if batch.column(name).null_count:
             return None  # the checked path names the offending row
     for i, f in enumerate(schema):
-        if pa.types.is_timestamp(f.type) and undated(batch.column(i)) is not None:
-            return None  # epoch µs/ns in a TIMESTAMP column: the checked path refuses the row
+        if not pa.types.is_timestamp(f.type):
+            continue
+        if rows is not None:  # plain ints, epoch ms (_row_plan): checked without Arrow calls
+            if any(v is not None and not DATE_RANGE_MS[0] <= v < DATE_RANGE_MS[1] for v in (r[f.name] for r in rows)):
+                return None  # epoch µs/ns in a TIMESTAMP column: the checked path refuses the row
+        elif undated(batch.column(i)) is not None:
+            return None
     return batch
 
 
