@@ -337,14 +337,15 @@ class Connection:
 
     # ------------------------------------------------------------------ data
     def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int:
-        """Insert one batch (dict, list of dicts, RecordBatch, Table or DataFrame); returns rows.
+        """Insert one batch (dict, list of dicts, RecordBatch, Table or DataFrame); returns an
+        ``InsertResult``: the int of rows accepted, with ``.rejected``/``.rejected_rows`` (index,
+        raw, error) and ``.late``/``.late_by_query`` (accepted rows a query dropped as late).
 
         Rows that do not fit (a value of the wrong type, NULL in a NOT NULL column, an
         implausible event time): ``on_error='raise'`` refuses the whole call with the error of
         the first such row, named by its index (``LDB-2001`` … ``LDB-2005``); ``'skip'`` leaves
-        them out and returns an ``InsertResult`` — the int of rows accepted, with ``.rejected``
-        and ``.rejected_rows`` (index, raw, error); ``'dead_letter'`` also emits them on the
-        stream ``<source>__rejected``.
+        them out and lists them in the result; ``'dead_letter'`` also emits them on the stream
+        ``<source>__rejected``.
         """
         check_on_error(on_error)
         return self._insert(source, data, on_error=on_error)
