@@ -56,8 +56,8 @@ __all__ = [
 _LAZY = {
     "open": "laminardb.connection",
     "Connection": "laminardb.connection",
-    "ExecuteResult": "laminardb.connection",
-    "QueryResult": "laminardb.connection",
+    "ExecuteResult": "laminardb.results",
+    "QueryResult": "laminardb.results",
     "Subscription": "laminardb.subscription",
     "CallbackSubscription": "laminardb.subscription",
     "Writer": "laminardb.writer",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -21,6 +20,7 @@ from laminardb._clock import ProcessingClock
 from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
 from laminardb.ingest import OnError, check_on_error
 from laminardb.reactor import Reactor
+from laminardb.results import ExecuteResult, QueryResult
 from laminardb.source_runner import SourceRunner
 from laminardb.sql import ddl, flink_ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
@@ -63,56 +63,6 @@ def _dashboard_settings(config: dict[str, Any]) -> DashboardSettings | None:
     from laminardb.dashboard.server import DashboardSettings
 
     return DashboardSettings.from_config(config)
-
-
-def _to_pandas(table: pa.Table):
-    from laminardb._extras import require
-
-    require("pandas", extra=None, for_what="to_pandas()")  # pyarrow's own error names no fix
-    return table.to_pandas()
-
-
-@dataclass
-class QueryResult:
-    """Rows of a query: ``to_arrow()``, ``to_pandas()``, ``to_polars()``."""
-
-    table: pa.Table
-
-    def to_arrow(self) -> pa.Table:
-        return self.table
-
-    def to_pandas(self):
-        return _to_pandas(self.table)
-
-    def to_polars(self):
-        from laminardb._extras import require
-
-        return require("polars", extra=None, for_what="to_polars()").from_arrow(self.table)
-
-    def to_pylist(self) -> list[dict]:
-        return self.table.to_pylist()
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-
-@dataclass
-class ExecuteResult:
-    """What ``execute()`` did: the kind of the last statement, the object it named, rows if any."""
-
-    kind: str
-    name: str | None = None
-    table: pa.Table = field(default_factory=lambda: pa.table({}))
-    statements: list[ExecuteResult] = field(default_factory=list)
-
-    def to_arrow(self) -> pa.Table:
-        return self.table
-
-    def to_pandas(self):
-        return _to_pandas(self.table)
-
-    def __repr__(self) -> str:
-        return f"ExecuteResult(kind={self.kind!r}, name={self.name!r}, rows={self.table.num_rows})"
 
 
 class Connection:
