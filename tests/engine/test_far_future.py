@@ -108,3 +108,13 @@ def test_timestamp_columns_are_judged_against_the_clock_too(db):
     r = db.insert("s", [{"ts": datetime(2900, 1, 1)}, {"ts": datetime(2023, 12, 31)}], on_error="skip")
     assert (r.accepted, r.rejected) == (1, 1)
     assert "2900-01-01" in r.rejected_rows.column("error")[0].as_py()
+
+
+def test_the_cluster_wire_keeps_the_counts():
+    """The head answers an insert with the same counts (``_insert_answer`` → ``_insert_result``)."""
+    from laminardb.actors._wire import to_ipc_table
+    from laminardb.actors.head import _insert_answer
+    from laminardb.actors.remote import _insert_result
+
+    back = _insert_result(_insert_answer(InsertResult(3, late_by_query={"w": 2}), to_ipc_table))
+    assert (back.accepted, back.rejected, back.late, back.late_by_query) == (3, 0, 2, {"w": 2})
