@@ -165,7 +165,7 @@ class Connection:
         """
         self._check_open()
         with self._udfs.active():
-            statements = ddl.parse_script_with_text(sql, self.variables)
+            statements = ddl.parse_script_with_text(sql, self.variables, written=True)
         with self._reactor.lock, self._udfs.active():
             if len(statements) > 1:
                 catalog.rehearse(self, statements)

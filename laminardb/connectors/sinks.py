@@ -46,8 +46,8 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         ``delivery.guarantee = 'exactly-once'`` (durable only), else a ``KafkaSink``.
 
     Raises:
-        UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE in memory;
-            ``UnknownOptionError`` (a subclass) for a FILE option it does not take.
+        UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE in memory. (Unknown
+            FILE options are refused when the statement is written: ``options.check_new_statement``.)
     """
     connector = stmt.connector.lower()
     if connector == "kafka":
@@ -70,9 +70,6 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
                                         stage_dir=os.path.join(stage_root, _dir_name(stmt.name)))
         return KafkaSink(schema=schema, options=stmt.options)
     if connector == "file":
-        from laminardb.sql.options import check_sink_options
-
-        check_sink_options(stmt.name, "file", stmt.options)  # a misspelt or unsupported key is refused
         path = stmt.options.get("path")
         if not path:
             raise UnsupportedSqlError(f"sink {stmt.name!r} needs path = '…'")

@@ -196,8 +196,7 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
         schema = pa.schema([pa.field(c.name, c.type) for c in head.columns])
         src_opts = check_options(name, schema, opts)
         src_connector = "datagen"
-    elif connector == "filesystem":
-        _check_file_table_keys(name, opts)
+    elif connector == "filesystem":  # its keys: check_file_table_keys, when the statement is written
         src_connector, src_opts = "filesystem", _file_source_options(name, opts)
     if partitioned and connector != "filesystem":
         raise UnsupportedSqlError(f"table {name!r}: PARTITIONED BY applies to filesystem tables")
@@ -221,7 +220,8 @@ def _file_path(name: str, opts: dict[str, str]) -> str:
     return re.sub(r"^file://", "", path)
 
 
-def _check_file_table_keys(name: str, opts: dict[str, str]) -> None:
+def check_file_table_keys(name: str, opts: dict[str, str]) -> None:
+    """Refuse a key a filesystem table does not take (``UnknownOptionError``, LDB-1002)."""
     for key in opts:
         if key not in _FILE_TABLE_KEYS and not key.startswith(_FILE_LIFECYCLE):
             known = [*_FILE_TABLE_KEYS, *(p + "*" if p.endswith(".") else p for p in _FILE_LIFECYCLE)]

@@ -2,8 +2,10 @@
 Flink's and LaminarDB's connector options onto laminardb's own.
 
 Entry points: ``read_options(text)`` (a parenthesized option list → dict), ``source_options``,
-``stream_options``, ``sink_with_options``, ``known_sink_options(connector)`` and
-``check_sink_options`` (the INTO keys a connector checks itself: FILE).
+``stream_options``, ``sink_with_options``, ``known_sink_options(connector)``,
+``check_sink_options`` and ``check_new_statement`` (the keys of FILE sinks and Flink filesystem
+tables, checked when a statement is written — not when a durable catalog is replayed, so a
+database whose catalog took a key before it was checked still opens).
 
 Keys may be bare (``watermark = 'ts'``) or quoted as in Flink (``'connector' = 'kafka'``);
 values are quoted strings, bare words/numbers, or an INTERVAL. A key an object does not take
@@ -27,6 +29,7 @@ __all__ = [
     "SOURCE_OPTIONS",
     "STREAM_OPTIONS",
     "SourceOptions",
+    "check_new_statement",
     "check_sink_options",
     "known_sink_options",
     "lateness_ms",
@@ -289,3 +292,17 @@ def check_sink_options(name: str, connector: str, opts: dict[str, str]) -> None:
         if hint:
             err = UnknownOptionError(f"{err.message}. {hint}")
         raise err
+
+
+def check_new_statement(stmt: object) -> None:
+    """Checks of a statement the user writes now (``Connection.execute``), beyond parsing: the
+    keys of ``INTO FILE (…)`` and of Flink ``filesystem`` tables. Recovery replays the catalog
+    without them: keys accepted (and ignored) before these checks existed must not lock a
+    durable database."""
+    connector = getattr(stmt, "connector", None)
+    if connector == "file" and hasattr(stmt, "from_name"):  # a CreateSink
+        check_sink_options(stmt.name, "file", stmt.options)  # type: ignore[attr-defined]
+    if getattr(stmt, "flink_connector", None) == "filesystem":
+        from laminardb.sql.flink_ddl import check_file_table_keys
+
+        check_file_table_keys(stmt.name, stmt.flink_options)  # type: ignore[attr-defined]

@@ -59,3 +59,24 @@ def test_flink_filesystem_sink_table_refuses_unknown_key(tmp_path):
               "'format' = 'csv', 'bogus' = '1'); INSERT INTO t SELECT id FROM src")
     with laminardb.open() as db, pytest.raises(UnknownOptionError, match="'bogus' for filesystem table 't'"):
         db.execute(script)
+
+
+def test_a_durable_catalog_that_took_an_unknown_key_before_still_opens(tmp_path, monkeypatch):
+    """Keys are checked when a statement is written, not when a catalog is replayed: a database
+    whose FILE sink or filesystem table took a key before the check existed is not locked."""
+    from laminardb.sql import options
+
+    src = tmp_path / "in.csv"
+    src.write_text("id\n1\n")
+    script = (STREAM + f"CREATE SINK k FROM st INTO FILE (path = '{tmp_path / 'out'}', format = 'jsonl', bogus = 1);"
+              f"CREATE TABLE t (id BIGINT) WITH ('connector' = 'filesystem', 'path' = '{src}', 'format' = 'csv', "
+              "'formt' = 'json')")
+    with monkeypatch.context() as m:
+        m.setattr(options, "check_new_statement", lambda stmt: None)  # as before the check existed
+        with laminardb.open(tmp_path / "db") as db:
+            db.execute(script)
+    with laminardb.open(tmp_path / "db") as db:
+        assert {r["name"] for r in db.execute("SHOW ALL").to_arrow().to_pylist()} >= {"s", "st", "k", "t"}
+        db.insert("s", {"id": 7})
+        with pytest.raises(UnknownOptionError, match="'bogus'"):  # written anew: refused
+            db.execute(f"CREATE SINK k2 FROM st INTO FILE (path = '{tmp_path / 'out2'}', bogus = 1)")
