@@ -12,7 +12,7 @@
 
 The public surface: ``open`` (embedded), ``connect`` (a Delta cluster), ``Connection``,
 ``Subscription``, ``CallbackSubscription``, ``Writer``, ``QueryResult``, ``ExecuteResult``
-(and ``InsertResult``, what ``insert(on_error='skip')`` returns). Errors are ``LaminarError`` subclasses with a stable ``.code`` (``LDB-NNNN``);
+(and ``InsertResult``, what ``insert()`` returns). Errors are ``LaminarError`` subclasses with a stable ``.code`` (``LDB-NNNN``);
 the subsystem bases (``SqlError``, ``DataError``, ``EngineError``, ``ConnectorError``, …) are
 importable from here, every class from ``laminardb.errors`` and the subsystems'
 ``exceptions`` modules; ``docs/errors.md`` lists every code with what to do. The engine (numba,
@@ -56,8 +56,8 @@ __all__ = [
 _LAZY = {
     "open": "laminardb.connection",
     "Connection": "laminardb.connection",
-    "ExecuteResult": "laminardb.connection",
-    "QueryResult": "laminardb.connection",
+    "ExecuteResult": "laminardb.results",
+    "QueryResult": "laminardb.results",
     "Subscription": "laminardb.subscription",
     "CallbackSubscription": "laminardb.subscription",
     "Writer": "laminardb.writer",

@@ -3,7 +3,9 @@
 Entry points: ``convert(values, target)`` (one Arrow column → the target type, with a mask of
 values that do not fit) and ``conform(table, schema)`` (every column, NOT NULL checks and an
 optional event-time check; the rows that fit, and for the rest their positions, a reason and
-an ``LDB-`` code). ``json_lines`` renders rows as JSON text (for dead letters and JSONL sinks).
+an ``LDB-`` code). ``undated`` finds TIMESTAMP values no date can show (epoch µs/ns given as
+ms), which ``conform`` refuses in every TIMESTAMP column (LDB-2004) so no reader of the stream
+ever meets one. ``json_lines`` renders rows as JSON text (for dead letters and JSONL sinks).
 
 One conversion for every way rows come in, so the same text means the same value whether it
 arrives through ``insert()``, ``insert_json()``/``insert_csv()`` or a file:
@@ -52,7 +54,8 @@ _INT64_MAX = 2**63 - 1
 # The plausible event-time range when a source sets no ``event_time_range``: epoch values in
 # the wrong unit land far outside it (µs taken as ms is year ~55,000; s taken as ms is 1970).
 DEFAULT_RANGE_MS = (-2_208_988_800_000, 32_503_680_000_000)  # 1900-01-01 .. 3000-01-01 UTC
-_DATE_MS = (-62_135_596_800_000, 253_402_300_800_000)  # years 1 … 9999: what has an ISO-8601 form
+DATE_RANGE_MS = (-62_135_596_800_000, 253_402_300_800_000)  # years 1 … 9999: what has an ISO-8601 form
+_DATE_MS = DATE_RANGE_MS
 
 
 def _none(values: pa.Array) -> pa.Array:
@@ -206,6 +209,42 @@ def unit_hints(ms: np.ndarray, lo_ms: int, hi_ms: int) -> pa.Array:
     return out
 
 
+_UNDATED = " is not a date (a TIMESTAMP column takes years 1 … 9999)"
+
+
+def undated(values: pa.Array, consider: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """TIMESTAMP ``values`` outside years 1 … 9999 — epoch µs or ns given as milliseconds, nearly
+    always — as (mask, the values as float64 epoch ms); None when every value is a date.
+
+    Why: Arrow stores such a value, but nothing can read it back as a date (``to_pylist()`` raises
+    ``OverflowError: date value out of range``), so one bad cell breaks every reader of the
+    stream. The event-time column has its own, narrower rules (:mod:`laminardb._event_time`);
+    other TIMESTAMP columns refuse only what no date can show, so sentinels such as 9999-12-31
+    and historical dates stay valid."""
+    if not len(values) or values.null_count == len(values):
+        return None
+    tpm = {"s": 0.001, "ms": 1, "us": 1000, "ns": 1_000_000}[values.type.unit]
+    ticks = pc.fill_null(pc.cast(values, pa.int64()), 0).to_numpy(zero_copy_only=False)
+    ms = ticks / tpm
+    out = (ms < _DATE_MS[0]) | (ms >= _DATE_MS[1])
+    if consider is not None:
+        out &= consider
+    if not out.any():
+        return None
+    return out, ms
+
+
+def dateless_text(values: pa.Array, ms: np.ndarray) -> pa.Array:
+    """Timestamps as text where they have a date, else as ``"<n> ms after the epoch"``."""
+    printable = pa.array((ms >= _DATE_MS[0]) & (ms < _DATE_MS[1]))
+    tpm = {"s": 1, "ms": 1, "us": 1000, "ns": 1_000_000}[values.type.unit]
+    ticks = pc.fill_null(pc.cast(values, pa.int64()), 0).to_numpy(zero_copy_only=False)
+    whole_ms = ticks * 1000 if values.type.unit == "s" else ticks // tpm  # exact, unlike ``ms``
+    as_ms = pc.binary_join_element_wise(pc.cast(pa.array(whole_ms), pa.string()), " ms after the epoch", "")
+    safe = pc.if_else(printable, values, pa.scalar(0, values.type))
+    return pc.if_else(printable, pc.cast(safe, pa.string()), as_ms)
+
+
 def _epoch_ms(src: pa.Array) -> np.ndarray | None:
     """Numbers (or numeric text) as float64 epoch ms, NaN elsewhere; None for other columns."""
     if pa.types.is_integer(src.type) or pa.types.is_floating(src.type):
@@ -286,6 +325,14 @@ def conform(table: pa.Table, schema: pa.Schema, *, bad_cells: dict[str, np.ndarr
             fresh = pc.and_(bad, pc.is_null(reason))
             reason = pc.if_else(fresh, why, reason)
             codes[_mask(fresh)] = CODE_CONVERSION
+        if pa.types.is_timestamp(field.type) and field.name != time_col:
+            out = undated(values, codes == 0)
+            if out is not None:  # epoch µs/ns as ms: a time no date can show (the event time: ``check``)
+                why = pc.binary_join_element_wise(f"column {field.name!r}: ", dateless_text(values, out[1]),
+                                                  _UNDATED, pc.fill_null(unit_hints(out[1], *DEFAULT_RANGE_MS), ""), "")
+                reason = pc.if_else(pa.array(out[0]), why, reason)
+                codes[out[0]] = CODE_RANGE
+                values = _where(pc.invert(pa.array(out[0])), values)
         if not field.nullable and values.null_count:
             missing = pc.and_(pc.is_null(values), pc.is_null(reason))
             why = pa.scalar(f"column {field.name!r} is NOT NULL but the value is missing")

@@ -13,6 +13,13 @@ Source options (``CREATE SOURCE s (…) WITH (event_time_range = '…', max_futu
   either side may be empty (unbounded); ``'off'`` disables the check. Default
   ``'1900-01-01/3000-01-01'``. Narrow it (e.g. ``'2000-01-01/2100-01-01'``) and epoch
   *seconds* (which as milliseconds fall in January 1970) are refused too.
+* ``max_ahead_of_clock``: an interval, default ``'1 day'`` (none when ``event_time_range`` has
+  no upper bound: ``'off'``, ``'2000-01-01/'``); ``'off'`` disables it. A row whose
+  event time is more than that ahead of the wall clock (of the process that converts the rows;
+  not ``config["clock"]``, which drives ``PROCTIME()`` in simulations) is refused. Why: one row dated in the year 2900 — inside the default range —
+  would move the watermark there and every later valid row would be late and dropped. Real
+  event times are never far ahead of now (a day covers clock skew and a local time taken for
+  UTC); simulated future data turns the check off.
 * ``max_future``: an interval (``'1 hour'``, ``'30s'``, ``'500 ms'``, ``INTERVAL '1' HOUR``);
   a row whose event time is more than that ahead of the source's max event time so far (over
   the rows accepted before it, also earlier rows of the same insert) is refused. Off by default;
@@ -22,6 +29,7 @@ Source options (``CREATE SOURCE s (…) WITH (event_time_range = '…', max_futu
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -30,17 +38,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from laminardb._convert import CODE_FUTURE, CODE_RANGE, DEFAULT_RANGE_MS, unit_hints
+from laminardb._convert import CODE_FUTURE, CODE_RANGE, DEFAULT_RANGE_MS, dateless_text, unit_hints
 from laminardb.operators._buffers import numeric_view
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.intervals import unit_ms
 from laminardb.sql.types import ticks_per_ms
 
 #: the ``WITH (…)`` keys of CREATE SOURCE read here
-OPTION_KEYS = ("event_time_range", "max_future")
+OPTION_KEYS = ("event_time_range", "max_future", "max_ahead_of_clock")
+DEFAULT_MAX_AHEAD = "1 day"
+_DEFAULT_MAX_AHEAD_MS = 86_400_000
 
 _NO_MAX = np.iinfo(np.int64).min  # the reactor's NO_WATERMARK: no row accepted yet
-_DATETIME_MS = (-62_135_596_800_000, 253_402_300_800_000)  # years 1 … 9999: printable as a date
 _UNIT_ALIASES = {"m": "MINUTE", "mins": "MINUTE", "sec": "SECOND", "secs": "SECOND", "hr": "HOUR",
                  "hrs": "HOUR"}
 
@@ -115,6 +124,15 @@ def parse_interval_ms(text: str, *, key: str, source: str) -> int | None:
     raise UnsupportedSqlError(msg)
 
 
+def wall_ms() -> int:
+    """The wall clock in epoch ms: "now" for ``max_ahead_of_clock`` (tests replace it)."""
+    return time.time_ns() // 1_000_000
+
+
+def _fmt_instant(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def _fmt_range(lo: int | None, hi: int | None) -> str:
     def f(ms: int | None) -> str:
         if ms is None:
@@ -135,6 +153,8 @@ class EventTimeRules:
     hi_ms: int | None = DEFAULT_RANGE_MS[1]
     max_future_ms: int | None = None
     max_future_text: str = ""
+    max_ahead_ms: int | None = _DEFAULT_MAX_AHEAD_MS
+    max_ahead_text: str = DEFAULT_MAX_AHEAD
 
     @classmethod
     def from_options(cls, options: dict[str, str], *, source: str, column: str,
@@ -148,7 +168,20 @@ class EventTimeRules:
         if "max_future" in options:
             text = options["max_future"].strip()
             future = parse_interval_ms(text, key="max_future", source=source)
-        return cls(source, column, ticks_per_ms(time_type), lo, hi, future, text)
+        # an event_time_range without an upper bound ('off', 'FROM/') says "do not judge how far
+        # ahead": the default clock bound goes with it; an explicit max_ahead_of_clock still holds
+        ahead = _DEFAULT_MAX_AHEAD_MS if hi is not None else None
+        ahead_text = DEFAULT_MAX_AHEAD
+        if "max_ahead_of_clock" in options:
+            ahead_text = options["max_ahead_of_clock"].strip()
+            ahead = parse_interval_ms(ahead_text, key="max_ahead_of_clock", source=source)
+        return cls(source, column, ticks_per_ms(time_type), lo, hi, future, text, ahead, ahead_text)
+
+    def _clock_limit(self) -> int | None:
+        """The largest plausible event time now (ticks), or None when unbounded."""
+        if self.max_ahead_ms is None:
+            return None
+        return (wall_ms() + self.max_ahead_ms) * self.ticks_per_ms
 
     @property
     def range_text(self) -> str:
@@ -157,11 +190,7 @@ class EventTimeRules:
     def _value_text(self, values: pa.Array, ms: np.ndarray) -> pa.Array:
         if not pa.types.is_timestamp(values.type):
             return pc.cast(values, pa.string())
-        printable = pa.array((ms >= _DATETIME_MS[0]) & (ms < _DATETIME_MS[1]))
-        as_ms = pc.binary_join_element_wise(pc.cast(pa.array(ms.astype(np.int64)), pa.string()),
-                                            " ms after the epoch", "")
-        safe = pc.if_else(printable, values, pa.scalar(0, values.type))
-        return pc.if_else(printable, pc.cast(safe, pa.string()), as_ms)
+        return dateless_text(values, ms)
 
     def surely_fine(self, low: int, high: int, max_ts: int) -> bool:
         """True when no row with event times in ``[low, high]`` (ticks) can be refused: the
@@ -170,6 +199,9 @@ class EventTimeRules:
         if self.lo_ms is not None and low < self.lo_ms * tpm:
             return False
         if self.hi_ms is not None and high >= self.hi_ms * tpm:
+            return False
+        limit = self._clock_limit()
+        if limit is not None and high > limit:
             return False
         if self.max_future_ms is None:
             return True
@@ -210,6 +242,21 @@ class EventTimeRules:
                 bad |= out
                 codes[out] = CODE_RANGE
                 ok &= ~out
+        now = wall_ms()
+        limit = None if self.max_ahead_ms is None else (now + self.max_ahead_ms) * self.ticks_per_ms
+        if limit is not None and ok.any():
+            ahead = ok & (ticks > limit)
+            if ahead.any():
+                why = pc.binary_join_element_wise(
+                    f"column {self.column!r}: ", self._value_text(values, ticks / self.ticks_per_ms),
+                    f" is more than {self.max_ahead_text} ahead of the clock (now "
+                    f"{_fmt_instant(now)}): a producer's clock or date "
+                    "is wrong, and accepting it would make every later row late (source option "
+                    f"max_ahead_of_clock = '{self.max_ahead_text}'; 'off' for simulated future data)", "")
+                reasons = pc.if_else(pa.array(ahead), why, reasons)
+                bad |= ahead
+                codes[ahead] = CODE_FUTURE
+                ok &= ~ahead
         if self.max_future_ms is not None and ok.any():
             limit = self.max_future_ms * self.ticks_per_ms
             ahead, before = _future_kernel(np.ascontiguousarray(ticks, np.int64), ok, int(max_ts), limit, _NO_MAX)
@@ -225,14 +272,19 @@ class EventTimeRules:
                 codes[ahead] = CODE_FUTURE
         return bad, reasons, codes
 
-    def check_watermark(self, wm_ticks: int) -> str | None:
-        """Why an explicit watermark is implausible, or None."""
+    def check_watermark(self, wm_ticks: int) -> tuple[str, str] | None:
+        """(LDB code, why) when an explicit watermark is implausible, else None."""
         lo = None if self.lo_ms is None else self.lo_ms * self.ticks_per_ms
         hi = None if self.hi_ms is None else self.hi_ms * self.ticks_per_ms
         if (lo is not None and wm_ticks < lo) or (hi is not None and wm_ticks >= hi):
             hint = unit_hints(np.array([wm_ticks / self.ticks_per_ms]), *(
                 DEFAULT_RANGE_MS[0] if self.lo_ms is None else self.lo_ms,
                 DEFAULT_RANGE_MS[1] if self.hi_ms is None else self.hi_ms))[0].as_py() or ""
-            return (f"watermark {wm_ticks} of source {self.source!r} is outside its event-time range "
-                    f"{self.range_text}{hint}")
+            return "LDB-2004", (f"watermark {wm_ticks} of source {self.source!r} is outside its event-time "
+                                f"range {self.range_text}{hint}")
+        limit = self._clock_limit()
+        if limit is not None and wm_ticks > limit:
+            return "LDB-2005", (f"watermark {wm_ticks} of source {self.source!r} is more than "
+                                f"{self.max_ahead_text} ahead of the clock: every later row would be late "
+                                "(source option max_ahead_of_clock; 'off' for simulated future data)")
         return None

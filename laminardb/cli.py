@@ -20,7 +20,9 @@ Commands:
 * ``laminardb raft-node`` / ``laminardb cluster …`` when the control plane is installed
   (:mod:`laminardb.raft.cli`).
 
-Errors print ``error: [LDB-NNNN] message`` on stderr and exit with status 2.
+Errors print ``error: [LDB-NNNN] message`` on stderr and exit with status 2. ``run`` exits with
+status 3 when every row of an input was rejected (the reasons are in ``<input>.rejected``): a
+run that ingested nothing of a file must not look like a success to a script or CI job.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ import pyarrow as pa
 
 from laminardb.errors import ConfigError, LaminarError
 
-__all__ = ["main", "build_parser", "run_pipeline", "PipelineResult", "parse_assignments"]
+__all__ = ["main", "build_parser", "run_pipeline", "PipelineResult", "parse_assignments", "EXIT_ALL_REJECTED"]
+
+EXIT_ALL_REJECTED = 3  # ``laminardb run``: every row of an input was rejected (2: an error)
 
 # Progress appears (on a terminal, or with --progress) only for inputs that take longer than
 # this: short runs stay quiet.
@@ -91,7 +95,14 @@ class PipelineResult:
     rejected: dict[str, int] = field(default_factory=dict)
     rows_out: dict[str, int] = field(default_factory=dict)
     late_dropped: dict[str, int] = field(default_factory=dict)  # per stream: rows dropped as late
+    # what the script's own connectors did (Flink filesystem/datagen tables, Kafka, CREATE SINK)
+    connector_rows_in: dict[str, int] = field(default_factory=dict)  # source → rows read
+    sink_rows_out: dict[str, int] = field(default_factory=dict)  # sink → rows written
     seconds: float = 0.0
+
+    def all_rejected(self) -> list[str]:
+        """Inputs that had rows and none of them fit their source (a wrong file or schema)."""
+        return [n for n, bad in self.rejected.items() if bad and not self.rows_in.get(n)]
 
 
 def _source_schema(conn: Any, source: str) -> pa.Schema:
@@ -258,14 +269,17 @@ def run_pipeline(sql: str, *, inputs: dict[str, str], outputs: dict[str, str],
                     drain()
                     if meter is not None:
                         meter.update()
+            _read_connector_sources(conn)  # finish() ends input: the script's own sources first
             conn.finish()
             for name, sub in subs.items():
                 for batch in sub:  # ends once finish() has delivered everything
                     sinks[name].write(batch)
             if meter is not None:
                 meter.update(final=True)
-            streams = conn.metrics()["streams"]
-            result.late_dropped = {n: s["late_dropped"] for n, s in streams.items() if s.get("late_dropped")}
+            m = conn.metrics()
+            result.late_dropped = {n: s["late_dropped"] for n, s in m["streams"].items() if s.get("late_dropped")}
+            result.connector_rows_in = {n: s["rows_in"] for n, s in m["sources"].items() if s.get("connector")}
+            result.sink_rows_out = {n: s["rows_written"] for n, s in m["sinks"].items()}
         finally:
             for sink in sinks.values():
                 sink.close()
@@ -285,6 +299,27 @@ def run_pipeline(sql: str, *, inputs: dict[str, str], outputs: dict[str, str],
     return result
 
 
+def _read_connector_sources(conn: Any) -> None:
+    """Wait until the script's connector sources (a Flink filesystem table, a bounded datagen,
+    Kafka up to its end) have delivered what they have: ``finish()`` stops them, and a file
+    source stopped early would lose the rest of its file. Waits as long as rows keep coming."""
+    from laminardb.errors import EngineError
+
+    def read() -> int:
+        return sum(s["rows_in"] for s in conn.metrics()["sources"].values() if s.get("connector"))
+
+    before = -1
+    while True:
+        try:
+            conn.flush(timeout_s=10.0)
+            return
+        except EngineError:  # not caught up yet: go on while it makes progress
+            now = read()
+            if now == before:
+                raise
+            before = now
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         with open(args.sql_file, encoding="utf-8") as fh:
@@ -294,16 +329,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           code="LDB-9002") from exc
     inputs = parse_assignments(args.input, "--input")
     outputs = parse_assignments(args.output, "--output")
-    if not outputs:
-        print("warning: no --output given; results are computed and discarded", file=sys.stderr)
     result = run_pipeline(sql, inputs=inputs, outputs=outputs,
                           variables=parse_assignments(args.var, "--var"),
                           batch_rows=args.batch_rows, watermark_every=args.watermark_every,
                           progress=sys.stderr, show_progress=args.progress)
+    if not outputs and not result.sink_rows_out:
+        print("warning: no --output given and the script has no sink; results were computed and discarded",
+              file=sys.stderr)
     if not args.quiet:
-        ins = ", ".join(f"{n}: {c:,} rows" for n, c in result.rows_in.items()) or "no input"
-        outs = ", ".join(f"{n}: {c:,} rows → {outputs[n]}" for n, c in result.rows_out.items())
-        print(f"read {ins}; wrote {outs or 'nothing'} in {result.seconds:.2f}s", file=sys.stderr)
+        ins = [f"{n}: {c:,} rows" for n, c in result.rows_in.items()]
+        ins += [f"{n}: {c:,} rows (its connector)" for n, c in result.connector_rows_in.items()]
+        outs = [f"{n}: {c:,} rows → {outputs[n]}" for n, c in result.rows_out.items()]
+        outs += [f"{n}: {c:,} rows (sink)" for n, c in result.sink_rows_out.items()]
+        print(f"read {', '.join(ins) or 'no input'}; wrote {', '.join(outs) or 'nothing'} in "
+              f"{result.seconds:.2f}s", file=sys.stderr)
+    bad = result.all_rejected()
+    if bad:  # a run that ingested nothing of an input is a failure, not a success with warnings
+        for name in bad:
+            print(f"error: every row of input {name!r} was rejected ({result.rejected[name]:,} rows; "
+                  f"the reasons are in {inputs[name]}.rejected): check the file against DESCRIBE {name}",
+                  file=sys.stderr)
+        return EXIT_ALL_REJECTED
     return 0
 
 
@@ -463,12 +509,26 @@ def build_parser() -> argparse.ArgumentParser:
     nex.set_defaults(func=_cmd_nexmark)
 
     try:
+        import pysyncobj  # noqa: F401 - the control plane's Raft library (the cluster extra)
+
         from laminardb.raft.cli import register
-    except ImportError:  # control plane not installed: embedded commands only
-        pass
+    except ImportError:  # control plane not installed: its commands say what to install
+        for name in ("raft-node", "cluster"):
+            stub = sub.add_parser(name, help="(needs: pip install 'laminardb[cluster]')", add_help=False)
+            stub.add_argument("rest", nargs=argparse.REMAINDER)
+            stub.set_defaults(func=_missing_control_plane)
     else:
         register(sub)
     return parser
+
+
+def _missing_control_plane(args: argparse.Namespace) -> int:
+    """``laminardb cluster …`` / ``raft-node`` without the cluster extra: say what to install."""
+    from laminardb._extras import require
+
+    require("pysyncobj", extra="cluster", for_what="the Raft control plane (laminardb raft-node / cluster)")
+    require("laminardb.raft.cli", extra="cluster", for_what="the Raft control plane")
+    return 2  # not reached: one of them was missing, or the real commands would be registered
 
 
 def main(argv: Sequence[str] | None = None) -> int:

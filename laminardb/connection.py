@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -20,6 +20,7 @@ from laminardb._clock import ProcessingClock
 from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
 from laminardb.ingest import OnError, check_on_error
 from laminardb.reactor import Reactor
+from laminardb.results import ExecuteResult, QueryResult
 from laminardb.source_runner import SourceRunner
 from laminardb.sql import ddl, flink_ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
@@ -62,49 +63,6 @@ def _dashboard_settings(config: dict[str, Any]) -> DashboardSettings | None:
     from laminardb.dashboard.server import DashboardSettings
 
     return DashboardSettings.from_config(config)
-
-
-@dataclass
-class QueryResult:
-    """Rows of a query: ``to_arrow()``, ``to_pandas()``, ``to_polars()``."""
-
-    table: pa.Table
-
-    def to_arrow(self) -> pa.Table:
-        return self.table
-
-    def to_pandas(self):
-        return self.table.to_pandas()
-
-    def to_polars(self):
-        import polars as pl
-
-        return pl.from_arrow(self.table)
-
-    def to_pylist(self) -> list[dict]:
-        return self.table.to_pylist()
-
-    def __len__(self) -> int:
-        return self.table.num_rows
-
-
-@dataclass
-class ExecuteResult:
-    """What ``execute()`` did: the kind of the last statement, the object it named, rows if any."""
-
-    kind: str
-    name: str | None = None
-    table: pa.Table = field(default_factory=lambda: pa.table({}))
-    statements: list[ExecuteResult] = field(default_factory=list)
-
-    def to_arrow(self) -> pa.Table:
-        return self.table
-
-    def to_pandas(self):
-        return self.table.to_pandas()
-
-    def __repr__(self) -> str:
-        return f"ExecuteResult(kind={self.kind!r}, name={self.name!r}, rows={self.table.num_rows})"
 
 
 class Connection:
@@ -207,7 +165,7 @@ class Connection:
         """
         self._check_open()
         with self._udfs.active():
-            statements = ddl.parse_script_with_text(sql, self.variables)
+            statements = ddl.parse_script_with_text(sql, self.variables, written=True)
         with self._reactor.lock, self._udfs.active():
             if len(statements) > 1:
                 catalog.rehearse(self, statements)
@@ -277,13 +235,20 @@ class Connection:
         if getattr(stmt, "if_not_exists", False) and stmt.name in r.nodes:
             return ExecuteResult("create_sink", stmt.name)
         source_name = stmt.from_name
+        hidden_created = False
         if stmt.query is not None:
             source_name = f"{stmt.name}__query"
             if source_name not in r.nodes:
                 r._check_new(stmt.name)
                 r.create_stream(ddl.CreateStream(source_name, stmt.query))
+                hidden_created = True
         schema = r._node(source_name).schema
-        sink = self._make_sink(stmt, schema)
+        try:
+            sink = self._make_sink(stmt, schema)
+        except Exception:
+            if hidden_created:  # the sink's own query goes with the sink that was refused
+                r.drop(ddl.Drop("STREAM", source_name, if_exists=True))
+            raise
         r.add_sink(stmt.name, source_name, sink)
         return ExecuteResult("create_sink", stmt.name)
 
@@ -322,14 +287,15 @@ class Connection:
 
     # ------------------------------------------------------------------ data
     def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int:
-        """Insert one batch (dict, list of dicts, RecordBatch, Table or DataFrame); returns rows.
+        """Insert one batch (dict, list of dicts, RecordBatch, Table or DataFrame); returns an
+        ``InsertResult``: the int of rows accepted, with ``.rejected``/``.rejected_rows`` (index,
+        raw, error) and ``.late``/``.late_by_query`` (accepted rows a query dropped as late).
 
         Rows that do not fit (a value of the wrong type, NULL in a NOT NULL column, an
         implausible event time): ``on_error='raise'`` refuses the whole call with the error of
         the first such row, named by its index (``LDB-2001`` … ``LDB-2005``); ``'skip'`` leaves
-        them out and returns an ``InsertResult`` — the int of rows accepted, with ``.rejected``
-        and ``.rejected_rows`` (index, raw, error); ``'dead_letter'`` also emits them on the
-        stream ``<source>__rejected``.
+        them out and lists them in the result; ``'dead_letter'`` also emits them on the stream
+        ``<source>__rejected``.
         """
         check_on_error(on_error)
         return self._insert(source, data, on_error=on_error)
@@ -494,6 +460,7 @@ class Connection:
     def finish(self) -> None:
         """End of input: every watermark to +∞, every window emitted and delivered."""
         self._check_open()
+        self._warn_unstarted("finish()")
         self._stop_runners()
         with self._reactor.lock:
             if self._reactor.finished:
@@ -517,6 +484,17 @@ class Connection:
         finally:
             self.close()
 
+    def _warn_unstarted(self, when: str) -> None:
+        """Connector sources never started: say so once (``laminardb/_unstarted.py``)."""
+        if self._started or self._reactor.finished or getattr(self, "_warned_unstarted", False):
+            return
+        from laminardb._unstarted import unstarted_sources_message
+
+        msg = unstarted_sources_message(self._reactor, when)
+        if msg is not None:
+            self._warned_unstarted = True
+            warnings.warn(msg, UserWarning, stacklevel=3)  # shown once by default; logging.captureWarnings logs it
+
     def _stop_runners(self) -> None:
         for runner in self._runners.values():
             runner.stop()
@@ -526,6 +504,7 @@ class Connection:
         """Stop sources; a durable database takes a last checkpoint so sinks hold everything."""
         if self._closed:
             return
+        self._warn_unstarted("close()")
         if self._dashboard is not None:
             self._dashboard.stop()
             self._dashboard = None

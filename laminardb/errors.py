@@ -39,6 +39,7 @@ __all__ = [
     "ConnectionClosedError",
     "SubscriptionClosedError",
     "NotQueryableError",
+    "MissingExtraError",
 ]
 
 
@@ -146,3 +147,10 @@ class NotQueryableError(EngineError):
     """query() over something that keeps no state (a source or a plain stream)."""
 
     code = "LDB-3003"
+
+
+class MissingExtraError(ConfigError):
+    """An optional dependency is not installed (Kafka, the cluster, pandas …): the message says
+    which ``pip install 'laminardb[extra]'`` brings it (``laminardb/_extras.py``)."""
+
+    code = "LDB-9070"

@@ -34,10 +34,12 @@ from laminardb._convert import (
     CODE_NULL,
     CODE_RANGE,
     CODE_SCHEMA,
+    DATE_RANGE_MS,
     REJECTED_SCHEMA,
     conform,
     json_lines,
     rejected_batch,
+    undated,
 )
 from laminardb.errors import (
     ConfigError,
@@ -53,18 +55,30 @@ ON_ERROR_CHOICES = ("raise", "skip", "dead_letter")
 _NO_MAX = np.iinfo(np.int64).min
 
 
+_NO_REJECTED = REJECTED_SCHEMA.empty_table()  # immutable: shared by every result without refused rows
+
+
 class InsertResult(int):
-    """What ``insert(…, on_error='skip' | 'dead_letter')`` returns: the number of rows accepted
-    (it *is* that int), with ``rejected`` (how many rows were refused) and ``rejected_rows``
-    (a ``pyarrow.Table`` of ``index``, ``raw``, ``error`` — the schema of ``.rejected`` files)."""
+    """What ``insert()`` returns: the number of rows accepted into the source (it *is* that int;
+    ``offset()`` counts the same rows), with ``rejected`` (how many rows were refused) and
+    ``rejected_rows`` (a ``pyarrow.Table`` of ``index``, ``raw``, ``error`` — the schema of
+    ``.rejected`` files), and ``late``: how many accepted rows a query over the source dropped
+    as late (or sent to ``LATE DATA TO``) — the most any one query did; ``late_by_query`` names
+    each such query. Why: an accepted row that every window drops is not in any result, and
+    an insert that only said "accepted" hid that."""
 
     rejected: int
     rejected_rows: pa.Table
+    late: int
+    late_by_query: dict[str, int]
 
-    def __new__(cls, accepted: int, rejected_rows: pa.Table | None = None) -> InsertResult:
+    def __new__(cls, accepted: int, rejected_rows: pa.Table | None = None, *,
+                late_by_query: dict[str, int] | None = None) -> InsertResult:
         self = super().__new__(cls, accepted)
-        self.rejected_rows = REJECTED_SCHEMA.empty_table() if rejected_rows is None else rejected_rows
+        self.rejected_rows = _NO_REJECTED if rejected_rows is None else rejected_rows
         self.rejected = self.rejected_rows.num_rows
+        self.late_by_query = dict(late_by_query or {})
+        self.late = max(self.late_by_query.values(), default=0)
         return self
 
     @property
@@ -72,7 +86,12 @@ class InsertResult(int):
         return int(self)
 
     def __repr__(self) -> str:
-        return f"InsertResult(accepted={int(self)}, rejected={self.rejected})"
+        return f"InsertResult(accepted={int(self)}, rejected={self.rejected}, late={self.late})"
+
+    def __str__(self) -> str:  # an int where text is made of it: f"inserted {n} rows"
+        return int.__repr__(self)
+
+    __format__ = int.__format__
 
 
 def check_on_error(on_error: str) -> None:
@@ -266,6 +285,14 @@ def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.Rec
     for name in not_null:
         if batch.column(name).null_count:
             return None  # the checked path names the offending row
+    for i, f in enumerate(schema):
+        if not pa.types.is_timestamp(f.type):
+            continue
+        if rows is not None:  # plain ints, epoch ms (_row_plan): checked without Arrow calls
+            if any(v is not None and not DATE_RANGE_MS[0] <= v < DATE_RANGE_MS[1] for v in (r[f.name] for r in rows)):
+                return None  # epoch µs/ns in a TIMESTAMP column: the checked path refuses the row
+        elif undated(batch.column(i)) is not None:
+            return None
     return batch
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 from laminardb._convert import REJECTED_SCHEMA
 from laminardb._event_time import OPTION_KEYS as EVENT_TIME_OPTIONS
 from laminardb._event_time import EventTimeRules
-from laminardb.errors import ConversionError, EngineError, NotQueryableError
+from laminardb.errors import ConversionError, DataError, EngineError, NotQueryableError
 from laminardb.ingest import InsertResult, combine_rejected, prepare, raise_rejected
 from laminardb.operators._buffers import numeric_view
 from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK
@@ -54,6 +54,9 @@ def make_source_connector(kind: str, node: Node, options: dict[str, str],
     (from a checkpoint) resumes it where the checkpoint's data ended."""
     if kind != "kafka":
         raise UnsupportedSqlError(f"FROM {kind.upper()} is not a known source connector; use FROM KAFKA (…)")
+    from laminardb._extras import require
+
+    require("kafka", extra="kafka", for_what=f"Kafka source {node.name!r}")
     from laminardb.connectors.kafka import KafkaSource
 
     extra = {} if restore_state is None else {"restore_state": restore_state}
@@ -92,6 +95,7 @@ class Node:
     bytes_in: int = 0
     busy_s: float = 0.0
     rejected: int = 0
+    late_routed: int = 0  # queries: late rows sent to LATE DATA TO (late_dropped counts the rest)
     # sources only
     not_null: frozenset[str] = frozenset()
     delay_ticks: int = 0
@@ -356,14 +360,28 @@ class Reactor:
         if self.journal is not None and batch.num_rows:
             self.last_lsn = self.journal.log_insert(node.name, batch)  # durable before it counts
         node.accepted += batch.num_rows
+        late_before = self._late_counts(node)
         n = self.ingest(node, batch)
-        if on_error == "raise":
-            return n
+        late = {q: c - late_before[q] for q, c in self._late_counts(node).items()
+                if q in late_before and c > late_before[q]}
         if bad is not None and on_error == "dead_letter":
             dead = self.nodes.get(node.name + REJECTED_SUFFIX)
             if dead is not None:
                 self._emit(dead, [bad])
-        return InsertResult(n, None if bad is None else pa.Table.from_batches([bad]))
+        rejected_rows = None if bad is None or on_error == "raise" else pa.Table.from_batches([bad])
+        return InsertResult(n, rejected_rows, late_by_query=late)
+
+    def _late_counts(self, source: Node) -> dict[str, int]:
+        """Per query reading ``source`` in this process: rows it has dropped or routed as late
+        so far. The difference over one insert is that insert's ``InsertResult.late_by_query``;
+        operators on actors (the Delta mode) count theirs later, in ``metrics()``, so they are left
+        out rather than credited with an earlier batch's rows."""
+        out = {}
+        for d in source.downstream:
+            q = self.nodes.get(d)
+            if q is not None and isinstance(q.op, QueryOperator | PlanOperator):
+                out[d] = q.op.late_dropped + q.late_routed
+        return out
 
     def advance_watermark(self, source: str, wm) -> int | None:
         """Raise ``source`` 's watermark to ``wm`` (never back): the explicit watermark of
@@ -386,9 +404,10 @@ class Reactor:
                                   f"{node.schema.field(node.time_col).type}: give epoch milliseconds, "
                                   "a datetime or ISO-8601 text")
         ticks = int(numeric_view(values)[0])
-        why = node.rules.check_watermark(ticks) if node.rules is not None else None
-        if why is not None:
-            raise ConversionError(why, code="LDB-2004")
+        refused = node.rules.check_watermark(ticks) if node.rules is not None else None
+        if refused is not None:
+            code, why = refused
+            raise (ConversionError if code == "LDB-2004" else DataError)(why, code=code)
         if ticks > node.wm:
             if self.journal is not None and getattr(self.journal, "journaling", False):
                 self.last_lsn = self.journal.wal.append("watermark", {"s": node.name, "wm": ticks})
@@ -486,6 +505,7 @@ class Reactor:
         node = self.nodes[name]
         if late is not None and late.num_rows and node.late_target:
             self.late_routed += late.num_rows
+            node.late_routed += late.num_rows
             node.op.late_dropped -= late.num_rows
             self._emit(self.nodes[node.late_target], [late])
         self._emit(node, outs)

@@ -7,7 +7,8 @@ materialized views) run through ``Connection.execute``; ``INSERT INTO s [(col, �
 stream is subscribed when it is created (and, for a directory, every stream it already has):
 its rows are printed as the engine emits them, before the next prompt. Dot commands:
 ``.help``, ``.streams``, ``.finish`` (end of input: every window closes), ``.checkpoint``,
-``.metrics``, ``.quit``.
+``.metrics``, ``.quit`` — and, on a line of their own, ``\\q``, ``quit`` and ``exit`` (as psql,
+sqlite3 and mysql users type them), ``\\?``/``help``, ``\\d``.
 
 Read from a pipe (``laminardb sql < script.sql``) it prints no prompts and exits with 1 if any
 statement failed (each failure prints ``error: [LDB-NNNN] …`` on stderr and the shell goes on).
@@ -40,7 +41,7 @@ Streams print their rows as they are emitted.
 .finish      end of input: close every window (then open a new shell to go on)
 .checkpoint  checkpoint now (a database opened on a directory)
 .metrics     engine metrics
-.quit        leave (a directory keeps everything; in memory it is gone)"""
+.quit        leave (also \\q, quit, exit; a directory keeps everything; in memory it is gone)"""
 
 
 def format_table(table: pa.Table | pa.RecordBatch, *, max_rows: int = _MAX_ROWS) -> str:
@@ -66,8 +67,8 @@ def _cell(v: Any) -> str:
 
 
 def split_statements(text: str) -> tuple[list[str], str]:
-    """Complete ``;``-terminated statements in ``text`` (quotes and ``--`` comments respected),
-    and the unfinished rest."""
+    """Complete ``;``-terminated statements in ``text`` (quotes, ``--`` and ``/* */`` comments
+    respected), and the unfinished rest."""
     out, start, quote, i = [], 0, None, 0
     while i < len(text):
         ch = text[i]
@@ -80,6 +81,12 @@ def split_statements(text: str) -> tuple[list[str], str]:
             nl = text.find("\n", i)
             i = len(text) if nl < 0 else nl
             continue
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:  # the comment goes on in the next lines: the statement is unfinished
+                break
+            i = end + 2
+            continue
         elif ch == ";":
             stmt = text[start:i].strip()
             if _strip_comments(stmt):
@@ -90,7 +97,13 @@ def split_statements(text: str) -> tuple[list[str], str]:
 
 
 def _strip_comments(text: str) -> str:
-    return "\n".join(line.split("--", 1)[0] for line in text.splitlines()).strip()
+    from laminardb.sql._lexer import blank_comments
+    from laminardb.sql.exceptions import SqlParseError
+
+    try:
+        return blank_comments(text).strip()
+    except SqlParseError:  # an open /* comment: unfinished text, not empty
+        return text.strip()
 
 
 def parse_insert(text: str) -> tuple[str, list[str] | None, list[list[Any]]]:
@@ -209,8 +222,10 @@ class Shell:
             if len(row) != width:
                 raise SqlError(f"INSERT row {i} has {len(row)} values for {width} columns "
                                f"({', '.join(columns)})", code="LDB-1002")
-        n = self.conn.insert(source, [dict(zip(columns, row, strict=True)) for row in rows])
-        self._print(f"inserted {n} row{'s' if n != 1 else ''}")
+        with self._print_lock:  # what the insert emits prints after this line, never before it
+            n = self.conn.insert(source, [dict(zip(columns, row, strict=True)) for row in rows])
+            self.out.write(f"inserted {n} row{'s' if n != 1 else ''}\n")
+            self.out.flush()
 
     def _execute(self, stmt: str) -> None:
         res = self.conn.execute(stmt)
@@ -251,6 +266,24 @@ class Shell:
             self._error(exc)
         self._settle()
         return True
+
+
+# what users of psql, sqlite3 and the mysql client type to leave or get help, on a line of its own
+_ALIASES = {"\\q": ".quit", "\\quit": ".quit", "quit": ".quit", "exit": ".quit", "\\?": ".help",
+            "\\h": ".help", "help": ".help", "\\d": ".streams"}
+
+
+def _command(line: str) -> str | None:
+    """The dot command a line is (``.quit``; ``\\q``, ``quit``, ``exit`` too), or None for SQL."""
+    text = line.strip()
+    if text.startswith("."):
+        return text
+    word = text.rstrip(";").strip().lower()
+    if word in _ALIASES:
+        return _ALIASES[word]
+    if text.startswith("\\"):
+        return "." + text[1:]  # an unknown backslash command: refused like an unknown dot command
+    return None
 
 
 def _reader(stdin: TextIO, stdout: TextIO, interactive: bool):
@@ -300,9 +333,10 @@ def run_shell(directory: str | None = None, *, stdin: TextIO | None = None, stdo
                 continue
             if line is None:
                 break
-            if not _strip_comments(buffer) and line.strip().startswith("."):
+            command = _command(line) if not _strip_comments(buffer) else None
+            if command is not None:
                 buffer = ""
-                if not shell.run(line.strip()):
+                if not shell.run(command):
                     break
                 continue
             statements, buffer = split_statements(buffer + line + "\n")

@@ -383,9 +383,7 @@ class DatabaseHead:
 
         data = decode_rows(payload)
         n = self._call(lambda c: c.insert(source, data, on_error=on_error), logged=lambda c: c._durable.last_logged_rows)
-        rejected = getattr(n, "rejected_rows", None)
-        return {"accepted": int(n), "rejected": None if rejected is None else to_ipc_table(rejected),
-                "result": rejected is not None}
+        return _insert_answer(n, to_ipc_table)
 
     @_answer
     def insert_text(self, kind: str, source: str, data, on_error: str) -> dict:
@@ -394,9 +392,7 @@ class DatabaseHead:
         method = {"json": "insert_json", "csv": "insert_csv"}[kind]
         n = self._call(lambda c: getattr(c, method)(source, data, on_error=on_error),
                        logged=lambda c: c._durable.last_logged_rows)
-        rejected = getattr(n, "rejected_rows", None)
-        return {"accepted": int(n), "rejected": None if rejected is None else to_ipc_table(rejected),
-                "result": rejected is not None}
+        return _insert_answer(n, to_ipc_table)
 
     @_answer
     def advance_watermark(self, source: str, timestamp) -> int | None:
@@ -793,3 +789,11 @@ def drop_database(database: str, *, timeout_s: float = 120.0) -> bool:
     finally:
         ray.kill(head, no_restart=True)
     return True
+
+
+def _insert_answer(n, to_ipc_table) -> dict:
+    """An insert's result for the client: the rows accepted, the refused ones (only when some
+    were) and the late counts (``InsertResult``; see ``actors.remote._insert_result``)."""
+    rejected = getattr(n, "rejected_rows", None)
+    return {"accepted": int(n), "rejected": to_ipc_table(rejected) if getattr(n, "rejected", 0) else None,
+            "result": rejected is not None, "late_by_query": dict(getattr(n, "late_by_query", {}))}

@@ -205,7 +205,8 @@ def _detach(head, client: str) -> None:
 def _insert_result(answer: dict) -> int:
     if not answer["result"]:
         return answer["accepted"]
-    return InsertResult(answer["accepted"], from_ipc_table(answer["rejected"]))
+    rejected = None if answer["rejected"] is None else from_ipc_table(answer["rejected"])
+    return InsertResult(answer["accepted"], rejected, late_by_query=answer.get("late_by_query"))
 
 
 class RemoteSubscription(Subscription):
@@ -297,8 +298,16 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
     if AutoscaleConfig.from_config(config).enabled and config.get("checkpoint_dir") == ":memory:":
         raise ConfigError("autoscale needs checkpoints (a rescale moves the state through one): "
                           "drop checkpoint_dir=':memory:' or autoscale=True")
-    ray = init_ray(address, actors)
     root = config.get("checkpoint_dir")
+    raft_spec = _raft_spec(raft)
+    if address == "ray://local":  # the cluster runs from this environment: check it before starting Ray
+        from laminardb._extras import require
+
+        if root != ":memory:":  # the checkpoint coordinator is a PySpark application
+            require("pyspark", extra="cluster", for_what="connect('ray://local') with checkpoints")
+        if raft_spec is not None:
+            require("pysyncobj", extra="cluster", for_what="connect(…, raft=…)")
+    ray = init_ray(address, actors)
     if root is None:
         directory = SESSION_DIR  # the head resolves it: the Ray session's directory on its node
     else:
@@ -306,7 +315,7 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
     n = actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
     head, created = get_or_create_head(
         database, directory=directory, n_actors=n, vnodes=vnodes or DEFAULT_VNODES, config=config,
-        raft=_raft_spec(raft), max_in_flight=DEFAULT_MAX_IN_FLIGHT if max_in_flight is None else max_in_flight,
+        raft=raft_spec, max_in_flight=DEFAULT_MAX_IN_FLIGHT if max_in_flight is None else max_in_flight,
         local_global=local_global)
     try:
         raise_remote(ray.get(head.ready.remote(), timeout=_READY_TIMEOUT_S))
@@ -373,10 +382,9 @@ def _raft_spec(raft) -> dict | None:
 
 def init_ray(address: str, actors: int | None):
     """``ray.init`` for a ``ray://`` address (unless this process is connected already)."""
-    try:
-        import ray
-    except ImportError:
-        raise ClusterStartError("connect() needs Ray: pip install 'laminardb[cluster]'") from None
+    from laminardb._extras import require
+
+    ray = require("ray", extra="cluster", for_what=f"connect({address!r})")
     if not address.startswith("ray://"):
         raise ClusterStartError(f"connect({address!r}): use ray://auto, ray://local or ray://host:port")
     target = address[len("ray://"):]

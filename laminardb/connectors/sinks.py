@@ -46,10 +46,14 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         ``delivery.guarantee = 'exactly-once'`` (durable only), else a ``KafkaSink``.
 
     Raises:
-        UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE in memory.
+        UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE in memory. (Unknown
+            FILE options are refused when the statement is written: ``options.check_new_statement``.)
     """
     connector = stmt.connector.lower()
     if connector == "kafka":
+        from laminardb._extras import require
+
+        require("kafka", extra="kafka", for_what=f"Kafka sink {stmt.name!r}")
         from laminardb.connectors.kafka_sink import (
             ExactlyOnceKafkaSink,
             KafkaSink,

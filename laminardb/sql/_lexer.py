@@ -1,7 +1,7 @@
 """Script-level text handling: ``${VAR}`` substitution, statement splitting, and the
 streaming clauses sqlglot does not know (EMIT …, LATE DATA TO, Flink window TVFs).
 
-Entry points: ``substitute``, ``split_statements``, ``strip_streaming_clauses``,
+Entry points: ``substitute``, ``blank_comments``, ``split_statements``, ``strip_streaming_clauses``,
 ``rewrite_window_tvf``; ``close_paren`` / ``split_top_level`` for parenthesized lists.
 """
 
@@ -33,6 +33,48 @@ def substitute(sql: str, variables: dict[str, object]) -> str:
         return str(variables[name])
 
     return _VAR.sub(repl, sql)
+
+
+def blank_comments(sql: str) -> str:
+    """``sql`` with every ``-- …`` and ``/* … */`` comment outside quotes replaced by spaces.
+
+    The DDL parser reads column lists and ``WITH (…)`` options by splitting text, not tokens, so a
+    comment there would end up inside a column definition or an option (pasted Flink DDL is full
+    of them). Blanking keeps the length and every newline, so line/column positions in errors
+    still point into the text as written.
+    """
+    if "--" not in sql and "/*" not in sql:
+        return sql
+    out = list(sql)
+    i, n, quote = 0, len(sql), None
+    while i < n:
+        ch = sql[i]
+        if quote:
+            if ch == quote:
+                quote = None  # a doubled quote ('' inside text) reopens at once: still inside
+            i += 1
+            continue
+        if ch in "'\"`":
+            quote = ch
+            i += 1
+            continue
+        if sql.startswith("--", i):
+            end = sql.find("\n", i)
+            end = n if end < 0 else end
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            if end < 0:
+                raise SqlParseError("unterminated /* comment: close it with */",
+                                    line=sql.count("\n", 0, i) + 1)
+            end += 2
+        else:
+            i += 1
+            continue
+        for k in range(i, end):
+            if out[k] != "\n":
+                out[k] = " "
+        i = end
+    return "".join(out)
 
 
 @dataclass(frozen=True)

@@ -117,10 +117,18 @@ def parse_script(sql: str, variables: dict[str, object] | None = None) -> list[S
     return [stmt for stmt, _ in parse_script_with_text(sql, variables)]
 
 
-def parse_script_with_text(sql: str, variables: dict[str, object] | None = None) -> list[tuple[Statement, str]]:
-    """Each statement with its text after ``${VAR}`` substitution (the cluster re-sends it)."""
-    sql = _lexer.substitute(sql, variables or {})
+def parse_script_with_text(sql: str, variables: dict[str, object] | None = None, *,
+                           written: bool = False) -> list[tuple[Statement, str]]:
+    """Each statement with its text after ``${VAR}`` substitution (the cluster re-sends it).
+    ``written``: the user writes the script now (``execute``), so the checks that a replayed
+    catalog skips run too (``options.check_new_statement``)."""
+    # comments go first: a ``${NAME}`` in a comment needs no value, and no later step (the
+    # Flink translation reads statement text too) has to know about comments
+    sql = _lexer.substitute(_lexer.blank_comments(sql), variables or {})
     parsed = [(parse_statement(s.text, line=s.line, col=s.col), s.text) for s in _lexer.split_statements(sql)]
+    if written:
+        for stmt, _ in parsed:
+            options.check_new_statement(stmt)
     from laminardb.sql import (
         flink_ddl,  # Flink's CREATE TABLE / INSERT INTO / CREATE FUNCTION → ours
     )
@@ -129,6 +137,7 @@ def parse_script_with_text(sql: str, variables: dict[str, object] | None = None)
 
 
 def parse_statement(text: str, *, line: int = 0, col: int = 0) -> Statement:
+    text = _lexer.blank_comments(text)  # comments may stand wherever a token can (pasted Flink DDL)
     head = re.sub(r"\s+", " ", text[:60]).strip().upper()
     if head.startswith("EXPLAIN "):
         return Explain(parse_statement(text[len("EXPLAIN") :].strip(), line=line, col=col))

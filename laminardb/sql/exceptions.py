@@ -31,7 +31,7 @@ class SqlParseError(SqlError):
 
     def __init__(self, message: str, *, line: int | None = None, col: int | None = None) -> None:
         self.line, self.col = line, col
-        where = f" at line {line}, column {col}" if line is not None else ""
+        where = "" if line is None else (f" at line {line}" if col is None else f" at line {line}, column {col}")
         super().__init__(f"syntax error{where}: {message}")
 
 

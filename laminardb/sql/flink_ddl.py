@@ -72,6 +72,9 @@ _FILE_FORMATS = {"csv": "csv", "json": "jsonl", "parquet": "parquet"}
 # accepted in an INSERT's table and not applied (see _sink_options)
 _FILE_LIFECYCLE = ("sink.rolling-policy.", "sink.partition-commit.", "partition.time-extractor.", "auto-compaction",
                    "compaction.", "sink.parallelism", "sink.shuffle-by-partition.")
+# every key a filesystem table takes (besides the lifecycle prefixes above): anything else —
+# 'formt', 'csv.field-delimiter', 'source.monitor-interval' — is refused, not silently ignored
+_FILE_TABLE_KEYS = ("connector", "path", "format", "partition.default-name")
 _IDENT = ddl._IDENT
 
 
@@ -193,7 +196,7 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
         schema = pa.schema([pa.field(c.name, c.type) for c in head.columns])
         src_opts = check_options(name, schema, opts)
         src_connector = "datagen"
-    elif connector == "filesystem":
+    elif connector == "filesystem":  # its keys: check_file_table_keys, when the statement is written
         src_connector, src_opts = "filesystem", _file_source_options(name, opts)
     if partitioned and connector != "filesystem":
         raise UnsupportedSqlError(f"table {name!r}: PARTITIONED BY applies to filesystem tables")
@@ -215,6 +218,15 @@ def _file_path(name: str, opts: dict[str, str]) -> str:
     if not path:
         raise UnsupportedSqlError(f"table {name!r}: connector 'filesystem' needs 'path' = '…'")
     return re.sub(r"^file://", "", path)
+
+
+def check_file_table_keys(name: str, opts: dict[str, str]) -> None:
+    """Refuse a key a filesystem table does not take (``UnknownOptionError``, LDB-1002)."""
+    for key in opts:
+        if key not in _FILE_TABLE_KEYS and not key.startswith(_FILE_LIFECYCLE):
+            known = [*_FILE_TABLE_KEYS, *(p + "*" if p.endswith(".") else p for p in _FILE_LIFECYCLE)]
+            raise UnknownOptionError(f"unknown option {key!r} for filesystem table {name!r}; known options: "
+                                     f"{', '.join(known)} (the lifecycle ones are accepted and not applied)")
 
 
 def _file_source_options(name: str, opts: dict[str, str]) -> dict[str, str]:

@@ -2,7 +2,10 @@
 Flink's and LaminarDB's connector options onto laminardb's own.
 
 Entry points: ``read_options(text)`` (a parenthesized option list → dict), ``source_options``,
-``stream_options``, ``sink_with_options`` and ``known_sink_options(connector)``.
+``stream_options``, ``sink_with_options``, ``known_sink_options(connector)``,
+``check_sink_options`` and ``check_new_statement`` (the keys of FILE sinks and Flink filesystem
+tables, checked when a statement is written — not when a durable catalog is replayed, so a
+database whose catalog took a key before it was checked still opens).
 
 Keys may be bare (``watermark = 'ts'``) or quoted as in Flink (``'connector' = 'kafka'``);
 values are quoted strings, bare words/numbers, or an INTERVAL. A key an object does not take
@@ -26,6 +29,8 @@ __all__ = [
     "SOURCE_OPTIONS",
     "STREAM_OPTIONS",
     "SourceOptions",
+    "check_new_statement",
+    "check_sink_options",
     "known_sink_options",
     "lateness_ms",
     "read_options",
@@ -47,6 +52,7 @@ SOURCE_OPTIONS = {
     # plausibility checks of event times, read by laminardb/_event_time.py (EventTimeRules)
     "event_time_range": "'FROM/TO' dates: event times outside are refused as bad rows ('off': no check)",
     "max_future": "an interval: rows further ahead of the newest event time are refused",
+    "max_ahead_of_clock": "an interval (default '1 day'; 'off'): rows further ahead of the clock are refused",
 }
 #: CREATE STREAM / MATERIALIZED VIEW … WITH (…)
 STREAM_OPTIONS = {
@@ -180,7 +186,7 @@ def source_options(name: str, opts: dict[str, str], columns: list[str]) -> Sourc
             wm_col = value
         elif key == "allowed_lateness":
             delay = lateness_ms(value, f"{where}: allowed_lateness")
-        elif key in ("connector", "event_time_range", "max_future"):
+        elif key in ("connector", "event_time_range", "max_future", "max_ahead_of_clock"):
             continue  # event-time rules: checked where the source is built (reactor, _event_time)
         elif connector == "kafka" and (key in _KAFKA_SOURCE_KEYS or key.startswith(("properties.", "kafka."))):
             target = _KAFKA_SOURCE_KEYS[key] if key in _KAFKA_SOURCE_KEYS else "kafka." + key.split(".", 1)[1]
@@ -264,3 +270,39 @@ def known_sink_options(connector: str) -> tuple[str, ...]:
     if c not in _SINK_OPTIONS:
         raise UnknownOptionError(f"sink connector {connector!r} is not known; use FILE, KAFKA or DELTA_LAKE")
     return _SINK_OPTIONS[c]
+
+
+# keys users reach for that FILE sinks do not take, with what to do instead
+_FILE_SINK_HINTS = {
+    "compression": "Parquet part files are written Snappy-compressed (pyarrow's default) and CSV/JSONL "
+                   "uncompressed; leave 'compression' out (compress finished files outside laminardb)",
+}
+
+
+def check_sink_options(name: str, connector: str, opts: dict[str, str]) -> None:
+    """Refuse a key the sink connector does not take (``UnknownOptionError``, LDB-1002, with the
+    known keys): a misspelt ``fromat`` or an unsupported ``compression`` would otherwise be
+    ignored and the sink would write something other than what the user asked for."""
+    known = known_sink_options(connector)
+    for key in opts:
+        if key in known or any(k.endswith(".*") and key.startswith(k[:-1]) for k in known):
+            continue
+        err = _unknown(key, f"sink {name!r} ({connector.upper()})", known)
+        hint = _FILE_SINK_HINTS.get(key) if connector.lower() == "file" else None
+        if hint:
+            err = UnknownOptionError(f"{err.message}. {hint}")
+        raise err
+
+
+def check_new_statement(stmt: object) -> None:
+    """Checks of a statement the user writes now (``Connection.execute``), beyond parsing: the
+    keys of ``INTO FILE (…)`` and of Flink ``filesystem`` tables. Recovery replays the catalog
+    without them: keys accepted (and ignored) before these checks existed must not lock a
+    durable database."""
+    connector = getattr(stmt, "connector", None)
+    if connector == "file" and hasattr(stmt, "from_name"):  # a CreateSink
+        check_sink_options(stmt.name, "file", stmt.options)  # type: ignore[attr-defined]
+    if getattr(stmt, "flink_connector", None) == "filesystem":
+        from laminardb.sql.flink_ddl import check_file_table_keys
+
+        check_file_table_keys(stmt.name, stmt.flink_options)  # type: ignore[attr-defined]
