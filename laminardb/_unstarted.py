@@ -34,4 +34,4 @@ def unstarted_sources_message(reactor: Any, when: str) -> str | None:
     return (f"{when} without start(): the connector sources {'; '.join(idle)} were never started, so "
             "nothing was read from them and what they feed got no rows. Call db.start() after "
             "execute(), then db.flush() to wait for bounded sources (files, datagen with "
-            "'number-of-rows'), then close()")
+            "'number-of-rows'), then close() (in `laminardb sql`: .start)")

@@ -6,7 +6,7 @@ materialized views) run through ``Connection.execute``; ``INSERT INTO s [(col, �
 (…)`` is parsed with sqlglot (literals only) and becomes one ``insert()`` — one batch. Every
 stream is subscribed when it is created (and, for a directory, every stream it already has):
 its rows are printed as the engine emits them, before the next prompt. Dot commands:
-``.help``, ``.streams``, ``.finish`` (end of input: every window closes), ``.checkpoint``,
+``.help``, ``.streams``, ``.start`` (read connector sources), ``.finish`` (end of input: every window closes), ``.checkpoint``,
 ``.metrics``, ``.quit`` — and, on a line of their own, ``\\q``, ``quit`` and ``exit`` (as psql,
 sqlite3 and mysql users type them), ``\\?``/``help``, ``\\d``.
 
@@ -17,6 +17,7 @@ statement failed (each failure prints ``error: [LDB-NNNN] …`` on stderr and th
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from typing import Any, TextIO
@@ -38,6 +39,7 @@ Statements end with ';'. Examples:
   SELECT * FROM m;
 Streams print their rows as they are emitted.
 .streams     list sources, streams, views and sinks
+.start       read connector sources (Kafka, Flink filesystem/datagen tables); insert needs none
 .finish      end of input: close every window (then open a new shell to go on)
 .checkpoint  checkpoint now (a database opened on a directory)
 .metrics     engine metrics
@@ -203,8 +205,8 @@ class Shell:
             return self._dot(stmt)
         try:
             head = _strip_comments(stmt).split(None, 1)[0].upper()
-            if head == "INSERT":
-                self._insert(stmt)
+            if head == "INSERT" and re.search(r"(?i)\bVALUES\b", _strip_comments(stmt)):
+                self._insert(stmt)  # rows typed in; INSERT INTO t SELECT … is Flink's: execute() maps it
             else:
                 self._execute(stmt)
         except LaminarError as exc:
@@ -253,6 +255,9 @@ class Shell:
                 self._print(_HELP)
             elif word in (".streams", ".tables"):
                 self._print(format_table(self.conn.execute("SHOW ALL").to_arrow().drop(["sql"])))
+            elif word == ".start":
+                self.conn.start()
+                self._print("started: connector sources (Kafka, filesystem, datagen tables) are being read")
             elif word == ".finish":
                 self.conn.finish()
                 self._print("finished: every window is closed")

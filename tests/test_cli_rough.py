@@ -87,3 +87,27 @@ def test_close_without_start_warns_that_nothing_was_read(tmp_path):
         warnings.simplefilter("error")  # started: no warning
         db.close()
     assert (tmp_path / "out.csv").read_text().count("\n") == 1 + sum(1 for i in range(10) if i % 7 > 3)
+
+
+def test_shell_start_starts_connector_sources():
+    script = ("CREATE TABLE g (id BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '3', "
+              "'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '3');\n"
+              "CREATE STREAM ids AS SELECT id FROM g;\n.start\n.quit\n")
+    out, err = io.StringIO(), io.StringIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # started: close() has nothing to warn about
+        assert run_shell(None, stdin=io.StringIO(script), stdout=out, stderr=err, interactive=False) == 0, \
+            err.getvalue()
+    assert "started: connector sources" in out.getvalue()
+    with pytest.warns(UserWarning, match=r"in `laminardb sql`: \.start"):  # and without .start, it says so
+        run_shell(None, stdin=io.StringIO(script.replace(".start\n", "")), stdout=io.StringIO(),
+                  stderr=io.StringIO(), interactive=False)
+
+
+def test_shell_runs_a_flink_insert_into_select():
+    script = ("CREATE TABLE g (id BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '3');\n"
+              "CREATE TABLE bh (id BIGINT) WITH ('connector' = 'blackhole');\n"
+              "INSERT INTO bh SELECT id FROM g;\n.start\n")
+    out, err = io.StringIO(), io.StringIO()
+    assert run_shell(None, stdin=io.StringIO(script), stdout=out, stderr=err, interactive=False) == 0, err.getvalue()
+    assert "created stream bh" in out.getvalue()  # it was refused as "write INSERT … VALUES" before
