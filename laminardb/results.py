@@ -17,7 +17,7 @@ __all__ = ["ExecuteResult", "QueryResult"]
 def _to_pandas(table: pa.Table):
     from laminardb._extras import require
 
-    require("pandas", extra=None, for_what="to_pandas()")  # pyarrow's own error names no fix
+    require("pandas", extra="pandas", for_what="to_pandas()")  # pyarrow's own error names no fix
     return table.to_pandas()
 
 
@@ -36,7 +36,7 @@ class QueryResult:
     def to_polars(self):
         from laminardb._extras import require
 
-        return require("polars", extra=None, for_what="to_polars()").from_arrow(self.table)
+        return require("polars", extra="polars", for_what="to_polars()").from_arrow(self.table)
 
     def to_pylist(self) -> list[dict]:
         return self.table.to_pylist()

@@ -104,7 +104,7 @@ def test_to_pandas_without_pandas(tmp_path, call):
         db.insert("s", {{"x": 1}})  # the engine itself needs no pandas
         report(lambda: {call})
     """, tmp_path)
-    _assert_hint(out, "pip install pandas")
+    _assert_hint(out, "pip install 'laminardb[pandas]'")
 
 
 def test_local_cluster_without_pyspark_is_refused_before_ray_starts(tmp_path):
