@@ -3,10 +3,13 @@
 Entry point: ``compile_expr(node, scope) -> Expr``. An ``Expr`` is a closure over a
 ``RecordBatch`` that returns an Arrow array, built from ``pyarrow.compute`` kernels — one
 C++ kernel call per operator per batch, never a Python loop over rows. SQL NULL semantics
-follow DuckDB (the test oracle): three-valued AND/OR, NULL-propagating arithmetic,
-``/`` is DOUBLE division (``x / 0`` is ±inf), ``IN`` with a NULL in the list is NULL when
-nothing matches. Where DuckDB raises mid-query (``%`` or ``//`` by zero) a stream cannot
-stop, so those give NULL.
+follow Flink's, each difference from DuckDB (the test oracle) written in docs/sql.md:
+three-valued AND/OR, NULL-propagating arithmetic, integer overflow wrapping around (Java),
+``/`` is DOUBLE division (``x / 0`` is ±inf), ``//`` integer division truncating toward zero,
+``IN`` with a NULL in the list is NULL when nothing matches. Where Flink or DuckDB raise
+mid-query (``%`` or ``//`` by zero, a CAST that does not fit) a stream cannot stop, so
+those give NULL. CAST lives in ``_casts.py``, string functions in ``_string_functions.py``,
+date and time functions in ``_datetime_functions.py`` and ``functions.py``.
 """
 
 from __future__ import annotations
@@ -19,12 +22,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from laminardb.errors import ConversionError
+from laminardb.sql._casts import compile_cast
+from laminardb.sql._datetime_functions import FUNCTIONS as TIME_FUNCTIONS
+from laminardb.sql._datetime_functions import compile_datetime
+from laminardb.sql._string_functions import FUNCTIONS as STRING_FUNCTIONS
+from laminardb.sql._string_functions import as_text, compile_string
 from laminardb.sql.exceptions import SqlTypeError, UnknownColumnError, UnsupportedSqlError
 from laminardb.sql.functions import FUNCTIONS as MORE_FUNCTIONS
 from laminardb.sql.functions import compile_function
 from laminardb.sql.intervals import interval_ms
-from laminardb.sql.types import parse_type, type_name
+from laminardb.sql.types import type_name
 
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
 Fn = Callable[[pa.RecordBatch], Value]
@@ -167,6 +174,10 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
     if isinstance(node, exp.Not):
         a = _compile(node.this, scope)
         return lambda b: pc.invert(_bool(a(b)))
+    if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):  # IS [NOT] DISTINCT FROM
+        a, c = _compile(node.this, scope), _compile(node.expression, scope)
+        same = isinstance(node, exp.NullSafeEQ)
+        return lambda b: _not_distinct(a(b), c(b), same)
     if isinstance(node, exp.Is):
         a = _compile(node.this, scope)
         if isinstance(node.expression, exp.Null):
@@ -187,7 +198,7 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
                       _compile(node.args["false"], scope) if node.args.get("false") else (lambda b: pa.scalar(None)))
         return lambda b: _if_else(pc.fill_null(_bool(cond(b)), False), t(b), f(b))
     if isinstance(node, exp.Cast | exp.TryCast):
-        return _cast(node, scope)
+        return compile_cast(node, _compile(node.this, scope))
     if isinstance(node, exp.Coalesce):
         parts = [_compile(node.this, scope)] + [_compile(e, scope) for e in node.expressions]
         return lambda b: _coalesce([p(b) for p in parts])
@@ -215,21 +226,6 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
         if not isinstance(old, exp.Literal) or not isinstance(new, exp.Literal):
             raise UnsupportedSqlError("REPLACE needs literal search and replacement strings")
         return lambda b: pc.replace_substring(a(b), pattern=old.this, replacement=new.this)
-    if isinstance(node, exp.DPipe):
-        a, c = _compile(node.this, scope), _compile(node.expression, scope)
-        return lambda b: pc.binary_join_element_wise(_str(a(b)), _str(c(b)), "")
-    if isinstance(node, exp.Concat):
-        parts = [_compile(e, scope) for e in node.expressions]
-        return lambda b: pc.binary_join_element_wise(
-            *[pc.fill_null(_str(p(b)), "") if not isinstance(p(b), pa.Scalar) or p(b).is_valid else pa.scalar("") for p in parts],
-            "",
-        )
-    if isinstance(node, exp.Like | exp.ILike):
-        a, pat = _compile(node.this, scope), node.expression
-        if not isinstance(pat, exp.Literal):
-            raise UnsupportedSqlError("LIKE needs a literal pattern")
-        ic = isinstance(node, exp.ILike)
-        return lambda b: pc.match_like(a(b), pattern=pat.this, ignore_case=ic)
     if isinstance(node, exp.Round):
         a = _compile(node.this, scope)
         nd = int(node.args["decimals"].this) if node.args.get("decimals") is not None else 0
@@ -253,21 +249,25 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
         return lambda b: getattr(pc, name)(_float(a(b)))
     if isinstance(node, exp.Anonymous) and node.name.upper() == "MOD":
         return _mod(_compile(node.expressions[0], scope), _compile(node.expressions[1], scope))
-    fn = compile_function(node, scope, lambda e: _compile(e, scope))  # Flink's functions, Python UDFs
+    fn = compile_string(node, lambda e: _compile(e, scope))
+    if fn is None:
+        fn = compile_datetime(node, lambda e: _compile(e, scope))
+    if fn is None:
+        fn = compile_function(node, scope, lambda e: _compile(e, scope))  # Flink's functions, Python UDFs
     if fn is not None:
         return fn
     if isinstance(node, exp.AggFunc):
         raise UnsupportedSqlError(f"aggregate {node.sql()} is not allowed here (WHERE, GROUP BY or a non-aggregating query)")
     if isinstance(node, exp.Func):
         name = node.name.upper() if isinstance(node, exp.Anonymous) else node.sql_name()
-        known = ", ".join(sorted(FUNCTIONS + MORE_FUNCTIONS))
+        known = ", ".join(sorted(FUNCTIONS + MORE_FUNCTIONS + TIME_FUNCTIONS + STRING_FUNCTIONS))
         raise UnsupportedSqlError(f"function {name} is not supported; supported functions: {known}; or register "
                                   f"a Python UDF: conn.register_udf('{name.lower()}', fn, 'VARCHAR')")
     raise UnsupportedSqlError(f"unsupported expression: {node.sql()}")
 
 
 #: the scalar functions ``compile_expr`` evaluates (operators, CASE, CAST, IN, LIKE … aside)
-FUNCTIONS = ("ABS", "CEIL", "COALESCE", "CONCAT", "COS", "EXP", "FLOOR", "GREATEST", "IF", "LEAST",
+FUNCTIONS = ("ABS", "CAST", "CEIL", "COALESCE", "CONCAT", "COS", "EXP", "FLOOR", "GREATEST", "IF", "LEAST",
              "LENGTH", "LN", "LOG", "LOG10", "LOG2", "LOWER", "MOD", "NULLIF", "POWER", "REPLACE",
              "ROUND", "SIGN", "SIN", "SQRT", "SUBSTRING", "TAN", "TRIM", "TRUNC", "TRY_CAST", "UPPER")
 
@@ -361,10 +361,14 @@ def _divide(node: exp.Div, scope: Scope) -> Fn:
 def _int_divide(node: exp.IntDiv, scope: Scope) -> Fn:
     a, c = _compile(node.this, scope), _compile(node.expression, scope)
 
-    def fn(b):
-        x, y = a(b), c(b)
+    def fn(b):  # Flink's (Java's) integer division: truncated toward zero; by zero NULL
+        x, y = _untyped_null(a(b), pa.scalar(None, pa.int64())), _untyped_null(c(b), pa.scalar(None, pa.int64()))
+        if not (pa.types.is_integer(x.type) and pa.types.is_integer(y.type)):
+            raise SqlTypeError(f"{node.sql()!r}: // divides integers (truncating toward zero), got "
+                               f"{type_name(x.type)} and {type_name(y.type)}; for numbers use FLOOR(x / y) or TRUNC(x / y)")
+        x, y = _align_scalar(x, y)
         safe_y = _if_else(pc.equal(y, 0), pa.scalar(None, y.type), y)
-        return pc.floor(pc.divide(_float(x), _float(safe_y))).cast(pa.int64())
+        return pc.divide(x, safe_y)  # Arrow's integer divide truncates, and wraps MIN // -1 as Java
 
     return fn
 
@@ -391,10 +395,20 @@ def _cmp(name: str, x: Value, y: Value) -> Value:
 
 
 def _coerce_time_literal(v: Value, other: Value) -> Value:
+    if pa.types.is_date(v.type) and pa.types.is_timestamp(other.type):
+        return pc.cast(v, other.type)  # a DATE meets a TIMESTAMP at midnight
+    if isinstance(v, pa.Scalar) and pa.types.is_string(v.type) and pa.types.is_date(other.type):
+        return compile_cast_text(v, other.type)
     if isinstance(v, pa.Scalar) and pa.types.is_string(v.type) and pa.types.is_timestamp(other.type):
         return pc.cast(pc.strptime(v, format="%Y-%m-%d %H:%M:%S", unit="ms", error_is_null=False)
                        if " " in v.as_py() else pc.strptime(v, format="%Y-%m-%d", unit="ms"), other.type)
     return v
+
+
+def compile_cast_text(v: pa.Scalar, t: pa.DataType) -> pa.Scalar:
+    from laminardb.sql._casts import cast_value
+
+    return cast_value(v, t, ("str", "date"))
 
 
 def _compare(node: exp.Binary, scope: Scope, name: str) -> Fn:
@@ -512,35 +526,6 @@ def _broadcast(v: Value, n: int) -> pa.Array:
     return v
 
 
-def _cast(node: exp.Cast, scope: Scope) -> Fn:
-    a = _compile(node.this, scope)
-    target = parse_type(node.to.sql())
-    safe = isinstance(node, exp.TryCast)
-
-    def fn(b):
-        v = a(b)
-        if pa.types.is_null(v.type):
-            return pa.scalar(None, target) if isinstance(v, pa.Scalar) else pa.nulls(len(v), target)
-        if pa.types.is_string(v.type) and pa.types.is_boolean(target):
-            low = pc.utf8_lower(pc.utf8_trim_whitespace(v))
-            return _if_else(pc.is_in(low, value_set=pa.array(["true", "t", "1", "yes"])), pa.scalar(True),
-                            _if_else(pc.is_in(low, value_set=pa.array(["false", "f", "0", "no"])), pa.scalar(False), pa.scalar(None, pa.bool_())))
-        if pa.types.is_floating(v.type) and pa.types.is_integer(target):
-            v = pc.round(v, round_mode="half_towards_infinity")
-        if pa.types.is_floating(v.type) and pa.types.is_string(target):
-            s = pc.cast(v, pa.string())  # DuckDB writes whole doubles as '1.0', Arrow as '1'
-            whole = pc.match_substring_regex(s, r"^-?[0-9]+$")
-            return _if_else(whole, pc.binary_join_element_wise(s, ".0", ""), s)
-        try:
-            return pc.cast(v, target, safe=not safe)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            if safe:
-                return pa.nulls(len(v), target) if not isinstance(v, pa.Scalar) else pa.scalar(None, target)
-            raise ConversionError(f"CAST in {node.sql()!r} failed: {_arrow_msg(e)}; use TRY_CAST to get NULL instead") from None
-
-    return fn
-
-
 def _coalesce(vals: list[Value]) -> Value:
     types = [v.type for v in vals if not pa.types.is_null(v.type)]
     if not types:
@@ -576,11 +561,16 @@ def _log(node: exp.Log, scope: Scope) -> Fn:
 
 
 def _str(v: Value) -> Value:
-    if pa.types.is_string(v.type):
-        return v
-    if pa.types.is_null(v.type):
-        return pa.scalar(None, pa.string()) if isinstance(v, pa.Scalar) else pa.nulls(len(v), pa.string())
-    return pc.cast(v, pa.string())
+    return as_text(v)
+
+
+def _not_distinct(x: Value, y: Value, same: bool) -> Value:
+    """``x IS NOT DISTINCT FROM y`` (``same``) or ``IS DISTINCT FROM``: NULL equals NULL, never NULL."""
+    eq = _cmp("equal", x, y)
+    both = pc.and_(_is_null(x), _is_null(y))
+    either = pc.or_(_is_null(x), _is_null(y))
+    r = pc.if_else(both, pa.scalar(True), pc.if_else(either, pa.scalar(False), pc.fill_null(eq, False)))
+    return r if same else pc.invert(r)
 
 
 def evaluate_mask(expr: Expr, batch: pa.RecordBatch) -> np.ndarray:
