@@ -128,7 +128,7 @@ def cast_value(v: Value, target: pa.DataType, pair: tuple[str, str]) -> Value:  
             return pc.cast(pc.cast(_where(ok, ms, pa.int64()), pa.timestamp("ms")), target)
         if src == "date":
             return pc.cast(v, target)
-        return pc.cast(v, target, safe=False)  # TIMESTAMP(6) → (3) truncates the microseconds
+        return pc.cast(pc.floor_temporal(v, unit="millisecond"), target)  # TIMESTAMP(6) → (3): floored
     if dst == "date":
         return pc.cast(pc.floor_temporal(v, unit="day"), target) if src == "ts" else pc.cast(v, target)
     if dst == "float":

@@ -235,7 +235,7 @@ def _to_timestamp(sql: str, arg: Fn, fmt_node: exp.Expression | None) -> Fn:
         s = _text(_broadcast(arg(b), b.num_rows), sql)
         parsed = pc.strptime(s, format=fmt, unit="ms", error_is_null=True)
         # strptime rolls impossible days over (Feb 30 → Mar 1): valid only if it writes back the same
-        same = pc.equal(pc.strftime(parsed, format=fmt), s)
+        same = pc.equal(pc.strftime(pc.cast(parsed, pa.timestamp("s")), format=fmt), s)
         return pc.if_else(pc.fill_null(same, False), parsed, pa.scalar(None, pa.timestamp("ms")))
 
     return fn

@@ -121,6 +121,8 @@ _UNARY_FUNCS = {
     exp.Sign: "sign",
 }
 _NAMED_UNARY = {"LOG10": "log10", "LOG2": "log2", "SIN": "sin", "COS": "cos", "TAN": "tan", "TRUNC": "trunc"}
+_FLOAT_FUNCS = {exp.Sin: "sin", exp.Cos: "cos", exp.Tan: "tan", exp.Trunc: "trunc"}  # sqlglot ≥ 30 has classes
+_TIME_UNITS = ("MILLISECOND", "SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR")
 
 
 def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one dispatch table
@@ -236,11 +238,19 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
     if isinstance(node, exp.Greatest | exp.Least):
         parts = [_compile(node.this, scope)] + [_compile(e, scope) for e in node.expressions]
         name = "max_element_wise" if isinstance(node, exp.Greatest) else "min_element_wise"
-        return lambda b: getattr(pc, name)(*[p(b) for p in parts])
+        return lambda b: _greatest(name, [p(b) for p in parts])
+    if isinstance(node, exp.Floor | exp.Ceil) and node.args.get("to") is not None:
+        return _floor_to(node, scope)
+    for cls, name in _FLOAT_FUNCS.items():
+        if isinstance(node, cls):
+            a = _compile(node.this, scope)
+            if node.args.get("decimals") is not None:
+                raise UnsupportedSqlError(f"{node.sql()}: TRUNC takes one argument")
+            return lambda b, name=name: getattr(pc, name)(_float(a(b)))
     for cls, name in _UNARY_FUNCS.items():
         if isinstance(node, cls):
             a = _compile(node.this, scope)
-            return lambda b, name=name: getattr(pc, name)(a(b))
+            return lambda b, name=name: _unary(name, a(b))
     if isinstance(node, exp.Log):
         return _log(node, scope)
     if isinstance(node, exp.Anonymous) and node.name.upper() in _NAMED_UNARY:
@@ -304,7 +314,10 @@ def _binary(node: exp.Binary, scope: Scope, name: str) -> Fn:
         x, y = a(b), c(b)
         if pa.types.is_string(x.type) or pa.types.is_string(y.type):
             raise SqlTypeError(f"{node.sql()!r}: arithmetic on VARCHAR; CAST it to a number first")
-        return getattr(pc, name)(*_align_scalar(_untyped_null(x, y), _untyped_null(y, x)))
+        x, y = _untyped_null(x, y), _untyped_null(y, x)
+        if pa.types.is_floating(x.type) != pa.types.is_floating(y.type):
+            x, y = _float(x), _float(y)
+        return getattr(pc, name)(*_align_scalar(x, y))
 
     return fn
 
@@ -330,7 +343,7 @@ def _scalar_as(s: pa.Scalar, t: pa.DataType) -> pa.Scalar:
     key = (s.as_py(), str(s.type), str(t))
     hit = _SCALAR_CACHE.get(key)
     if hit is None:
-        hit = s.cast(t)
+        hit = s.cast(t, safe=False)
         if len(_SCALAR_CACHE) < 4096:
             _SCALAR_CACHE[key] = hit
     return hit
@@ -346,7 +359,8 @@ def _untyped_null(v: Value, other: Value) -> Value:
 def _float(v: Value) -> Value:
     if pa.types.is_null(v.type):
         return pa.scalar(None, pa.float64()) if isinstance(v, pa.Scalar) else pa.nulls(len(v), pa.float64())
-    return pc.cast(v, pa.float64()) if not pa.types.is_floating(v.type) else v
+    # an integer beyond 2^53 becomes the nearest DOUBLE (Java's widening); Arrow's safe cast refuses it
+    return pc.cast(v, pa.float64(), safe=False) if not pa.types.is_floating(v.type) else v
 
 
 def _divide(node: exp.Div, scope: Scope) -> Fn:
@@ -368,7 +382,8 @@ def _int_divide(node: exp.IntDiv, scope: Scope) -> Fn:
                                f"{type_name(x.type)} and {type_name(y.type)}; for numbers use FLOOR(x / y) or TRUNC(x / y)")
         x, y = _align_scalar(x, y)
         safe_y = _if_else(pc.equal(y, 0), pa.scalar(None, y.type), y)
-        return pc.divide(x, safe_y)  # Arrow's integer divide truncates, and wraps MIN // -1 as Java
+        # Arrow's integer divide truncates; MIN // -1 wraps to MIN as in Java (Arrow gives 0)
+        return _if_else(pc.equal(y, -1), pc.negate(x), pc.divide(x, safe_y))
 
     return fn
 
@@ -377,13 +392,38 @@ def _mod(a: Fn, c: Fn) -> Fn:
     def fn(b):
         x, y = a(b), c(b)
         if pa.types.is_floating(x.type) or pa.types.is_floating(y.type):
-            xf, yf = _float(x), _float(y)
-            safe = _if_else(pc.equal(yf, 0.0), pa.scalar(None, pa.float64()), yf)
-            return pc.subtract(xf, pc.multiply(pc.trunc(pc.divide(xf, safe)), safe))
+            return _fmod(_float(x), _float(y), b.num_rows)
         safe = _if_else(pc.equal(y, 0), pa.scalar(None, y.type), y)
         return pc.subtract(x, pc.multiply(pc.divide(x, safe), safe))  # integer divide truncates
 
     return fn
+
+
+def _unary(name: str, v: Value) -> Value:
+    """A one-argument function: FLOOR/CEIL of an integer is itself, SIGN/ABS keep an integer's
+    type (Flink); SQRT/LN/EXP read integers as DOUBLE."""
+    if pa.types.is_integer(v.type):
+        if name in ("floor", "ceil"):
+            return v
+        if name == "sign":
+            return pc.cast(pc.sign(v), v.type)
+        if name in ("sqrt", "ln", "exp"):
+            v = _float(v)
+    elif pa.types.is_null(v.type) and name not in ("utf8_upper", "utf8_lower"):
+        v = _float(v)
+    return getattr(pc, name)(v)
+
+
+def _fmod(x: Value, y: Value, n: int) -> Value:
+    """Java's (and C's) DOUBLE remainder, sign of the dividend: ``x % 0`` and ``inf % y`` are NaN,
+    ``x % inf`` is x. numpy's fmod over the Arrow buffers."""
+    xa, ya = _broadcast(x, n), _broadcast(y, n)
+    valid = pc.and_(pc.is_valid(xa), pc.is_valid(ya))
+    xs = pc.fill_null(xa, 0.0).to_numpy(zero_copy_only=False)
+    ys = pc.fill_null(ya, 1.0).to_numpy(zero_copy_only=False)
+    with np.errstate(all="ignore"):
+        out = np.fmod(xs, ys)
+    return pa.array(out, pa.float64(), mask=pc.invert(valid).to_numpy(zero_copy_only=False))
 
 
 def _cmp(name: str, x: Value, y: Value) -> Value:
@@ -479,10 +519,16 @@ def _common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
         return b
     if pa.types.is_null(b):
         return a
+    if a == b:
+        return a
     if pa.types.is_floating(a) or pa.types.is_floating(b):
         return pa.float64()
     if pa.types.is_integer(a) and pa.types.is_integer(b):
-        return pa.int64()
+        return a if a.bit_width >= b.bit_width else b  # INT and INT stay INT (Flink)
+    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b):
+        return pa.timestamp("us") if "us" in (a.unit, b.unit) else a
+    if pa.types.is_temporal(a) and pa.types.is_temporal(b):  # DATE and TIMESTAMP
+        return a if pa.types.is_timestamp(a) else b
     if pa.types.is_string(a) or pa.types.is_string(b):
         return pa.string()
     return a
@@ -526,6 +572,24 @@ def _broadcast(v: Value, n: int) -> pa.Array:
     return v
 
 
+def _greatest(name: str, vals: list[Value]) -> Value:
+    """GREATEST/LEAST: NULL when any argument is NULL (Flink; DuckDB skips NULLs), NaN when any
+    is NaN (Java's Math.max/min)."""
+    vals = [_untyped_null(v, next((o for o in vals if not pa.types.is_null(o.type)), v)) for v in vals]
+    common = vals[0].type
+    for v in vals[1:]:
+        common = _common_type(common, v.type)
+    vals = [pc.cast(v, common) if v.type != common else v for v in vals]
+    r = getattr(pc, name)(*vals, skip_nulls=False)
+    if pa.types.is_floating(common):
+        nan = None
+        for v in vals:
+            n = pc.is_nan(v)
+            nan = n if nan is None else pc.or_(nan, n)
+        r = pc.if_else(pc.fill_null(nan, False), pa.scalar(float("nan"), common), r)
+    return r
+
+
 def _coalesce(vals: list[Value]) -> Value:
     types = [v.type for v in vals if not pa.types.is_null(v.type)]
     if not types:
@@ -545,11 +609,53 @@ def _nullif(a: Value, c: Value) -> Value:
 def _substring(node: exp.Substring, scope: Scope) -> Fn:
     a = _compile(node.this, scope)
     start_node, len_node = node.args.get("start"), node.args.get("length")
-    if not isinstance(start_node, exp.Literal) or (len_node is not None and not isinstance(len_node, exp.Literal)):
-        raise UnsupportedSqlError("SUBSTRING needs literal start and length")
-    start = max(int(start_node.this) - 1, 0)
-    stop = start + int(len_node.this) if len_node is not None else None
-    return lambda b: pc.utf8_slice_codeunits(a(b), start=start, stop=stop)
+    pos, length = _int_literal(start_node), _int_literal(len_node) if len_node is not None else None
+    if pos is None or (len_node is not None and length is None):
+        raise UnsupportedSqlError(f"{node.sql()}: SUBSTRING needs integer literals for start and length")
+    if length is not None and length < 0:
+        return lambda b: pa.scalar(None, pa.string())  # Flink: a negative length gives NULL
+    if pos >= 0:  # Flink: position 0 is position 1
+        start = max(pos - 1, 0)
+        stop = start + length if length is not None else None
+        return lambda b: pc.utf8_slice_codeunits(_str(a(b)), start=start, stop=stop)
+    stop = pos + length if length is not None and pos + length < 0 else None
+
+    def from_end(b):  # a negative position counts from the end; before the start is ''
+        v = _str(a(b))
+        cut = pc.utf8_slice_codeunits(v, start=pos, stop=stop)
+        return _if_else(pc.less(pc.utf8_length(v), -pos), pa.scalar(""), cut)
+
+    return from_end
+
+
+def _int_literal(node: exp.Expression | None) -> int | None:
+    if isinstance(node, exp.Paren):
+        return _int_literal(node.this)
+    if isinstance(node, exp.Neg):
+        v = _int_literal(node.this)
+        return None if v is None else -v
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.lstrip("-").isdigit():
+        return int(node.this)
+    return None
+
+
+def _floor_to(node: exp.Floor | exp.Ceil, scope: Scope) -> Fn:
+    """Flink's FLOOR(t TO unit) / CEIL(t TO unit): a TIMESTAMP rounded to the unit (WEEK: Monday)."""
+    unit = node.args["to"].name.upper()
+    if unit not in _TIME_UNITS:
+        raise UnsupportedSqlError(f"{node.sql()}: the unit must be one of {', '.join(_TIME_UNITS)}")
+    a = _compile(node.this, scope)
+    kernel = pc.floor_temporal if isinstance(node, exp.Floor) else pc.ceil_temporal
+
+    def fn(b):
+        v = a(b)
+        if pa.types.is_date(v.type):
+            v = pc.cast(v, pa.timestamp("ms"))
+        if not pa.types.is_timestamp(v.type):
+            raise SqlTypeError(f"{node.sql()}: expected a TIMESTAMP or DATE, got {type_name(v.type)}")
+        return kernel(v, unit=unit.lower(), week_starts_monday=True)
+
+    return fn
 
 
 def _log(node: exp.Log, scope: Scope) -> Fn:
@@ -557,7 +663,7 @@ def _log(node: exp.Log, scope: Scope) -> Fn:
         base, x = _compile(node.this, scope), _compile(node.expression, scope)
         return lambda b: pc.divide(pc.ln(_float(x(b))), pc.ln(_float(base(b))))
     x = _compile(node.this, scope)
-    return lambda b: pc.log10(_float(x(b)))
+    return lambda b: pc.ln(_float(x(b)))  # LOG(x) is the natural logarithm in Flink (DuckDB: base 10)
 
 
 def _str(v: Value) -> Value:
