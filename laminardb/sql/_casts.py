@@ -223,6 +223,8 @@ def text_to_time(s: Value, ok: Value, target: pa.DataType) -> Value:
     out = pc.cast(us, pa.timestamp("us"))
     if pa.types.is_date(target):
         return pc.cast(out, target)
+    if target.unit != "us":  # to milliseconds: floored (a cast truncates toward 1970)
+        out = pc.floor_temporal(out, unit="millisecond")
     return pc.cast(out, target, safe=False)
 
 
