@@ -230,8 +230,10 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
         return lambda b: pc.replace_substring(a(b), pattern=old.this, replacement=new.this)
     if isinstance(node, exp.Round):
         a = _compile(node.this, scope)
-        nd = int(node.args["decimals"].this) if node.args.get("decimals") is not None else 0
-        return lambda b: pc.round(a(b), ndigits=nd, round_mode="half_towards_infinity")
+        nd = _int_literal(node.args["decimals"]) if node.args.get("decimals") is not None else 0
+        if nd is None or not -18 <= nd <= 18:
+            raise UnsupportedSqlError(f"{node.sql()}: ROUND's digits must be an integer literal from -18 to 18")
+        return lambda b: _round(a(b), nd)
     if isinstance(node, exp.Pow):
         a, c = _compile(node.this, scope), _compile(node.expression, scope)
         return lambda b: pc.power(_float(a(b)), _float(c(b)))
@@ -394,9 +396,28 @@ def _mod(a: Fn, c: Fn) -> Fn:
         if pa.types.is_floating(x.type) or pa.types.is_floating(y.type):
             return _fmod(_float(x), _float(y), b.num_rows)
         safe = _if_else(pc.equal(y, 0), pa.scalar(None, y.type), y)
-        return pc.subtract(x, pc.multiply(pc.divide(x, safe), safe))  # integer divide truncates
+        rem = pc.subtract(x, pc.multiply(pc.divide(x, safe), safe))  # integer divide truncates
+        return _if_else(pc.equal(y, -1), pa.scalar(0, rem.type), rem)  # MIN % -1 (Arrow's MIN / -1 is 0)
 
     return fn
+
+
+def _round(v: Value, nd: int) -> Value:
+    """ROUND(x, nd), half away from zero. A DOUBLE is rounded as Flink does, on its shortest
+    decimal text (``BigDecimal.valueOf``): ROUND(0.285, 2) = 0.29, ROUND(2.675, 2) = 2.68 —
+    DuckDB rounds the binary value (0.28, 2.67). Through DECIMAL(38, 20): below 1e15 (larger
+    DOUBLEs have no fraction left to round), elsewhere Arrow's round of the binary value."""
+    if not pa.types.is_floating(v.type):
+        return pc.round(v, ndigits=nd, round_mode="half_towards_infinity")
+    from laminardb.sql._casts import double_text
+
+    if isinstance(v, pa.Scalar):
+        return _round(pa.array([v.as_py()], v.type), nd)[0]
+    small = pc.fill_null(pc.less(pc.abs(v), 1e15), False)  # NaN compares false
+    text = double_text(pc.if_else(small, v, pa.scalar(0.0, v.type)))
+    exact = pc.round(pc.cast(text, pa.decimal128(38, 20), safe=False), ndigits=nd, round_mode="half_towards_infinity")
+    decimal = pc.cast(pc.cast(exact, pa.string()), pa.float64())  # via text: correctly rounded
+    return pc.if_else(small, pc.cast(decimal, v.type), pc.round(v, ndigits=nd, round_mode="half_towards_infinity"))
 
 
 def _unary(name: str, v: Value) -> Value:

@@ -29,7 +29,7 @@ MIN_MS, MAX_MS = -62135596800000, 253402300799999  # 0001-01-01 … 9999-12-31 2
 I64 = [0, 1, -1, 2, -2, 3, 7, -7, 10, 60_000, 1_000_000_007, 2**31 - 1, -2**31, 2**31, 2**63 - 1, -2**63, -2**63 + 1,
        1_582_934_400_000, -86_400_001]
 I32 = [0, 1, -1, 2, -3, 7, 100, 2**31 - 1, -2**31, -2**31 + 1, 65536]
-F64 = [0.0, -0.0, 0.5, -0.5, 1.0, 2.5, -2.5, 3.7, -3.7, 0.285, 1.005, 1e-7, 123456789012.0, 1e16, 1.5e15, 1e300,
+F64 = [0.0, -0.0, 0.5, -0.5, 1.0, 2.5, -2.5, 3.7, -3.7, 0.285, 1.005, 2.675, -0.125, 0.045, 1e-7, 123456789012.0, 1e16, 1.5e15, 1e300,
        -1e300, 5e-324, 2.0**63, -2.0**63, 2.0**31, math.nan, math.inf, -math.inf, 1 / 3, 100.0, 0.1]
 STRINGS = ["", " ", "Hello", "hello", "HELLO", " 12 ", "12", "+7", "-7", "2.5", " -2.5e3 ", "1e400", "NaN", "inf",
            "9223372036854775807", "9223372036854775808", "-9223372036854775808", "2147483648", "0x1A", "007",
@@ -95,9 +95,13 @@ MACROS = [
     "CREATE MACRO f2i32(x) AS TRY_CAST(CASE WHEN x >= -2147483648.0 AND x < 2147483648.0 THEN trunc(x) END AS INTEGER)",
     # epoch milliseconds ↔ TIMESTAMP within 0001 … 9999
     f"CREATE MACRO ms2ts(m) AS CASE WHEN m BETWEEN {MIN_MS} AND {MAX_MS} THEN make_timestamp(CAST(m AS BIGINT) * 1000) END",
-    "CREATE MACRO ts2ms(t) AS CAST(floor(epoch_us(CAST(t AS TIMESTAMP)) / 1000) AS BIGINT)",
+    "CREATE MACRO floor1000(v) AS (v - ((v % 1000) + 1000) % 1000) // 1000",  # exact, for any BIGINT
+    "CREATE MACRO ts2ms(t) AS floor1000(epoch_us(CAST(t AS TIMESTAMP)))",
     # TIMESTAMP(6) → (3) drops the microseconds (Flink); DuckDB's cast to TIMESTAMP_MS rounds
-    "CREATE MACRO to_ms(t) AS CAST(make_timestamp(CAST(floor(epoch_us(t) / 1000) AS BIGINT) * 1000) AS TIMESTAMP_MS)",
+    "CREATE MACRO to_ms(t) AS CAST(make_timestamp(floor1000(epoch_us(CAST(t AS TIMESTAMP))) * 1000) AS TIMESTAMP_MS)",
+    # Flink's ROUND of a DOUBLE: its shortest decimal text, half away from zero
+    "CREATE MACRO fround(x, n) AS CASE WHEN abs(x) < 1e15 THEN CAST(CAST(round(CAST(CAST(x AS VARCHAR) AS DECIMAL(38, 20)), n) "
+    "AS VARCHAR) AS DOUBLE) ELSE round(x, n) END",
     # Flink's text → number / boolean / time
     r"CREATE MACRO s2i(s) AS CASE WHEN regexp_full_match(trim(s), '[+-]?[0-9]+') "
     r"THEN TRY_CAST(ltrim(trim(s), '+') AS HUGEINT) END",

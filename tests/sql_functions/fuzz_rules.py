@@ -348,10 +348,10 @@ def _double_fns(depth):
             return E(f"ABS({x.lam})", f"abs({xd})", "DOUBLE") if x.type == "DOUBLE" else None
         if fn in ("CEIL", "FLOOR", "TRUNC"):
             return E(f"{fn}({x.lam})", f"{fn.lower()}({xd})", "DOUBLE") if x.type == "DOUBLE" else None
-        if fn == "ROUND":
-            return E(f"ROUND({x.lam})", f"round({xd})", "DOUBLE") if x.type == "DOUBLE" else None
+        if fn == "ROUND":  # Flink: the shortest decimal text, half away from zero (DuckDB: the binary value)
+            return E(f"ROUND({x.lam})", f"fround({xd}, 0)", "DOUBLE") if x.type == "DOUBLE" else None
         if fn == "ROUND2":
-            return E(f"ROUND({x.lam}, 2)", f"round({xd}, 2)", "DOUBLE") if x.type == "DOUBLE" else None
+            return E(f"ROUND({x.lam}, 2)", f"fround({xd}, 2)", "DOUBLE") if x.type == "DOUBLE" else None
         if fn == "SIGN":  # Java's signum: NaN stays NaN (DuckDB gives 0)
             return E(f"SIGN({x.lam})", f"CASE WHEN isnan({xd}) THEN {xd} ELSE CAST(sign({xd}) AS DOUBLE) END", "DOUBLE") \
                 if x.type == "DOUBLE" else None
