@@ -10,8 +10,17 @@ the comment says which rule. Pairs laminardb refuses by design are generated wit
 from __future__ import annotations
 
 from tests.sql_functions import fuzz_gen as st  # hypothesis's vocabulary over random.Random
-
-from tests.sql_functions.fuzz_grammar import ALL, DUCK_TYPE, INTS, NUMS, SQL_TYPE, TIMES, E, expressions, q
+from tests.sql_functions.fuzz_grammar import (
+    ALL,
+    DUCK_TYPE,
+    INTS,
+    NUMS,
+    SQL_TYPE,
+    TIMES,
+    E,
+    expressions,
+    q,
+)
 
 # --------------------------------------------------------------------------- helpers
 

@@ -26,12 +26,20 @@ import re
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import laminardb
-from tests.sql_functions.fuzz_grammar import ALL, CLOCK_MS, COLUMNS, DDL, MACROS, E, expressions, rows
+from tests.sql_functions.fuzz_grammar import (
+    ALL,
+    CLOCK_MS,
+    COLUMNS,
+    DDL,
+    MACROS,
+    E,
+    expressions,
+    rows,
+)
 
 EXAMPLES = int(os.environ.get("LAMINARDB_FUZZ_EXAMPLES", "40"))
 RANDOM = os.environ.get("LAMINARDB_FUZZ_RANDOM", "") not in ("", "0")
@@ -192,7 +200,7 @@ def run(drawn: list[dict], exprs: list[E], filters: list[E]) -> None:
 def _duck_or_fail(sql: str, table: pa.Table, exprs: list[E]) -> pa.Table:
     try:
         return duck_rows(sql, table)
-    except duckdb.Error as err:
+    except duckdb.Error:
         for e in exprs:  # name the translation DuckDB cannot run
             try:
                 duck_rows(f"SELECT {e.duck} FROM rows", table)
