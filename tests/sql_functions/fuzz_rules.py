@@ -148,6 +148,16 @@ def _cast(target):
     return rule
 
 
+def _float_cast(depth):
+    """CAST to FLOAT (REAL) and back: single precision, out of its range ±inf."""
+    def build(x):
+        d = f"CAST({x.duck} AS DOUBLE)"
+        duck = (f"CASE WHEN abs({d}) > 3.4028234663852886e38 AND NOT isinf({d}) THEN CAST(sign({d}) AS DOUBLE) * "
+                f"CAST('inf' AS DOUBLE) ELSE CAST(CAST({d} AS FLOAT) AS DOUBLE) END")
+        return E(f"CAST(CAST({x.lam} AS FLOAT) AS DOUBLE)", duck, "DOUBLE")
+    return one_of_types(NUMS, depth).map(build)
+
+
 def _try_cast(target):
     def rule(depth):
         def build(x):
@@ -286,7 +296,9 @@ def _in_between(depth):
                     return E(f"({x.lam} {not_}IN ({', '.join(v.lam for v in vals)}))", f"({'NOT ' if neg else ''}({anyeq}))", "BOOLEAN")
                 return E(f"({x.lam} {not_}IN ({', '.join(v.lam for v in vals)}))",
                          f"({x.duck} {not_}IN ({', '.join(v.duck for v in vals)}))", "BOOLEAN")
-            return st.lists(ex(t, depth), min_size=2, max_size=4).map(make)
+            null = E("NULL", "NULL", t)  # a bare NULL in the list: NULL when nothing matches
+            return st.lists(st.one_of(ex(t, depth), ex(t, depth), st.just(null)), min_size=2, max_size=4).map(
+                lambda xs: make(xs) if xs[0].lam != "NULL" else make([xs[1], *xs]))
 
         def make_b(xs):
             x, lo, hi = xs
@@ -410,6 +422,9 @@ def _string_fns(depth):
             return E(f"CONCAT({x.lam}, {y.lam})", f"({x.duck} || {y.duck})", "VARCHAR")
         if fn == "||":
             return E(f"({x.lam} || {y.lam})", f"({x.duck} || {y.duck})", "VARCHAR")
+        if fn == "TRIMLT":
+            side = "LEADING" if k % 2 else "TRAILING"
+            return E(f"TRIM({side} 'a!' FROM {x.lam})", f"{'ltrim' if k % 2 else 'rtrim'}({x.duck}, 'a!')", "VARCHAR")
         if fn == "CONCAT_WS":  # NULL arguments skipped, a NULL separator gives NULL
             return E(f"CONCAT_WS({y.lam}, {x.lam}, 'x', {x.lam})", f"concat_ws({y.duck}, {x.duck}, 'x', {x.duck})", "VARCHAR")
         if fn in ("LPAD", "RPAD"):
@@ -429,9 +444,22 @@ def _string_fns(depth):
             return E(f"SPLIT_INDEX({x.lam}, ',', {i})",
                      f"CASE WHEN {x.duck} = '' THEN NULL ELSE string_split({x.duck}, ',')[{i + 1}] END", "VARCHAR")
         return None
-    fns = ["UPPER", "LOWER", "SUBSTRING", "SUBSTR1", "TRIM", "LTRIM", "RTRIM", "TRIMX", "REPLACE", "CONCAT", "||",
+    fns = ["UPPER", "LOWER", "SUBSTRING", "SUBSTR1", "TRIM", "LTRIM", "RTRIM", "TRIMX", "TRIMLT", "REPLACE", "CONCAT", "||",
            "CONCAT_WS", "LPAD", "RPAD", "REGEXP_REPLACE", "REGEXP_EXTRACT", "SPLIT_INDEX"]
     return st.tuples(s, s, st.sampled_from(fns), st.integers(-4, 6), st.sampled_from(["l", "ab", "é", "", "!"])).map(
+        build).filter(lambda e: e is not None)
+
+
+def _concat_any(depth):
+    """CONCAT / || of any types: each written as CAST(… AS VARCHAR) would."""
+    def build(args):
+        x, y, op = args
+        xs, ys = cast_rule(x, "VARCHAR"), cast_rule(y, "VARCHAR")
+        if not (xs.ok() and ys.ok()):
+            return None
+        lam = f"CONCAT({x.lam}, {y.lam})" if op == "CONCAT" else f"({x.lam} || {y.lam})"
+        return E(lam, f"({xs.duck} || {ys.duck})", "VARCHAR")
+    return st.tuples(one_of_types(ALL, depth), one_of_types(ALL, depth), st.sampled_from(["CONCAT", "||"])).map(
         build).filter(lambda e: e is not None)
 
 
@@ -515,14 +543,34 @@ def _timestamps(depth):
             u = ["SECOND", "MINUTE", "HOUR", "DAY"][abs(n) % 4]
             lam = f"({t.lam} {sign} INTERVAL '{abs(n)}' {u})"
             return E(lam, f"({t.duck} {sign} INTERVAL '{abs(n)}' {u})", t.type)
+        if kind == "FLOORTO":
+            u = ["SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR"][list(_EXTRACT).index(unit) % 8]
+            if t.type == "DATE":
+                return None
+            fn = "FLOOR" if list(_EXTRACT).index(unit) % 2 else "CEIL"
+            duck = (f"date_trunc('{u.lower()}', {t.duck})" if fn == "FLOOR" else
+                    f"CASE WHEN date_trunc('{u.lower()}', {t.duck}) = {t.duck} THEN {t.duck} "
+                    f"ELSE date_trunc('{u.lower()}', {t.duck}) + INTERVAL 1 {u} END")
+            return E(f"{fn}({t.lam} TO {u})", f"CAST({duck} AS TIMESTAMP_MS)", "TIMESTAMP")
         if kind == "TO_TIMESTAMP":
             return E(f"TO_TIMESTAMP({s.lam})", f"to_ms(s2ts({s.duck}))", "TIMESTAMP")
         # with a pattern: Java's DateTimeFormatter, fields zero-padded
         return E(f"TO_TIMESTAMP({s.lam}, 'dd/MM/yyyy HH:mm:ss')",
                  f"CASE WHEN regexp_full_match({s.duck}, '[0-9]{{2}}/[0-9]{{2}}/[0-9]{{4}} [0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}') "
                  f"THEN CAST(try_strptime({s.duck}, '%d/%m/%Y %H:%M:%S') AS TIMESTAMP_MS) END", "TIMESTAMP")
-    return st.tuples(one_of_types(("TIMESTAMP", "DATE"), depth), st.sampled_from(["TRUNC", "PLUS", "TO_TIMESTAMP", "TO_TIMESTAMP_F"]),
+    return st.tuples(one_of_types(("TIMESTAMP", "DATE"), depth), st.sampled_from(["TRUNC", "PLUS", "TO_TIMESTAMP", "TO_TIMESTAMP_F", "FLOORTO"]),
                      st.sampled_from(list(_EXTRACT)), ex("VARCHAR", depth)).map(build).filter(lambda e: e is not None)
+
+
+def _ts6(depth):
+    """TIMESTAMP(6): DATE_TRUNC keeps the precision; ± INTERVAL."""
+    def build(args):
+        t, unit, n = args
+        if n % 2:
+            return E(f"DATE_TRUNC('{unit}', {t.lam})", f"date_trunc('{unit.lower()}', {t.duck})", "TIMESTAMP6")
+        return E(f"({t.lam} - INTERVAL '{n}' {unit})", f"({t.duck} - INTERVAL '{n}' {unit})", "TIMESTAMP6")
+    return st.tuples(ex("TIMESTAMP6", depth), st.sampled_from(["SECOND", "MINUTE", "HOUR", "DAY"]),
+                     st.integers(0, 5)).map(build)
 
 
 def _ts_vs_text(depth):
@@ -540,11 +588,11 @@ RULES = {
     "BIGINT": [_arith("BIGINT"), _int_ops("BIGINT"), _int_unary("BIGINT"), _length, _time_ints, _epoch_part, _cast("BIGINT"), _try_cast("BIGINT"),
                _generic("BIGINT")],
     "INT": [_arith("INT"), _int_ops("INT"), _int_unary("INT"), _cast("INT"), _generic("INT")],
-    "DOUBLE": [_arith("DOUBLE"), _double_fns, _cast("DOUBLE"), _generic("DOUBLE")],
-    "VARCHAR": [_string_fns, _date_format, _cast("VARCHAR"), _generic("VARCHAR")],
+    "DOUBLE": [_arith("DOUBLE"), _double_fns, _cast("DOUBLE"), _float_cast, _generic("DOUBLE")],
+    "VARCHAR": [_string_fns, _concat_any, _date_format, _cast("VARCHAR"), _generic("VARCHAR")],
     "BOOLEAN": [_compare, _logic, _null_tests, _distinct, _in_between, _like, _ts_vs_text, _cast("BOOLEAN"),
                 _generic("BOOLEAN")],
     "TIMESTAMP": [_timestamps, _cast("TIMESTAMP"), _generic("TIMESTAMP")],
-    "TIMESTAMP6": [_cast("TIMESTAMP6"), _generic("TIMESTAMP6")],
+    "TIMESTAMP6": [_ts6, _cast("TIMESTAMP6"), _generic("TIMESTAMP6")],
     "DATE": [_cast("DATE"), _generic("DATE")],
 }
