@@ -394,7 +394,7 @@ def _mod(a: Fn, c: Fn) -> Fn:
             return _fmod(_float(x), _float(y), b.num_rows)
         safe = _if_else(pc.equal(y, 0), pa.scalar(None, y.type), y)
         rem = pc.subtract(x, pc.multiply(pc.divide(x, safe), safe))  # integer divide truncates
-        return _if_else(pc.equal(y, -1), pa.scalar(0, rem.type), rem)  # MIN % -1 (Arrow's MIN / -1 is 0)
+        return _if_else(pc.equal(y, -1), pc.multiply(x, pa.scalar(0, x.type)), rem)  # MIN % -1 is 0 (Arrow's MIN / -1 is 0); NULL stays
 
     return fn
 
@@ -581,6 +581,9 @@ def _floor_to(node: exp.Floor | exp.Ceil, scope: Scope) -> Fn:
 def _log(node: exp.Log, scope: Scope) -> Fn:
     if node.expression is not None:
         base, x = _compile(node.this, scope), _compile(node.expression, scope)
+        exact = {10: pc.log10, 2: pc.log2}.get(_int_literal(node.this))  # LOG10(x), LOG2(x) parse as LOG(b, x)
+        if exact is not None:
+            return lambda b: exact(_float(x(b)))
         return lambda b: pc.divide(pc.ln(_float(x(b))), pc.ln(_float(base(b))))
     x = _compile(node.this, scope)
     return lambda b: pc.ln(_float(x(b)))  # LOG(x) is the natural logarithm in Flink (DuckDB: base 10)
