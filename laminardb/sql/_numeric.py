@@ -89,6 +89,18 @@ def _round(v: Value, nd: int) -> Value:
     decimal text (``BigDecimal.valueOf``): ROUND(0.285, 2) = 0.29, ROUND(2.675, 2) = 2.68 —
     DuckDB rounds the binary value (0.28, 2.67). Through DECIMAL(38, 20): below 1e15 (larger
     DOUBLEs have no fraction left to round), elsewhere Arrow's round of the binary value."""
+    if pa.types.is_integer(v.type):
+        if nd >= 0:
+            return v
+        if -nd >= len(str(2 ** (v.type.bit_width - 1))):
+            return pc.multiply(v, pa.scalar(0, v.type))  # 10^-nd beyond the type: everything rounds to 0
+        # in integers, wrapping on overflow as Java (Arrow's round raises mid-stream)
+        m = pa.scalar(10 ** -nd, v.type)
+        q = pc.divide(v, m)
+        r = pc.subtract(v, pc.multiply(q, m))
+        up = pc.greater_equal(pc.multiply(pc.abs(r), pa.scalar(2, v.type)), m)
+        step = pc.multiply(pc.sign(v).cast(v.type), m)
+        return pc.add(pc.multiply(q, m), pc.if_else(up, step, pa.scalar(0, v.type)))
     if not pa.types.is_floating(v.type):
         return pc.round(v, ndigits=nd, round_mode="half_towards_infinity")
     from laminardb.sql._casts import double_text
@@ -99,7 +111,10 @@ def _round(v: Value, nd: int) -> Value:
     text = double_text(pc.if_else(small, v, pa.scalar(0.0, v.type)))
     exact = pc.round(pc.cast(text, pa.decimal128(38, 20), safe=False), ndigits=nd, round_mode="half_towards_infinity")
     decimal = pc.cast(pc.cast(exact, pa.string()), pa.float64())  # via text: correctly rounded
-    return pc.if_else(small, pc.cast(decimal, v.type), pc.round(v, ndigits=nd, round_mode="half_towards_infinity"))
+    # |x| ≥ 1e15 is a whole number: nothing to round at nd ≥ 0 (Arrow's round would overflow
+    # scaling 1e308 by 10^nd); at nd < 0 Arrow divides, which cannot overflow
+    big = v if nd >= 0 else pc.round(v, ndigits=nd, round_mode="half_towards_infinity")
+    return pc.if_else(small, pc.cast(decimal, v.type), big)
 
 
 def _unary(name: str, v: Value) -> Value:

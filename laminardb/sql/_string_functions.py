@@ -78,15 +78,29 @@ def _concat_ws(node: exp.ConcatWs, parts: list[Fn]) -> Fn:
     sep, args = parts[0], parts[1:]
 
     def fn(b):
-        vals = [as_text(a(b)) for a in args]
-        s = as_text(sep(b))
-        if len(vals) == 1 and isinstance(vals[0], pa.Scalar):
-            vals = [pa.repeat(vals[0], b.num_rows) if vals[0].is_valid else pa.nulls(b.num_rows, pa.string())]
-        joined = pc.binary_join_element_wise(*vals, s, null_handling="skip")
-        return pc.if_else(pc.is_null(s), pa.scalar(None, pa.string()), joined) if not (
-            isinstance(s, pa.Scalar) and s.is_valid) else joined
+        n = b.num_rows
+        vals = [_array(as_text(a(b)), n) for a in args]
+        s = _array(as_text(sep(b)), n)
+        # not binary_join_element_wise(…, null_handling="skip"): Arrow 26 drops the rows whose
+        # arguments are all NULL from its output (a shorter array). Each argument brings the
+        # separator before it once an earlier one was non-NULL.
+        seen = pa.repeat(pa.scalar(False), n)
+        pieces = []
+        for v in vals:
+            valid = pc.is_valid(v)
+            with_sep = pc.if_else(seen, pc.binary_join_element_wise(s, v, ""), v)
+            pieces.append(pc.if_else(valid, with_sep, pa.scalar("")))
+            seen = pc.or_(seen, valid)
+        joined = pieces[0] if len(pieces) == 1 else pc.binary_join_element_wise(*pieces, "")
+        return pc.if_else(pc.is_null(s), pa.scalar(None, pa.string()), joined)
 
     return fn
+
+
+def _array(v: Value, n: int) -> pa.Array:
+    if isinstance(v, pa.Scalar):
+        return pa.repeat(v, n) if v.is_valid else pa.nulls(n, v.type)
+    return v.combine_chunks() if isinstance(v, pa.ChunkedArray) else v
 
 
 # --------------------------------------------------------------------------- LIKE

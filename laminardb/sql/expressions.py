@@ -390,6 +390,7 @@ def _int_divide(node: exp.IntDiv, scope: Scope) -> Fn:
 def _mod(a: Fn, c: Fn) -> Fn:
     def fn(b):
         x, y = a(b), c(b)
+        x, y = _untyped_null(x, y), _untyped_null(y, x)
         if pa.types.is_floating(x.type) or pa.types.is_floating(y.type):
             return _fmod(_float(x), _float(y), b.num_rows)
         safe = _if_else(pc.equal(y, 0), pa.scalar(None, y.type), y)

@@ -168,7 +168,7 @@ def _lit_float(v: float) -> E:
     if "e" not in text and "." not in text:
         text += ".0"
     lam = f"-{text}" if math.copysign(1, v) < 0 else text
-    return E(f"({lam})", f"CAST({lam} AS DOUBLE)", "DOUBLE")
+    return E(f"({lam})", f"CAST('{lam}' AS DOUBLE)", "DOUBLE")  # text: DuckDB reads -0.0 as DECIMAL 0
 
 
 def leaf(t: str):

@@ -426,7 +426,9 @@ def _string_fns(depth):
             side = "LEADING" if k % 2 else "TRAILING"
             return E(f"TRIM({side} 'a!' FROM {x.lam})", f"{'ltrim' if k % 2 else 'rtrim'}({x.duck}, 'a!')", "VARCHAR")
         if fn == "CONCAT_WS":  # NULL arguments skipped, a NULL separator gives NULL
-            return E(f"CONCAT_WS({y.lam}, {x.lam}, 'x', {x.lam})", f"concat_ws({y.duck}, {x.duck}, 'x', {x.duck})", "VARCHAR")
+            if k % 2:
+                return E(f"CONCAT_WS({y.lam}, {x.lam}, 'x', {x.lam})", f"concat_ws({y.duck}, {x.duck}, 'x', {x.duck})", "VARCHAR")
+            return E(f"CONCAT_WS({y.lam}, {x.lam}, {x.lam})", f"concat_ws({y.duck}, {x.duck}, {x.duck})", "VARCHAR")
         if fn in ("LPAD", "RPAD"):
             pad = pat if k % 3 else ""
             f = "flpad" if fn == "LPAD" else "frpad"

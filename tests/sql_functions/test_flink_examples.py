@@ -63,6 +63,7 @@ def test_strings():
         ("'a\\b' LIKE 'a\\b'", True), ("'a%' LIKE 'a\\%'", False),  # without ESCAPE a backslash is itself
         ("GREATEST(1, NULL)", None), ("LEAST(x, 1)", 1.0),
         ("ROUND(0.285, 2)", 0.29), ("ROUND(2.675, 2)", 2.68), ("ROUND(-2.5)", -3.0), ("ROUND(x)", 3.0), ("ROUND(n, -1)", 10),
+        ("ROUND(-15, -1)", -20), ("ROUND(1e308, 2)", 1e308), ("CONCAT_WS(',', CAST(NULL AS VARCHAR))", ""), ("MOD(NULL, -1)", None),
         ("LOG(2.718281828459045)", 1.0), ("LOG(2, 8)", 3.0), ("SIN(0)", 0.0), ("TRUNC(-2.7)", -2.0), ("7.5 % 2", 1.5),
     ])
 
