@@ -136,14 +136,16 @@ def _expand_negations(tree: exp.Expression) -> exp.Expression:
     ``negate=True``; older releases gave ``Not(Like(…))``. The compiler only knows the second
     shape, so every tree is brought to it here, whatever the sqlglot release.
     """
-    for esc in list(tree.find_all(exp.Escape)):  # x NOT LIKE p ESCAPE c: NOT (x LIKE p ESCAPE c)
-        inner = esc.this
-        if isinstance(inner, exp.Like | exp.ILike) and inner.args.get("negate"):
-            inner.set("negate", None)
-            esc.replace(exp.Not(this=exp.Paren(this=esc.copy())))
-    for node in list(tree.find_all(exp.Like, exp.ILike, exp.Is)):
-        if node.args.get("negate"):
-            node.set("negate", None)
-            inner = node.copy()
-            node.replace(exp.Not(this=exp.Paren(this=inner)))
-    return tree
+    # one node at a time, searching again after each rewrite: a rewrite copies the node, so a
+    # nested negated node found before it would be left in the discarded original
+    while True:
+        node = next((n for n in tree.find_all(exp.Like, exp.ILike, exp.Is) if n.args.get("negate")), None)
+        if node is None:
+            return tree
+        node.set("negate", None)
+        target = node.parent if isinstance(node.parent, exp.Escape) and node.parent.this is node else node
+        inner = target.copy()  # x NOT LIKE p ESCAPE c: NOT (x LIKE p ESCAPE c)
+        if target is tree:
+            return exp.Not(this=exp.Paren(this=inner))
+        target.replace(exp.Not(this=exp.Paren(this=inner)))
+
