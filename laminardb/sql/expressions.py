@@ -402,6 +402,9 @@ def _mod(a: Fn, c: Fn) -> Fn:
 
 def _cmp(name: str, x: Value, y: Value) -> Value:
     x, y = _coerce_time_literal(x, y), _coerce_time_literal(y, x)
+    if (pa.types.is_floating(x.type) and pa.types.is_integer(y.type)) or (
+            pa.types.is_integer(x.type) and pa.types.is_floating(y.type)):
+        x, y = _float(x), _float(y)  # BIGINT beyond 2^53 against a DOUBLE: Arrow's implicit cast refuses it
     try:
         return getattr(pc, name)(*_align_scalar(_untyped_null(x, y), _untyped_null(y, x)))
     except pa.ArrowNotImplementedError:

@@ -174,9 +174,12 @@ def run(drawn: list[dict], exprs: list[E], filters: list[E]) -> None:
             e = refusal(db, f"CREATE MATERIALIZED VIEW w{k} AS SELECT id FROM t WHERE {f.lam}")
             assert e is None, f"laminardb refused WHERE {f.lam}: {e!r}"
         half = max(1, table.num_rows // 2)
-        db.insert("t", table.slice(0, half))
-        if table.num_rows > half:
-            db.insert("t", table.slice(half))
+        try:
+            db.insert("t", table.slice(0, half))
+            if table.num_rows > half:
+                db.insert("t", table.slice(half))
+        except Exception as err:  # noqa: BLE001 - name the expression that raised mid-stream
+            raise AssertionError(f"laminardb raised while running rows: {err!r}; {_culprit(drawn, exprs + filters)}") from err
         got = db.query("SELECT * FROM v").to_arrow().sort_by("id")
         got_where = [sorted(db.query(f"SELECT id FROM w{k}").to_arrow()["id"].to_pylist()) for k in range(len(filters))]
     finally:
@@ -195,6 +198,20 @@ def run(drawn: list[dict], exprs: list[E], filters: list[E]) -> None:
     for k, f in enumerate(filters):
         want_ids = sorted(_duck_or_fail(f"SELECT id FROM rows WHERE {f.duck}", table, [f])["id"].to_pylist())
         assert got_where[k] == want_ids, f"WHERE {f.lam}: laminardb kept {got_where[k]}, DuckDB ({f.duck}) {want_ids}"
+
+
+def _culprit(drawn: list[dict], exprs: list[E]) -> str:
+    for e in exprs:
+        db = laminardb.open(config={"clock": lambda: CLOCK_MS})
+        try:
+            db.execute(DDL)
+            db.execute(f"CREATE MATERIALIZED VIEW one AS SELECT {e.lam} AS v FROM t")
+            db.insert("t", table_of(drawn))
+        except Exception as err:  # noqa: BLE001
+            return f"the expression: {e.lam} ({err!r})"
+        finally:
+            db.close()
+    return "no single expression raised"
 
 
 def _duck_or_fail(sql: str, table: pa.Table, exprs: list[E]) -> pa.Table:
