@@ -17,6 +17,13 @@ import pyarrow.compute as pc
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
 
 
+def to_common(v: Value, t: pa.DataType) -> Value:
+    """``v`` as the common type ``t``; an integer beyond 2^53 becomes the nearest DOUBLE (Java's
+    widening — Arrow's safe cast raises, mid-stream)."""
+    unsafe = pa.types.is_integer(v.type) and pa.types.is_floating(t)
+    return pc.cast(v, t, safe=not unsafe)
+
+
 def _untyped_null(v: Value, other: Value) -> Value:
     if isinstance(v, pa.Scalar) and pa.types.is_null(v.type):
         t = other.type if not pa.types.is_null(other.type) else pa.int64()
@@ -36,7 +43,7 @@ def _if_else(cond: Value, t: Value, f: Value) -> Value:
     f = _untyped_null(f, t)
     if t.type != f.type:
         common = _common_type(t.type, f.type)
-        t, f = pc.cast(t, common), pc.cast(f, common)
+        t, f = to_common(t, common), to_common(f, common)
     return pc.if_else(cond, t, f)
 
 
@@ -73,7 +80,7 @@ def _greatest(name: str, vals: list[Value]) -> Value:
     common = vals[0].type
     for v in vals[1:]:
         common = _common_type(common, v.type)
-    vals = [pc.cast(v, common) if v.type != common else v for v in vals]
+    vals = [to_common(v, common) if v.type != common else v for v in vals]
     r = getattr(pc, name)(*vals, skip_nulls=False)
     if pa.types.is_floating(common):
         nan = None

@@ -35,6 +35,7 @@ from laminardb.sql._numeric import (
     _round,
     _unary,
     _untyped_null,
+    to_common,
 )
 from laminardb.sql._string_functions import FUNCTIONS as STRING_FUNCTIONS
 from laminardb.sql._string_functions import as_text, compile_string
@@ -506,8 +507,8 @@ def _case(node: exp.Case, scope: Scope) -> Fn:
             common = _common_type(common, t)
         if pa.types.is_null(common):
             common = pa.int32()
-        arrays = [_broadcast(pc.cast(v, common) if not pa.types.is_null(v.type) else pa.scalar(None, common), n) for v in vals]
-        arrays.append(_broadcast(pc.cast(dv, common) if not pa.types.is_null(dv.type) else pa.scalar(None, common), n))
+        arrays = [_broadcast(to_common(v, common) if not pa.types.is_null(v.type) else pa.scalar(None, common), n) for v in vals]
+        arrays.append(_broadcast(to_common(dv, common) if not pa.types.is_null(dv.type) else pa.scalar(None, common), n))
         struct = pa.StructArray.from_arrays(conds, names=[f"c{i}" for i in range(len(conds))])
         return pc.case_when(struct, *arrays)
 
@@ -521,7 +522,7 @@ def _coalesce(vals: list[Value]) -> Value:
     common = types[0]
     for t in types[1:]:
         common = _common_type(common, t)
-    cast = [pc.cast(v, common) if not pa.types.is_null(v.type) else pa.scalar(None, common) for v in vals]
+    cast = [to_common(v, common) if not pa.types.is_null(v.type) else pa.scalar(None, common) for v in vals]
     return pc.coalesce(*cast)
 
 
