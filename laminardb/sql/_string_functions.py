@@ -42,6 +42,8 @@ def compile_string(node: exp.Expression, compile_arg: CompileArg) -> Fn | None:
         return _like(node, compile_arg, None)
     if isinstance(node, exp.Pad):
         return _pad(node, compile_arg)
+    if isinstance(node, exp.Substring):
+        return _substring(node, compile_arg)
     if isinstance(node, exp.RegexpReplace):
         return _regexp_replace(node, compile_arg)
     return None
@@ -157,7 +159,9 @@ def _like(node: exp.Like | exp.ILike, compile_arg: CompileArg, escape_node) -> F
 # --------------------------------------------------------------------------- LPAD / RPAD
 
 
-def _int_literal(node: exp.Expression) -> int | None:
+def _int_literal(node: exp.Expression | None) -> int | None:
+    if isinstance(node, exp.Paren):
+        return _int_literal(node.this)
     if isinstance(node, exp.Literal) and not node.is_string:
         try:
             return int(node.this)
@@ -195,6 +199,33 @@ def _pad(node: exp.Pad, compile_arg: CompileArg) -> Fn:
         return pc.binary_join_element_wise(p, cut, "") if left else pc.binary_join_element_wise(cut, p, "")
 
     return fn
+
+
+# --------------------------------------------------------------------------- SUBSTRING
+
+
+def _substring(node: exp.Substring, compile_arg: CompileArg) -> Fn:
+    """SUBSTRING(s, pos[, len]) by Flink's rule: ``pos`` 1-based, 0 reads as 1, negative counts
+    from the end (before the start: ''); a negative ``len`` gives NULL. Literal bounds."""
+    a = compile_arg(node.this)
+    start_node, len_node = node.args.get("start"), node.args.get("length")
+    pos, length = _int_literal(start_node), _int_literal(len_node) if len_node is not None else None
+    if pos is None or (len_node is not None and length is None):
+        raise UnsupportedSqlError(f"{node.sql()}: SUBSTRING needs integer literals for start and length")
+    if length is not None and length < 0:
+        return lambda b: pa.scalar(None, pa.string())
+    if pos >= 0:
+        start = max(pos - 1, 0)
+        stop = start + length if length is not None else None
+        return lambda b: pc.utf8_slice_codeunits(as_text(a(b)), start=start, stop=stop)
+    stop = pos + length if length is not None and pos + length < 0 else None
+
+    def from_end(b):
+        v = as_text(a(b))
+        cut = pc.utf8_slice_codeunits(v, start=pos, stop=stop)
+        return pc.if_else(pc.less(pc.utf8_length(v), -pos), pa.scalar(""), cut)
+
+    return from_end
 
 
 # --------------------------------------------------------------------------- REGEXP_REPLACE

@@ -38,7 +38,7 @@ from laminardb.sql._numeric import (
     to_common,
 )
 from laminardb.sql._string_functions import FUNCTIONS as STRING_FUNCTIONS
-from laminardb.sql._string_functions import as_text, compile_string
+from laminardb.sql._string_functions import compile_string
 from laminardb.sql.exceptions import SqlTypeError, UnknownColumnError, UnsupportedSqlError
 from laminardb.sql.functions import FUNCTIONS as MORE_FUNCTIONS
 from laminardb.sql.functions import compile_function
@@ -222,8 +222,6 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
     if isinstance(node, exp.Length):
         a = _compile(node.this, scope)
         return lambda b: pc.cast(pc.utf8_length(a(b)), pa.int64())
-    if isinstance(node, exp.Substring):
-        return _substring(node, scope)
     if isinstance(node, exp.Trim):
         a = _compile(node.this, scope)
         pos = (node.args.get("position") or "BOTH").upper()
@@ -531,28 +529,6 @@ def _nullif(a: Value, c: Value) -> Value:
     return _if_else(eq, pa.scalar(None, a.type), a)
 
 
-def _substring(node: exp.Substring, scope: Scope) -> Fn:
-    a = _compile(node.this, scope)
-    start_node, len_node = node.args.get("start"), node.args.get("length")
-    pos, length = _int_literal(start_node), _int_literal(len_node) if len_node is not None else None
-    if pos is None or (len_node is not None and length is None):
-        raise UnsupportedSqlError(f"{node.sql()}: SUBSTRING needs integer literals for start and length")
-    if length is not None and length < 0:
-        return lambda b: pa.scalar(None, pa.string())  # Flink: a negative length gives NULL
-    if pos >= 0:  # Flink: position 0 is position 1
-        start = max(pos - 1, 0)
-        stop = start + length if length is not None else None
-        return lambda b: pc.utf8_slice_codeunits(_str(a(b)), start=start, stop=stop)
-    stop = pos + length if length is not None and pos + length < 0 else None
-
-    def from_end(b):  # a negative position counts from the end; before the start is ''
-        v = _str(a(b))
-        cut = pc.utf8_slice_codeunits(v, start=pos, stop=stop)
-        return _if_else(pc.less(pc.utf8_length(v), -pos), pa.scalar(""), cut)
-
-    return from_end
-
-
 def _int_literal(node: exp.Expression | None) -> int | None:
     if isinstance(node, exp.Paren):
         return _int_literal(node.this)
@@ -592,10 +568,6 @@ def _log(node: exp.Log, scope: Scope) -> Fn:
         return lambda b: pc.divide(pc.ln(_float(x(b))), pc.ln(_float(base(b))))
     x = _compile(node.this, scope)
     return lambda b: pc.ln(_float(x(b)))  # LOG(x) is the natural logarithm in Flink (DuckDB: base 10)
-
-
-def _str(v: Value) -> Value:
-    return as_text(v)
 
 
 def _not_distinct(x: Value, y: Value, same: bool) -> Value:
