@@ -17,13 +17,24 @@ from sqlglot.errors import ParseError, TokenError
 from laminardb.sql.exceptions import SqlParseError, UnsupportedJoinError
 
 
+def _timestampdiff(args: list) -> exp.Expression:
+    """Flink's ``TIMESTAMPDIFF(unit, start, end)`` (sqlglot's default reads (start, end, unit))."""
+    if len(args) != 3:
+        raise ParseError("TIMESTAMPDIFF takes (unit, start, end)")
+    unit, start, end = args
+    return exp.TimestampDiff(this=end, expression=start, unit=exp.var(unit.name.upper()))
+
+
 class LaminarDialect(Dialect):
     class Tokenizer(tokens.Tokenizer):
         IDENTIFIERS = ['"', "`"]
         KEYWORDS = {**{k: v for k, v in tokens.Tokenizer.KEYWORDS.items() if k != "SESSION"},
-                    "MATCH_CONDITION": tokens.TokenType.MATCH_CONDITION}  # ASOF JOIN … MATCH_CONDITION(…)
+                    "MATCH_CONDITION": tokens.TokenType.MATCH_CONDITION,  # ASOF JOIN … MATCH_CONDITION(…)
+                    "//": tokens.TokenType.DIV}  # integer division, parsed as IntDiv (as DuckDB's dialect)
 
     class Parser(parser.Parser):
+        FUNCTIONS = {**parser.Parser.FUNCTIONS, "TIMESTAMPDIFF": _timestampdiff}
+
         def _parse_join_parts(self):
             method, side, kind = super()._parse_join_parts()
             if method is None and side is not None and self._match(tokens.TokenType.ASOF):
@@ -125,9 +136,16 @@ def _expand_negations(tree: exp.Expression) -> exp.Expression:
     ``negate=True``; older releases gave ``Not(Like(…))``. The compiler only knows the second
     shape, so every tree is brought to it here, whatever the sqlglot release.
     """
-    for node in list(tree.find_all(exp.Like, exp.ILike, exp.Is)):
-        if node.args.get("negate"):
-            node.set("negate", None)
-            inner = node.copy()
-            node.replace(exp.Not(this=exp.Paren(this=inner)))
-    return tree
+    # one node at a time, searching again after each rewrite: a rewrite copies the node, so a
+    # nested negated node found before it would be left in the discarded original
+    while True:
+        node = next((n for n in tree.find_all(exp.Like, exp.ILike, exp.Is) if n.args.get("negate")), None)
+        if node is None:
+            return tree
+        node.set("negate", None)
+        target = node.parent if isinstance(node.parent, exp.Escape) and node.parent.this is node else node
+        inner = target.copy()  # x NOT LIKE p ESCAPE c: NOT (x LIKE p ESCAPE c)
+        if target is tree:
+            return exp.Not(this=exp.Paren(this=inner))
+        target.replace(exp.Not(this=exp.Paren(this=inner)))
+

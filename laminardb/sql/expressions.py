@@ -3,10 +3,13 @@
 Entry point: ``compile_expr(node, scope) -> Expr``. An ``Expr`` is a closure over a
 ``RecordBatch`` that returns an Arrow array, built from ``pyarrow.compute`` kernels — one
 C++ kernel call per operator per batch, never a Python loop over rows. SQL NULL semantics
-follow DuckDB (the test oracle): three-valued AND/OR, NULL-propagating arithmetic,
-``/`` is DOUBLE division (``x / 0`` is ±inf), ``IN`` with a NULL in the list is NULL when
-nothing matches. Where DuckDB raises mid-query (``%`` or ``//`` by zero) a stream cannot
-stop, so those give NULL.
+follow Flink's, each difference from DuckDB (the test oracle) written in docs/sql.md:
+three-valued AND/OR, NULL-propagating arithmetic, integer overflow wrapping around (Java),
+``/`` is DOUBLE division (``x / 0`` is ±inf), ``//`` integer division truncating toward zero,
+``IN`` with a NULL in the list is NULL when nothing matches. Where Flink or DuckDB raise
+mid-query (``%`` or ``//`` by zero, a CAST that does not fit) a stream cannot stop, so
+those give NULL. CAST lives in ``_casts.py``, string functions in ``_string_functions.py``,
+date and time functions in ``_datetime_functions.py`` and ``functions.py``.
 """
 
 from __future__ import annotations
@@ -19,12 +22,28 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from laminardb.errors import ConversionError
+from laminardb.sql._casts import compile_cast
+from laminardb.sql._datetime_functions import FUNCTIONS as TIME_FUNCTIONS
+from laminardb.sql._datetime_functions import compile_datetime
+from laminardb.sql._numeric import (
+    _broadcast,
+    _common_type,
+    _float,
+    _fmod,
+    _greatest,
+    _if_else,
+    _round,
+    _unary,
+    _untyped_null,
+    to_common,
+)
+from laminardb.sql._string_functions import FUNCTIONS as STRING_FUNCTIONS
+from laminardb.sql._string_functions import compile_string
 from laminardb.sql.exceptions import SqlTypeError, UnknownColumnError, UnsupportedSqlError
 from laminardb.sql.functions import FUNCTIONS as MORE_FUNCTIONS
 from laminardb.sql.functions import compile_function
 from laminardb.sql.intervals import interval_ms
-from laminardb.sql.types import parse_type, type_name
+from laminardb.sql.types import type_name
 
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
 Fn = Callable[[pa.RecordBatch], Value]
@@ -114,6 +133,8 @@ _UNARY_FUNCS = {
     exp.Sign: "sign",
 }
 _NAMED_UNARY = {"LOG10": "log10", "LOG2": "log2", "SIN": "sin", "COS": "cos", "TAN": "tan", "TRUNC": "trunc"}
+_FLOAT_FUNCS = {exp.Sin: "sin", exp.Cos: "cos", exp.Tan: "tan", exp.Trunc: "trunc"}  # sqlglot ≥ 30 has classes
+_TIME_UNITS = ("MILLISECOND", "SECOND", "MINUTE", "HOUR", "DAY", "WEEK", "MONTH", "QUARTER", "YEAR")
 
 
 def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one dispatch table
@@ -167,6 +188,10 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
     if isinstance(node, exp.Not):
         a = _compile(node.this, scope)
         return lambda b: pc.invert(_bool(a(b)))
+    if isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):  # IS [NOT] DISTINCT FROM
+        a, c = _compile(node.this, scope), _compile(node.expression, scope)
+        same = isinstance(node, exp.NullSafeEQ)
+        return lambda b: _not_distinct(a(b), c(b), same)
     if isinstance(node, exp.Is):
         a = _compile(node.this, scope)
         if isinstance(node.expression, exp.Null):
@@ -187,7 +212,7 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
                       _compile(node.args["false"], scope) if node.args.get("false") else (lambda b: pa.scalar(None)))
         return lambda b: _if_else(pc.fill_null(_bool(cond(b)), False), t(b), f(b))
     if isinstance(node, exp.Cast | exp.TryCast):
-        return _cast(node, scope)
+        return compile_cast(node, _compile(node.this, scope))
     if isinstance(node, exp.Coalesce):
         parts = [_compile(node.this, scope)] + [_compile(e, scope) for e in node.expressions]
         return lambda b: _coalesce([p(b) for p in parts])
@@ -197,8 +222,6 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
     if isinstance(node, exp.Length):
         a = _compile(node.this, scope)
         return lambda b: pc.cast(pc.utf8_length(a(b)), pa.int64())
-    if isinstance(node, exp.Substring):
-        return _substring(node, scope)
     if isinstance(node, exp.Trim):
         a = _compile(node.this, scope)
         pos = (node.args.get("position") or "BOTH").upper()
@@ -215,36 +238,31 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
         if not isinstance(old, exp.Literal) or not isinstance(new, exp.Literal):
             raise UnsupportedSqlError("REPLACE needs literal search and replacement strings")
         return lambda b: pc.replace_substring(a(b), pattern=old.this, replacement=new.this)
-    if isinstance(node, exp.DPipe):
-        a, c = _compile(node.this, scope), _compile(node.expression, scope)
-        return lambda b: pc.binary_join_element_wise(_str(a(b)), _str(c(b)), "")
-    if isinstance(node, exp.Concat):
-        parts = [_compile(e, scope) for e in node.expressions]
-        return lambda b: pc.binary_join_element_wise(
-            *[pc.fill_null(_str(p(b)), "") if not isinstance(p(b), pa.Scalar) or p(b).is_valid else pa.scalar("") for p in parts],
-            "",
-        )
-    if isinstance(node, exp.Like | exp.ILike):
-        a, pat = _compile(node.this, scope), node.expression
-        if not isinstance(pat, exp.Literal):
-            raise UnsupportedSqlError("LIKE needs a literal pattern")
-        ic = isinstance(node, exp.ILike)
-        return lambda b: pc.match_like(a(b), pattern=pat.this, ignore_case=ic)
     if isinstance(node, exp.Round):
         a = _compile(node.this, scope)
-        nd = int(node.args["decimals"].this) if node.args.get("decimals") is not None else 0
-        return lambda b: pc.round(a(b), ndigits=nd, round_mode="half_towards_infinity")
+        nd = _int_literal(node.args["decimals"]) if node.args.get("decimals") is not None else 0
+        if nd is None or not -18 <= nd <= 18:
+            raise UnsupportedSqlError(f"{node.sql()}: ROUND's digits must be an integer literal from -18 to 18")
+        return lambda b: _round(a(b), nd)
     if isinstance(node, exp.Pow):
         a, c = _compile(node.this, scope), _compile(node.expression, scope)
         return lambda b: pc.power(_float(a(b)), _float(c(b)))
     if isinstance(node, exp.Greatest | exp.Least):
         parts = [_compile(node.this, scope)] + [_compile(e, scope) for e in node.expressions]
         name = "max_element_wise" if isinstance(node, exp.Greatest) else "min_element_wise"
-        return lambda b: getattr(pc, name)(*[p(b) for p in parts])
+        return lambda b: _greatest(name, [p(b) for p in parts])
+    if isinstance(node, exp.Floor | exp.Ceil) and node.args.get("to") is not None:
+        return _floor_to(node, scope)
+    for cls, name in _FLOAT_FUNCS.items():
+        if isinstance(node, cls):
+            a = _compile(node.this, scope)
+            if node.args.get("decimals") is not None:
+                raise UnsupportedSqlError(f"{node.sql()}: TRUNC takes one argument")
+            return lambda b, name=name: getattr(pc, name)(_float(a(b)))
     for cls, name in _UNARY_FUNCS.items():
         if isinstance(node, cls):
             a = _compile(node.this, scope)
-            return lambda b, name=name: getattr(pc, name)(a(b))
+            return lambda b, name=name: _unary(name, a(b))
     if isinstance(node, exp.Log):
         return _log(node, scope)
     if isinstance(node, exp.Anonymous) and node.name.upper() in _NAMED_UNARY:
@@ -253,21 +271,25 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
         return lambda b: getattr(pc, name)(_float(a(b)))
     if isinstance(node, exp.Anonymous) and node.name.upper() == "MOD":
         return _mod(_compile(node.expressions[0], scope), _compile(node.expressions[1], scope))
-    fn = compile_function(node, scope, lambda e: _compile(e, scope))  # Flink's functions, Python UDFs
+    fn = compile_string(node, lambda e: _compile(e, scope))
+    if fn is None:
+        fn = compile_datetime(node, lambda e: _compile(e, scope))
+    if fn is None:
+        fn = compile_function(node, scope, lambda e: _compile(e, scope))  # Flink's functions, Python UDFs
     if fn is not None:
         return fn
     if isinstance(node, exp.AggFunc):
         raise UnsupportedSqlError(f"aggregate {node.sql()} is not allowed here (WHERE, GROUP BY or a non-aggregating query)")
     if isinstance(node, exp.Func):
         name = node.name.upper() if isinstance(node, exp.Anonymous) else node.sql_name()
-        known = ", ".join(sorted(FUNCTIONS + MORE_FUNCTIONS))
+        known = ", ".join(sorted(FUNCTIONS + MORE_FUNCTIONS + TIME_FUNCTIONS + STRING_FUNCTIONS))
         raise UnsupportedSqlError(f"function {name} is not supported; supported functions: {known}; or register "
                                   f"a Python UDF: conn.register_udf('{name.lower()}', fn, 'VARCHAR')")
     raise UnsupportedSqlError(f"unsupported expression: {node.sql()}")
 
 
 #: the scalar functions ``compile_expr`` evaluates (operators, CASE, CAST, IN, LIKE … aside)
-FUNCTIONS = ("ABS", "CEIL", "COALESCE", "CONCAT", "COS", "EXP", "FLOOR", "GREATEST", "IF", "LEAST",
+FUNCTIONS = ("ABS", "CAST", "CEIL", "COALESCE", "CONCAT", "COS", "EXP", "FLOOR", "GREATEST", "IF", "LEAST",
              "LENGTH", "LN", "LOG", "LOG10", "LOG2", "LOWER", "MOD", "NULLIF", "POWER", "REPLACE",
              "ROUND", "SIGN", "SIN", "SQRT", "SUBSTRING", "TAN", "TRIM", "TRUNC", "TRY_CAST", "UPPER")
 
@@ -304,7 +326,10 @@ def _binary(node: exp.Binary, scope: Scope, name: str) -> Fn:
         x, y = a(b), c(b)
         if pa.types.is_string(x.type) or pa.types.is_string(y.type):
             raise SqlTypeError(f"{node.sql()!r}: arithmetic on VARCHAR; CAST it to a number first")
-        return getattr(pc, name)(*_align_scalar(_untyped_null(x, y), _untyped_null(y, x)))
+        x, y = _untyped_null(x, y), _untyped_null(y, x)
+        if pa.types.is_floating(x.type) != pa.types.is_floating(y.type):
+            x, y = _float(x), _float(y)
+        return getattr(pc, name)(*_align_scalar(x, y))
 
     return fn
 
@@ -330,23 +355,10 @@ def _scalar_as(s: pa.Scalar, t: pa.DataType) -> pa.Scalar:
     key = (s.as_py(), str(s.type), str(t))
     hit = _SCALAR_CACHE.get(key)
     if hit is None:
-        hit = s.cast(t)
+        hit = s.cast(t, safe=False)
         if len(_SCALAR_CACHE) < 4096:
             _SCALAR_CACHE[key] = hit
     return hit
-
-
-def _untyped_null(v: Value, other: Value) -> Value:
-    if isinstance(v, pa.Scalar) and pa.types.is_null(v.type):
-        t = other.type if not pa.types.is_null(other.type) else pa.int64()
-        return pa.scalar(None, t)
-    return v
-
-
-def _float(v: Value) -> Value:
-    if pa.types.is_null(v.type):
-        return pa.scalar(None, pa.float64()) if isinstance(v, pa.Scalar) else pa.nulls(len(v), pa.float64())
-    return pc.cast(v, pa.float64()) if not pa.types.is_floating(v.type) else v
 
 
 def _divide(node: exp.Div, scope: Scope) -> Fn:
@@ -361,10 +373,15 @@ def _divide(node: exp.Div, scope: Scope) -> Fn:
 def _int_divide(node: exp.IntDiv, scope: Scope) -> Fn:
     a, c = _compile(node.this, scope), _compile(node.expression, scope)
 
-    def fn(b):
-        x, y = a(b), c(b)
+    def fn(b):  # Flink's (Java's) integer division: truncated toward zero; by zero NULL
+        x, y = _untyped_null(a(b), pa.scalar(None, pa.int64())), _untyped_null(c(b), pa.scalar(None, pa.int64()))
+        if not (pa.types.is_integer(x.type) and pa.types.is_integer(y.type)):
+            raise SqlTypeError(f"{node.sql()!r}: // divides integers (truncating toward zero), got "
+                               f"{type_name(x.type)} and {type_name(y.type)}; for numbers use FLOOR(x / y) or TRUNC(x / y)")
+        x, y = _align_scalar(x, y)
         safe_y = _if_else(pc.equal(y, 0), pa.scalar(None, y.type), y)
-        return pc.floor(pc.divide(_float(x), _float(safe_y))).cast(pa.int64())
+        # Arrow's integer divide truncates; MIN // -1 wraps to MIN as in Java (Arrow gives 0)
+        return _if_else(pc.equal(y, -1), pc.negate(x), pc.divide(x, safe_y))
 
     return fn
 
@@ -372,18 +389,21 @@ def _int_divide(node: exp.IntDiv, scope: Scope) -> Fn:
 def _mod(a: Fn, c: Fn) -> Fn:
     def fn(b):
         x, y = a(b), c(b)
+        x, y = _untyped_null(x, y), _untyped_null(y, x)
         if pa.types.is_floating(x.type) or pa.types.is_floating(y.type):
-            xf, yf = _float(x), _float(y)
-            safe = _if_else(pc.equal(yf, 0.0), pa.scalar(None, pa.float64()), yf)
-            return pc.subtract(xf, pc.multiply(pc.trunc(pc.divide(xf, safe)), safe))
+            return _fmod(_float(x), _float(y), b.num_rows)
         safe = _if_else(pc.equal(y, 0), pa.scalar(None, y.type), y)
-        return pc.subtract(x, pc.multiply(pc.divide(x, safe), safe))  # integer divide truncates
+        rem = pc.subtract(x, pc.multiply(pc.divide(x, safe), safe))  # integer divide truncates
+        return _if_else(pc.equal(y, -1), pc.multiply(x, pa.scalar(0, x.type)), rem)  # MIN % -1 is 0 (Arrow's MIN / -1 is 0); NULL stays
 
     return fn
 
 
 def _cmp(name: str, x: Value, y: Value) -> Value:
     x, y = _coerce_time_literal(x, y), _coerce_time_literal(y, x)
+    if (pa.types.is_floating(x.type) and pa.types.is_integer(y.type)) or (
+            pa.types.is_integer(x.type) and pa.types.is_floating(y.type)):
+        x, y = _float(x), _float(y)  # BIGINT beyond 2^53 against a DOUBLE: Arrow's implicit cast refuses it
     try:
         return getattr(pc, name)(*_align_scalar(_untyped_null(x, y), _untyped_null(y, x)))
     except pa.ArrowNotImplementedError:
@@ -391,10 +411,20 @@ def _cmp(name: str, x: Value, y: Value) -> Value:
 
 
 def _coerce_time_literal(v: Value, other: Value) -> Value:
+    if pa.types.is_date(v.type) and pa.types.is_timestamp(other.type):
+        return pc.cast(v, other.type)  # a DATE meets a TIMESTAMP at midnight
+    if isinstance(v, pa.Scalar) and pa.types.is_string(v.type) and pa.types.is_date(other.type):
+        return compile_cast_text(v, other.type)
     if isinstance(v, pa.Scalar) and pa.types.is_string(v.type) and pa.types.is_timestamp(other.type):
         return pc.cast(pc.strptime(v, format="%Y-%m-%d %H:%M:%S", unit="ms", error_is_null=False)
                        if " " in v.as_py() else pc.strptime(v, format="%Y-%m-%d", unit="ms"), other.type)
     return v
+
+
+def compile_cast_text(v: pa.Scalar, t: pa.DataType) -> pa.Scalar:
+    from laminardb.sql._casts import cast_value
+
+    return cast_value(v, t, ("str", "date"))
 
 
 def _compare(node: exp.Binary, scope: Scope, name: str) -> Fn:
@@ -451,29 +481,6 @@ def _any_equal(x: Value, items: list[Value]) -> Value:
     return out
 
 
-def _if_else(cond: Value, t: Value, f: Value) -> Value:
-    t = _untyped_null(t, f)
-    f = _untyped_null(f, t)
-    if t.type != f.type:
-        common = _common_type(t.type, f.type)
-        t, f = pc.cast(t, common), pc.cast(f, common)
-    return pc.if_else(cond, t, f)
-
-
-def _common_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    if pa.types.is_null(a):
-        return b
-    if pa.types.is_null(b):
-        return a
-    if pa.types.is_floating(a) or pa.types.is_floating(b):
-        return pa.float64()
-    if pa.types.is_integer(a) and pa.types.is_integer(b):
-        return pa.int64()
-    if pa.types.is_string(a) or pa.types.is_string(b):
-        return pa.string()
-    return a
-
-
 def _case(node: exp.Case, scope: Scope) -> Fn:
     subject = _compile(node.this, scope) if node.this is not None else None
     ifs = [(_compile(i.this, scope), _compile(i.args["true"], scope)) for i in node.args["ifs"]]
@@ -498,45 +505,10 @@ def _case(node: exp.Case, scope: Scope) -> Fn:
             common = _common_type(common, t)
         if pa.types.is_null(common):
             common = pa.int32()
-        arrays = [_broadcast(pc.cast(v, common) if not pa.types.is_null(v.type) else pa.scalar(None, common), n) for v in vals]
-        arrays.append(_broadcast(pc.cast(dv, common) if not pa.types.is_null(dv.type) else pa.scalar(None, common), n))
+        arrays = [_broadcast(to_common(v, common) if not pa.types.is_null(v.type) else pa.scalar(None, common), n) for v in vals]
+        arrays.append(_broadcast(to_common(dv, common) if not pa.types.is_null(dv.type) else pa.scalar(None, common), n))
         struct = pa.StructArray.from_arrays(conds, names=[f"c{i}" for i in range(len(conds))])
         return pc.case_when(struct, *arrays)
-
-    return fn
-
-
-def _broadcast(v: Value, n: int) -> pa.Array:
-    if isinstance(v, pa.Scalar):
-        return pa.repeat(v, n) if v.is_valid else pa.nulls(n, v.type)
-    return v
-
-
-def _cast(node: exp.Cast, scope: Scope) -> Fn:
-    a = _compile(node.this, scope)
-    target = parse_type(node.to.sql())
-    safe = isinstance(node, exp.TryCast)
-
-    def fn(b):
-        v = a(b)
-        if pa.types.is_null(v.type):
-            return pa.scalar(None, target) if isinstance(v, pa.Scalar) else pa.nulls(len(v), target)
-        if pa.types.is_string(v.type) and pa.types.is_boolean(target):
-            low = pc.utf8_lower(pc.utf8_trim_whitespace(v))
-            return _if_else(pc.is_in(low, value_set=pa.array(["true", "t", "1", "yes"])), pa.scalar(True),
-                            _if_else(pc.is_in(low, value_set=pa.array(["false", "f", "0", "no"])), pa.scalar(False), pa.scalar(None, pa.bool_())))
-        if pa.types.is_floating(v.type) and pa.types.is_integer(target):
-            v = pc.round(v, round_mode="half_towards_infinity")
-        if pa.types.is_floating(v.type) and pa.types.is_string(target):
-            s = pc.cast(v, pa.string())  # DuckDB writes whole doubles as '1.0', Arrow as '1'
-            whole = pc.match_substring_regex(s, r"^-?[0-9]+$")
-            return _if_else(whole, pc.binary_join_element_wise(s, ".0", ""), s)
-        try:
-            return pc.cast(v, target, safe=not safe)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-            if safe:
-                return pa.nulls(len(v), target) if not isinstance(v, pa.Scalar) else pa.scalar(None, target)
-            raise ConversionError(f"CAST in {node.sql()!r} failed: {_arrow_msg(e)}; use TRY_CAST to get NULL instead") from None
 
     return fn
 
@@ -548,7 +520,7 @@ def _coalesce(vals: list[Value]) -> Value:
     common = types[0]
     for t in types[1:]:
         common = _common_type(common, t)
-    cast = [pc.cast(v, common) if not pa.types.is_null(v.type) else pa.scalar(None, common) for v in vals]
+    cast = [to_common(v, common) if not pa.types.is_null(v.type) else pa.scalar(None, common) for v in vals]
     return pc.coalesce(*cast)
 
 
@@ -557,30 +529,54 @@ def _nullif(a: Value, c: Value) -> Value:
     return _if_else(eq, pa.scalar(None, a.type), a)
 
 
-def _substring(node: exp.Substring, scope: Scope) -> Fn:
+def _int_literal(node: exp.Expression | None) -> int | None:
+    if isinstance(node, exp.Paren):
+        return _int_literal(node.this)
+    if isinstance(node, exp.Neg):
+        v = _int_literal(node.this)
+        return None if v is None else -v
+    if isinstance(node, exp.Literal) and not node.is_string and node.this.lstrip("-").isdigit():
+        return int(node.this)
+    return None
+
+
+def _floor_to(node: exp.Floor | exp.Ceil, scope: Scope) -> Fn:
+    """Flink's FLOOR(t TO unit) / CEIL(t TO unit): a TIMESTAMP rounded to the unit (WEEK: Monday)."""
+    unit = node.args["to"].name.upper()
+    if unit not in _TIME_UNITS:
+        raise UnsupportedSqlError(f"{node.sql()}: the unit must be one of {', '.join(_TIME_UNITS)}")
     a = _compile(node.this, scope)
-    start_node, len_node = node.args.get("start"), node.args.get("length")
-    if not isinstance(start_node, exp.Literal) or (len_node is not None and not isinstance(len_node, exp.Literal)):
-        raise UnsupportedSqlError("SUBSTRING needs literal start and length")
-    start = max(int(start_node.this) - 1, 0)
-    stop = start + int(len_node.this) if len_node is not None else None
-    return lambda b: pc.utf8_slice_codeunits(a(b), start=start, stop=stop)
+    kernel = pc.floor_temporal if isinstance(node, exp.Floor) else pc.ceil_temporal
+
+    def fn(b):
+        v = a(b)
+        if pa.types.is_date(v.type):
+            v = pc.cast(v, pa.timestamp("ms"))
+        if not pa.types.is_timestamp(v.type):
+            raise SqlTypeError(f"{node.sql()}: expected a TIMESTAMP or DATE, got {type_name(v.type)}")
+        return kernel(v, unit=unit.lower(), week_starts_monday=True)
+
+    return fn
 
 
 def _log(node: exp.Log, scope: Scope) -> Fn:
     if node.expression is not None:
         base, x = _compile(node.this, scope), _compile(node.expression, scope)
+        exact = {10: pc.log10, 2: pc.log2}.get(_int_literal(node.this))  # LOG10(x), LOG2(x) parse as LOG(b, x)
+        if exact is not None:
+            return lambda b: exact(_float(x(b)))
         return lambda b: pc.divide(pc.ln(_float(x(b))), pc.ln(_float(base(b))))
     x = _compile(node.this, scope)
-    return lambda b: pc.log10(_float(x(b)))
+    return lambda b: pc.ln(_float(x(b)))  # LOG(x) is the natural logarithm in Flink (DuckDB: base 10)
 
 
-def _str(v: Value) -> Value:
-    if pa.types.is_string(v.type):
-        return v
-    if pa.types.is_null(v.type):
-        return pa.scalar(None, pa.string()) if isinstance(v, pa.Scalar) else pa.nulls(len(v), pa.string())
-    return pc.cast(v, pa.string())
+def _not_distinct(x: Value, y: Value, same: bool) -> Value:
+    """``x IS NOT DISTINCT FROM y`` (``same``) or ``IS DISTINCT FROM``: NULL equals NULL, never NULL."""
+    eq = _cmp("equal", x, y)
+    both = pc.and_(_is_null(x), _is_null(y))
+    either = pc.or_(_is_null(x), _is_null(y))
+    r = pc.if_else(both, pa.scalar(True), pc.if_else(either, pa.scalar(False), pc.fill_null(eq, False)))
+    return r if same else pc.invert(r)
 
 
 def evaluate_mask(expr: Expr, batch: pa.RecordBatch) -> np.ndarray:

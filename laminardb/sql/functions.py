@@ -133,15 +133,23 @@ def _proctime(clock) -> Fn:
     return run
 
 
+_MIN_MS, _MAX_MS = -62135596800000, 253402300799999  # 0001-01-01 … 9999-12-31 23:59:59.999
+
+
 def _as_timestamp(v: pa.Array, sql: str) -> pa.Array:
-    """TIMESTAMP as is; BIGINT as epoch milliseconds; anything else is a type error."""
+    """TIMESTAMP as is; DATE at midnight; BIGINT as epoch milliseconds (NULL outside the
+    years 0001-9999, as CAST); anything else is a type error."""
     if pa.types.is_timestamp(v.type):
         return v
+    if pa.types.is_date(v.type):
+        return pc.cast(v, pa.timestamp("ms"))
     if pa.types.is_integer(v.type):
-        return pc.cast(pc.cast(v, pa.int64()), pa.timestamp("ms"))
+        ms = pc.cast(v, pa.int64())
+        ok = pc.and_(pc.greater_equal(ms, _MIN_MS), pc.less_equal(ms, _MAX_MS))
+        return pc.cast(pc.if_else(ok, ms, pa.scalar(None, pa.int64())), pa.timestamp("ms"))
     if pa.types.is_null(v.type):
         return pa.nulls(len(v), pa.timestamp("ms"))
-    raise SqlTypeError(f"{sql}: expected TIMESTAMP or BIGINT epoch milliseconds, got {type_name(v.type)}")
+    raise SqlTypeError(f"{sql}: expected TIMESTAMP, DATE or BIGINT epoch milliseconds, got {type_name(v.type)}")
 
 
 def _time_part(sql: str, part: str, arg: Fn) -> Fn:

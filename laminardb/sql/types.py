@@ -24,6 +24,7 @@ _SIMPLE: dict[str, pa.DataType] = {
     "STRING": pa.string(),
     "TEXT": pa.string(),
     "TIMESTAMP": pa.timestamp("ms"),
+    "DATE": pa.date32(),
 }
 _TICKS_PER_MS = {"ms": 1, "us": 1000, "ns": 1_000_000, "s": 0}
 
@@ -45,7 +46,7 @@ def parse_type(text: str) -> pa.DataType:
     if t not in _SIMPLE:
         raise UnsupportedSqlError(
             f"type {text!r} is not supported; use one of BOOLEAN, INT, BIGINT, FLOAT, DOUBLE, "
-            "VARCHAR, TIMESTAMP(3), TIMESTAMP(6)"
+            "VARCHAR, TIMESTAMP(3), TIMESTAMP(6), DATE"
         )
     return _SIMPLE[t]
 
@@ -56,7 +57,7 @@ def type_name(t: pa.DataType) -> str:
         ("BOOLEAN", pa.bool_()), ("TINYINT", pa.int8()), ("SMALLINT", pa.int16()), ("INT", pa.int32()),
         ("BIGINT", pa.int64()), ("FLOAT", pa.float32()), ("DOUBLE", pa.float64()),
         ("VARCHAR", pa.string()), ("TIMESTAMP(3)", pa.timestamp("ms")),
-        ("TIMESTAMP(6)", pa.timestamp("us")),
+        ("TIMESTAMP(6)", pa.timestamp("us")), ("DATE", pa.date32()),
     ):
         if t == at:
             return name

@@ -36,8 +36,8 @@ ORACLE = {
     "q0": f"SELECT auction, bidder, price, {_T}, extra FROM bid",
     "q1": f"SELECT auction, bidder, round(0.908::DOUBLE * price, 3), {_T}, extra FROM bid",
     "q2": "SELECT auction, price FROM bid WHERE auction % 123 = 0",
-    "q11": f"""WITH s AS (SELECT bidder, epoch_ms({_T}) AS t,
-                   CASE WHEN epoch_ms({_T}) - lag(epoch_ms({_T})) OVER (PARTITION BY bidder ORDER BY {_T}) < 10000
+    "q11": f"""WITH s AS (SELECT bidder, epoch_ms(CAST({_T} AS TIMESTAMP)) AS t,
+                   CASE WHEN epoch_ms(CAST({_T} AS TIMESTAMP)) - lag(epoch_ms(CAST({_T} AS TIMESTAMP))) OVER (PARTITION BY bidder ORDER BY {_T}) < 10000
                         THEN 0 ELSE 1 END AS new FROM bid),
                g AS (SELECT *, sum(new) OVER (PARTITION BY bidder ORDER BY t ROWS UNBOUNDED PRECEDING) AS sid FROM s)
                SELECT bidder, count(*), min(t), max(t) + 10000

@@ -206,7 +206,7 @@ def test_proctime_in_a_flink_view(db):
     ("DATE_FORMAT(ts, 'yyyy-ww')", UnsupportedSqlError, "'ww' is not supported"),
     ("DATE_FORMAT(ts, 'yyyy ''x')", UnsupportedSqlError, "unterminated quote"),
     ("DATE_FORMAT(ts, s)", UnsupportedSqlError, "must be a string literal"),
-    ("DATE_FORMAT(s, 'yyyy')", SqlTypeError, "expected TIMESTAMP or BIGINT"),
+    ("DATE_FORMAT(s, 'yyyy')", SqlTypeError, "expected TIMESTAMP, DATE or BIGINT"),
     ("DATE_FORMAT(ts)", SqlTypeError, "takes 2 arguments"),
     ("REGEXP_EXTRACT(s, '(a)', 2)", SqlTypeError, "group 2 does not exist"),
     ("REGEXP_EXTRACT(s, 'a(?=b)')", UnsupportedSqlError, "not valid RE2"),
