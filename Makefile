@@ -40,7 +40,7 @@ test: $(VENV)/.stamp-dev
 	UV=$(abspath $(UV)) $(BIN)/python -m pytest -q -p no:cacheprovider
 
 fuzz: $(VENV)/.stamp-dev
-	LAMINARDB_FUZZ_EXAMPLES=5000 $(BIN)/python -m pytest -q -p no:cacheprovider tests/sql_functions/test_differential.py
+	LAMINARDB_FUZZ_EXAMPLES=5000 LAMINARDB_FUZZ_RANDOM=1 $(BIN)/python -m pytest -q -p no:cacheprovider -o timeout=1800 tests/sql_functions/test_differential.py
 
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check laminardb tests
