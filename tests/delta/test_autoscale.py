@@ -152,9 +152,10 @@ def test_oscillating_load_does_not_flap(database, kafka_broker):  # noqa: F811
     _topics(bootstrap, src)
     db = database("autoscale-osc", actors=1, autoscale=True, coordinator="local", checkpoint_interval="1s",
                   **{**FAST, "stabilization_window": "30s", "metrics_window": "500ms"})
-    db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src).replace("INTERVAL '60' SECOND",
-                                                                      "INTERVAL '300' SECOND"))
-    db.start()
+    db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src)
+               .replace("INTERVAL '60' SECOND", "INTERVAL '300' SECOND")  # lag counts unread records:
+               .replace("idle_timeout_ms = '60000'", "idle_timeout_ms = '60000', max_poll_records = '2000'"))
+    db.start()  # small polls keep a burst unread, so visible, while the actor works
     reasons: list[str] = []
     stop = threading.Event()
 
@@ -237,7 +238,11 @@ def test_max_actors_and_no_free_cpus_cap_the_count_with_a_clear_status(database,
         _backlog(bootstrap, src, 150_000)
         db = database(name, actors=1, autoscale=True, coordinator="local", checkpoint_interval="1s",
                       **FAST, **knobs)
-        db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src))
+        # a backlog no machine absorbs before the autoscaler sees it: 3,000 windows a row, read
+        # 2,000 records a poll, so the lag stays visible while the actor works through it
+        db.execute(SLIDING_DDL.format(brokers=bootstrap, src=src)
+                   .replace("INTERVAL '60' SECOND", "INTERVAL '300' SECOND")
+                   .replace("idle_timeout_ms = '60000'", "idle_timeout_ms = '60000', max_poll_records = '2000'"))
         reasons: set[str] = set()
 
         def capped() -> bool:
