@@ -91,6 +91,10 @@ def test_status_marks_paused_and_dead_voters_fast(raft_cluster: Callable[..., Ra
     cluster = raft_cluster(3)
     leader = cluster.leader_index(cluster.client())
     paused, dead = [i for i in range(3) if i != leader]
+    # the voters' names reach the replicated state a moment after the cluster elects a leader
+    # (on a loaded machine, after this point): status names a silent voter from that state
+    wait_until(lambda: len(json.loads(_status(cluster, "--json")[0].stdout)["state"].get("voters", {})) == 3,
+               timeout=30, interval=0.2, what="every voter registered in the replicated state")
     cluster.signal(paused, signal.SIGSTOP)
     try:
         # All voters are asked at once with a 1.5 s bound: a paused voter costs one bound,

@@ -128,10 +128,14 @@ def test_raft_port_refuses_a_2gb_frame_before_buffering(
                what="the raft.frame_refused log line")
     line = _log_events(cluster, 0, "raft.frame_refused")[0]
     assert f"declared_bytes={_TWO_GB}" in line and "reason=unauthenticated" in line
-    with RaftClient([target.rpc], secret=cluster.secret) as c:
-        status = c.status()
-    assert status["voter"]["id"] == "v1"
-    assert status["voter"]["security"]["raft"]["frames_refused"] == 2
+    def refused() -> int:  # the voter counts a refusal after it closes the socket: wait, bounded
+        with RaftClient([target.rpc], secret=cluster.secret) as c:
+            status = c.status()
+        assert status["voter"]["id"] == "v1"
+        return status["voter"]["security"]["raft"]["frames_refused"]
+
+    wait_until(lambda: refused() >= 2, timeout=10, interval=0.2, what="both refusals counted")
+    assert refused() == 2
     _still_elects_and_commits(cluster)
 
 
