@@ -14,6 +14,7 @@ client takes them on ``try_next``/``next_timeout``/iteration/``to_arrow`` (it ke
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 import time
 import weakref
@@ -28,6 +29,8 @@ from laminardb.connection import ExecuteResult, QueryResult
 from laminardb.errors import ConnectionClosedError, LaminarError
 from laminardb.ingest import InsertResult, check_on_error
 from laminardb.subscription import _HISTORY_ROWS, Subscription
+
+log = logging.getLogger(__name__)
 
 _CALL_TIMEOUT_S = 600.0  # a call may wait while the head recovers a lost actor: bounded, generous
 _READY_TIMEOUT_S = 300.0  # a new head starts its actors (numba kernels load, Raft commits)
@@ -394,6 +397,24 @@ def init_ray(address: str, actors: int | None):
         elif target == "auto":
             ray.init(address="auto", log_to_driver=False)
         else:
-            ray.init(address=address, log_to_driver=False)
+            _init_ray_client(ray, address)
     return ray
+
+
+# Ray's client proxy starts one server process per connecting job; on a loaded node that start
+# sometimes fails ("Starting Ray client server failed") and succeeds when asked again.
+_CLIENT_START_TRIES = 3
+
+
+def _init_ray_client(ray, address: str) -> None:
+    for attempt in range(_CLIENT_START_TRIES):
+        try:
+            ray.init(address=address, log_to_driver=False)
+            return
+        except ConnectionAbortedError as exc:
+            if "Starting Ray client server failed" not in str(exc) or attempt == _CLIENT_START_TRIES - 1:
+                raise
+            log.warning("ray client server did not start at %s (try %d of %d); trying again",
+                           address, attempt + 1, _CLIENT_START_TRIES)
+            time.sleep(2.0)
 
