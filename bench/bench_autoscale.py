@@ -118,7 +118,7 @@ def _connect(name: str, tmp: str, actors: int = 1, **config):
 
 # ----------------------------------------------------------------------------------- 1. catch-up
 def catchup(bootstrap: str, tmp: str, events: int) -> dict:
-    from laminardb.actors.head import drop_database
+    from laminardb.cluster.head import drop_database
 
     topic = _topic(bootstrap, f"catchup-{os.getpid()}")
     producer = _producer(bootstrap)
@@ -165,7 +165,7 @@ def pauses(tmp: str, groups_list: list[int]) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from laminardb.actors.head import drop_database
+    from laminardb.cluster.head import drop_database
 
     out: dict = {}
     for coordinator in ("local", "spark"):
@@ -213,7 +213,7 @@ def burst_shape(seconds: int) -> list[float]:
 
 
 def bursty(bootstrap: str, tmp: str, seconds: int, actor_rate: float, size: int, trace_path: str) -> dict:
-    from laminardb.actors.head import drop_database
+    from laminardb.cluster.head import drop_database
 
     topic = _topic(bootstrap, f"bursty-{os.getpid()}")
     peak = 0.9 * 2 * actor_rate

@@ -336,9 +336,9 @@ def actor_start_floor(samples: int) -> list[float]:
     since the head replaces all its actors."""
     import ray
 
-    from laminardb.actors.client import Cluster
-    from laminardb.actors.ownership import RaftConfig
-    from laminardb.actors.routing import DEFAULT_VNODES
+    from laminardb.cluster.actor_pool import Cluster
+    from laminardb.cluster.ownership import RaftConfig
+    from laminardb.cluster.routing import DEFAULT_VNODES
 
     out = []
     for _ in range(samples):

@@ -102,7 +102,8 @@ def main() -> None:
     import ray
 
     import laminardb
-    from laminardb.actors.client import Cluster, ClusterConnection
+    from laminardb.cluster.actor_pool import Cluster
+    from laminardb.cluster.backend import ClusterConnection
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     results: dict = {}

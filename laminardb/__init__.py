@@ -58,11 +58,11 @@ _LAZY = {
     "Connection": "laminardb.connection",
     "ExecuteResult": "laminardb.results",
     "QueryResult": "laminardb.results",
-    "Subscription": "laminardb.subscription",
-    "CallbackSubscription": "laminardb.subscription",
-    "Writer": "laminardb.writer",
-    "InsertResult": "laminardb.ingest",
-    "connect": "laminardb.actors.remote",
+    "Subscription": "laminardb.engine.subscriptions",
+    "CallbackSubscription": "laminardb.engine.subscriptions",
+    "Writer": "laminardb.engine.writer",
+    "InsertResult": "laminardb.engine.insert_batch",
+    "connect": "laminardb.cluster.client",
 }
 
 

@@ -15,26 +15,26 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from laminardb import catalog
-from laminardb._clock import ProcessingClock
+from laminardb.engine import catalog
+from laminardb.engine.clock import ProcessingClock
+from laminardb.engine.insert_batch import OnError, check_on_error
+from laminardb.engine.reactor import Reactor
+from laminardb.engine.source_runner import SourceRunner
+from laminardb.engine.subscriptions import CallbackSubscription, Subscription
 from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
-from laminardb.ingest import OnError, check_on_error
-from laminardb.reactor import Reactor
 from laminardb.results import ExecuteResult, QueryResult
-from laminardb.source_runner import SourceRunner
 from laminardb.sql import ddl, flink_ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.planner import plan_query
 from laminardb.sql.types import type_name
-from laminardb.subscription import CallbackSubscription, Subscription
-from laminardb.udf import UdfRegistry
+from laminardb.sql.udf import UdfRegistry
 
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from laminardb.checkpoint.local import LocalCoordinator
     from laminardb.dashboard.server import DashboardServer, DashboardSettings
-    from laminardb.writer import Writer
+    from laminardb.engine.writer import Writer
 
 # How long close() waits for each callback subscription's thread to hand over what is queued.
 _CALLBACK_JOIN_S = 5.0
@@ -80,7 +80,7 @@ class Connection:
         self._reactor = Reactor()
         self._setup_reactor()
         # Python UDFs (register_udf) and Flink table declarations: what parsing and planning of this
-        # connection see (laminardb/udf.py); datagen/filesystem tables are polled sources (flink_ddl.py)
+        # connection see (laminardb/sql/udf.py); datagen/filesystem tables are polled sources (flink_ddl.py)
         self._udfs = UdfRegistry.from_config(self.config.get("udfs"))
         # processing time (PROCTIME(), q12): config["clock"] returns epoch ms; stamped per ingested batch
         self._udfs.clock = self._reactor.clock = ProcessingClock(self.config.get("clock"))
@@ -316,7 +316,7 @@ class Connection:
         of such lines). Values convert as in ``insert()``; a record's index is its position."""
         self._check_open()
         check_on_error(on_error)
-        from laminardb._text_rows import parse_json_text
+        from laminardb.engine.text_rows import parse_json_text
 
         parsed = parse_json_text(data, source=source)
         return self._insert(source, parsed.data, on_error=on_error, index=parsed.index, rejected=parsed.rejected,
@@ -327,7 +327,7 @@ class Connection:
         by ``laminardb run``); a record's index is its position after the header."""
         self._check_open()
         check_on_error(on_error)
-        from laminardb._text_rows import parse_csv_text
+        from laminardb.engine.text_rows import parse_csv_text
 
         with self._reactor.lock:
             schema = self._reactor._node(source).schema
@@ -338,7 +338,7 @@ class Connection:
     def writer(self, source: str, *, on_error: OnError = "raise") -> Writer:
         """A ``Writer`` into ``source``: buffered inserts, ``flush()``, ``watermark(ts)``."""
         self._check_open()
-        from laminardb.writer import Writer
+        from laminardb.engine.writer import Writer
 
         return Writer(self, source, on_error=on_error)
 
@@ -413,7 +413,7 @@ class Connection:
         Array of ``return_type`` (a SQL type such as ``'VARCHAR'``, or a pyarrow DataType) with a
         value per row. Queries planned from now on can call ``name(…)`` in SELECT, WHERE,
         GROUP BY and aggregates; an error inside it is a ``UdfError`` (LDB-1010), a result of
-        the wrong length or type a ``UdfResultError`` (LDB-1011). See ``laminardb/udf.py``.
+        the wrong length or type a ``UdfResultError`` (LDB-1011). See ``laminardb/sql/udf.py``.
         """
         self._check_open()
         self._udfs.register(name, fn, return_type)
@@ -485,10 +485,10 @@ class Connection:
             self.close()
 
     def _warn_unstarted(self, when: str) -> None:
-        """Connector sources never started: say so once (``laminardb/_unstarted.py``)."""
+        """Connector sources never started: say so once (``laminardb/engine/unstarted.py``)."""
         if self._started or self._reactor.finished or getattr(self, "_warned_unstarted", False):
             return
-        from laminardb._unstarted import unstarted_sources_message
+        from laminardb.engine.unstarted import unstarted_sources_message
 
         msg = unstarted_sources_message(self._reactor, when)
         if msg is not None:

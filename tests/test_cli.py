@@ -42,7 +42,7 @@ ORACLE_COUNTS = """
 
 
 def laminardb(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "laminardb.cli", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "laminardb.cli.commands", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=_TIMEOUT_S)
 
 
@@ -87,7 +87,7 @@ def _totals(src: str) -> list[tuple]:
 
 def test_version():
     script = Path(sys.executable).with_name("laminardb")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "laminardb.cli"]
+    cmd = [str(script)] if script.exists() else [sys.executable, "-m", "laminardb.cli.commands"]
     out = subprocess.run([*cmd, "--version"], capture_output=True, text=True, timeout=_TIMEOUT_S)
     assert out.returncode == 0
     assert out.stdout.strip().startswith("laminardb 0.")

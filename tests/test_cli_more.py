@@ -25,7 +25,7 @@ CREATE STREAM bars AS SELECT symbol, window_start, count(*) AS n, sum(qty) AS vo
 
 
 def cli(*args: str, stdin: str | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "laminardb.cli", *map(str, args)], input=stdin, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "laminardb.cli.commands", *map(str, args)], input=stdin, cwd=cwd,
                           capture_output=True, text=True, timeout=_TIMEOUT_S)
 
 
@@ -185,7 +185,7 @@ def test_sql_shell_in_a_terminal():
     import time
 
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "laminardb.cli", "sql"], stdin=slave, stdout=slave,
+    proc = subprocess.Popen([sys.executable, "-m", "laminardb.cli.commands", "sql"], stdin=slave, stdout=slave,
                             stderr=slave, close_fds=True)
     os.close(slave)
     buf = b""
@@ -223,7 +223,7 @@ def test_sql_shell_in_a_terminal():
 def test_progress_on_a_terminal_after_a_few_seconds(tmp_path, pipeline, monkeypatch):
     import io
 
-    from laminardb import cli as cli_module
+    from laminardb.cli import commands as cli_module
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import laminardb
-from laminardb.cli import main
-from laminardb.shell import run_shell
+from laminardb.cli.commands import main
+from laminardb.cli.shell import run_shell
 
 ROWS = 300_000  # several polls of the file source (65,536 rows each)
 
@@ -52,7 +52,7 @@ def test_run_exits_3_when_every_row_of_an_input_is_rejected(tmp_path, capsys):
     (tmp_path / "p.sql").write_text("CREATE SOURCE s (id BIGINT NOT NULL, v DOUBLE); CREATE STREAM o AS SELECT * FROM s;")
     (tmp_path / "in.csv").write_text("id,v\nx,1\ny,2\n")
     args = ["run", str(tmp_path / "p.sql"), "--input", f"s={tmp_path / 'in.csv'}", "--output", f"o={tmp_path / 'o.jsonl'}"]
-    assert main(args) == 3  # laminardb.cli.EXIT_ALL_REJECTED
+    assert main(args) == 3  # laminardb.cli.commands.EXIT_ALL_REJECTED
     err = capsys.readouterr().err
     assert "every row of input 's' was rejected (2 rows" in err and "in.csv.rejected" in err
     (tmp_path / "in.csv").write_text("id,v\nx,1\n2,2\n")  # one row fits: a success with a warning

@@ -117,7 +117,7 @@ class LoadObserver:
     # ------------------------------------------------------------------ Kafka
     def _kafka(self, conn) -> dict[str, Any]:
         """End and consumed offsets of every Kafka source partition, summed and per partition."""
-        from laminardb.actors.kafka_ingest import ClusterKafkaSource
+        from laminardb.cluster.kafka_ingest import ClusterKafkaSource
 
         out: dict[str, Any] = {"sources": [], "lag": 0, "partitions": 0, "partition_lag": {},
                                "end_offsets": {}}

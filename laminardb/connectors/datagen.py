@@ -144,7 +144,7 @@ class DatagenSource:
 
     def __init__(self, *, name: str, schema: pa.Schema, options: dict[str, str],
                  restore_state: dict[str, Any] | None = None) -> None:
-        from laminardb.reactor import FROM_DATA
+        from laminardb.engine.reactor import FROM_DATA
 
         self.name = name
         self.schema = schema

@@ -30,7 +30,7 @@ for epochs the old one committed). The marker group shows up in group listings w
 members; Kafka forgets an empty group's offsets after ``offsets.retention.minutes`` (7 days
 by default): a database closed longer than that while an epoch sat committed-but-staged
 (a crash in the instant between the two) would produce that one epoch again. Every record
-carries the headers ``laminardb.epoch`` and ``laminardb.writer``, so readers and tests can
+carries the headers ``laminardb.epoch`` and ``laminardb.engine.writer``, so readers and tests can
 tell epochs apart.
 
 Tansu 0.6 (the test broker), checked by tests/connectors/test_kafka_exactly_once.py:
@@ -501,7 +501,7 @@ class ExactlyOnceKafkaSink(TwoPhaseSink):
         producer, topic = self._producer, self.topic
         table = self._stage.read(epoch)
         headers = [("laminardb.epoch", str(epoch).encode()),
-                   ("laminardb.writer", self.writer.encode())]
+                   ("laminardb.engine.writer", self.writer.encode())]
         failed: list[BaseException] = []
         producer.begin_transaction()
         for chunk in table.to_batches(max_chunksize=_ENCODE_ROWS):

@@ -41,7 +41,7 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         :class:`~laminardb.connectors.files.FileSink` writing the single file ``path``; with
         ``partitioned_by = 'a, b'``, their Hive-partitioned forms (``path/a=…/b=…/part-…``,
         :mod:`~laminardb.connectors.partitioned_sink`).
-        DELTA_LAKE: a :class:`~laminardb.connectors.delta.DeltaLakeSink` (durable only).
+        DELTA_LAKE: a :class:`~laminardb.connectors.delta_lake.DeltaLakeSink` (durable only).
         KAFKA: an :class:`~laminardb.connectors.kafka_sink.ExactlyOnceKafkaSink` with
         ``delivery.guarantee = 'exactly-once'`` (durable only), else a ``KafkaSink``.
 
@@ -97,7 +97,7 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
             msg = (f"sink {stmt.name!r}: Delta Lake sinks are exactly-once and need a durable "
                    "database: open it with laminardb.open('./directory')")
             raise UnsupportedSqlError(msg)
-        from laminardb.connectors.delta import DeltaLakeSink
+        from laminardb.connectors.delta_lake import DeltaLakeSink
 
         stage_dir = os.path.join(stage_root, _dir_name(stmt.name))
         return DeltaLakeSink(name=stmt.name, schema=schema, options=stmt.options,

@@ -1,6 +1,6 @@
 """``laminardb dashboard``: an embedded database with its dashboard, until Ctrl-C.
 
-Entry point: :func:`run_dashboard` (``laminardb.cli`` only parses arguments into it). It opens
+Entry point: :func:`run_dashboard` (``laminardb.cli.commands`` only parses arguments into it). It opens
 a database (in memory, or durable in a directory) with ``dashboard_port`` set, runs a SQL
 file (whose Kafka sources then poll) or the built-in market-data demo (fed here, as
 ``laminardb demo`` does), prints the URL and serves until interrupted or ``seconds`` pass.
@@ -42,7 +42,7 @@ def run_dashboard(*, sql: str | None = None, directory: str | None = None, demo:
     try:
         gen = None
         if demo:
-            from laminardb.demo import DEMO_SQL, MarketGenerator
+            from laminardb.cli.demo import DEMO_SQL, MarketGenerator
 
             conn.execute(DEMO_SQL)
             gen = MarketGenerator(6, rate)

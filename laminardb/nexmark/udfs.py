@@ -3,7 +3,7 @@
 Entry point: :data:`UDFS` (name → (function, return type)), the form of
 ``laminardb.open(config={"udfs": UDFS})``; the runner and ``laminardb nexmark`` open their
 database with it. Each function is defined at module level, so a cluster imports it by its
-``"module:qualname"`` reference (``laminardb/udf.py``).
+``"module:qualname"`` reference (``laminardb/sql/udf.py``).
 """
 
 from __future__ import annotations

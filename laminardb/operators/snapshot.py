@@ -43,7 +43,7 @@ __all__ = ["DEFAULT_VNODES", "FORMAT", "SNAPSHOT_VERSION", "Snapshot", "StateIma
 
 SNAPSHOT_VERSION = 1
 FORMAT = "laminardb.state"
-#: vnodes per source (``laminardb.actors.routing.DEFAULT_VNODES``; kept equal, not imported,
+#: vnodes per source (``laminardb.cluster.routing.DEFAULT_VNODES``; kept equal, not imported,
 #: so that operators do not depend on the actors package)
 DEFAULT_VNODES = 256
 # Arrow IPC body compression: lz4 frames cost a few ms per 100 MB and shrink the usual

@@ -1,6 +1,6 @@
 """Command-line entry points of the control plane: ``raft-node`` and ``cluster status|plan|evict|drop|up|down``.
 
-``laminardb/cli.py`` calls :func:`register` to add these to the main parser; until then (and
+``laminardb/cli/commands.py`` calls :func:`register` to add these to the main parser; until then (and
 in tests) run ``python -m laminardb.raft.cli ...`` (:func:`main`). Every command is a thin
 layer over importable functions (``run_node``, ``RaftClient``, ``plan_assignment``).
 
@@ -131,7 +131,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from laminardb.raft.status import cluster_status, format_status
 
     if args.ray is not None:  # the databases in the Ray cluster (and Raft only if asked for)
-        from laminardb.actors.admin import databases_status, format_databases
+        from laminardb.cluster.admin import databases_status, format_databases
 
         dbs = databases_status(args.ray)
         raft_named = args.voters or args.data_dir or os.environ.get("LAMINARDB_RAFT_VOTERS")
@@ -192,7 +192,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_drop(args: argparse.Namespace) -> int:
-    from laminardb.actors.admin import drop
+    from laminardb.cluster.admin import drop
 
     found = drop(args.ray, args.database)
     print(json.dumps({"dropped": args.database, "found": found}) if args.json
@@ -201,7 +201,7 @@ def _cmd_drop(args: argparse.Namespace) -> int:
 
 
 def _cmd_scale(args: argparse.Namespace) -> int:
-    from laminardb.actors.admin import scale
+    from laminardb.cluster.admin import scale
 
     done = scale(args.ray, args.database, args.actors)
     print(json.dumps(done, sort_keys=True, default=str) if args.json

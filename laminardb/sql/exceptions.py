@@ -98,7 +98,7 @@ class DependentObjectsError(SqlError):
     code = "LDB-1009"
 
 
-# --- Python UDFs and Flink DDL (laminardb/udf.py, laminardb/sql/flink_ddl.py)
+# --- Python UDFs and Flink DDL (laminardb/sql/udf.py, laminardb/sql/flink_ddl.py)
 
 class UdfError(SqlError):
     """A Python UDF raised while it computed a batch; the message names the UDF and the call,

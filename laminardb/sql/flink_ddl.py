@@ -31,7 +31,7 @@ actors) is the equivalent laminardb statement, so it re-plans without the declar
 one; a plain ``CREATE VIEW`` outside a Flink script stays laminardb's materialized view).
 ``CREATE FUNCTION f AS 'com.x.Y'`` is refused (``JavaFunctionError``) unless a Python UDF
 ``f`` is registered on the connection — then it is accepted and names that UDF.
-The declarations live in the connection's ``UdfRegistry`` (``laminardb/udf.py``), so an
+The declarations live in the connection's ``UdfRegistry`` (``laminardb/sql/udf.py``), so an
 ``INSERT`` may come in a later ``execute()`` than its ``CREATE TABLE``.
 """
 
@@ -45,8 +45,8 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from laminardb import udf as udfs
 from laminardb.sql import ddl, options
+from laminardb.sql import udf as udfs
 from laminardb.sql._dialect import parse_select, tokenize
 from laminardb.sql._lexer import close_paren
 from laminardb.sql.exceptions import (

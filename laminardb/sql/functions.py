@@ -18,7 +18,7 @@ arithmetic), never a Python loop over rows:
 * ``PROCTIME()`` — the processing time of the batch (the connection's clock, ``config["clock"]``;
   the wall clock by default, UTC), TIMESTAMP(3).
 * ``YEAR``, ``MONTH``, ``DAYOFMONTH``/``DAY``, ``HOUR``, ``MINUTE``, ``SECOND`` of a time.
-* a Python UDF registered on the connection (``laminardb/udf.py``).
+* a Python UDF registered on the connection (``laminardb/sql/udf.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from laminardb import udf as udfs
+from laminardb.sql import udf as udfs
 from laminardb.sql.exceptions import SqlTypeError, UnsupportedSqlError
 from laminardb.sql.types import type_name
 
@@ -112,9 +112,9 @@ def _as_string(v: pa.Array, sql: str) -> pa.Array:
 
 
 def processing_clock():
-    """The processing-time clock of the connection planning now (``laminardb/_clock.py``); the
+    """The processing-time clock of the connection planning now (``laminardb/engine/clock.py``); the
     wall clock outside one."""
-    from laminardb._clock import ProcessingClock
+    from laminardb.engine.clock import ProcessingClock
 
     reg = udfs.current()
     if reg is not None and getattr(reg, "clock", None) is not None:

@@ -49,7 +49,7 @@ SOURCE_OPTIONS = {
     "watermark": "the event-time column (TIMESTAMP or BIGINT epoch ms) to keep a watermark on",
     "allowed_lateness": "the watermark delay behind the newest event time (INTERVAL); needs watermark",
     "connector": "'kafka': read a Kafka topic (Flink / LaminarDB DDL; the same as FROM KAFKA (…))",
-    # plausibility checks of event times, read by laminardb/_event_time.py (EventTimeRules)
+    # plausibility checks of event times, read by laminardb/engine/event_time.py (EventTimeRules)
     "event_time_range": "'FROM/TO' dates: event times outside are refused as bad rows ('off': no check)",
     "max_future": "an interval: rows further ahead of the newest event time are refused",
     "max_ahead_of_clock": "an interval (default '1 day'; 'off'): rows further ahead of the clock are refused",

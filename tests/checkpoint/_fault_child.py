@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import laminardb  # noqa: E402
-import laminardb.ingest  # noqa: E402,F401 - preloaded by the tests' forkserver (pyarrow, pandas)
+import laminardb.engine.insert_batch  # noqa: E402,F401 - preloaded by the tests' forkserver (pyarrow, pandas)
 import laminardb.operators._kernels  # noqa: E402,F401 - numba, its kernels from the disk cache
 from tests.checkpoint._crash_child import row  # noqa: E402
 

@@ -20,7 +20,7 @@ deltalake = pytest.importorskip("deltalake")  # the 'delta' extra, part of 'dev'
 import polars as pl  # noqa: E402
 
 from laminardb.checkpoint.sink import EpochStage  # noqa: E402
-from laminardb.connectors.delta import DeltaConfigError, DeltaLakeSink  # noqa: E402
+from laminardb.connectors.delta_lake import DeltaConfigError, DeltaLakeSink  # noqa: E402
 from laminardb.connectors.exceptions import SinkSchemaError, SinkWriteError  # noqa: E402
 from laminardb.connectors.sinks import make_sink  # noqa: E402
 from laminardb.sql import ddl  # noqa: E402

@@ -336,7 +336,7 @@ def test_a_fenced_writer_keeps_its_epoch_staged(new_topic: Callable[..., str], b
     b.commit(2)
     got = committed(bootstrap, topic)
     assert epochs(got) == {1: ROWS_PER_EPOCH, 2: ROWS_PER_EPOCH}
-    assert [r["headers"]["laminardb.writer"] for r in got] == ["0"] * len(got)
+    assert [r["headers"]["laminardb.engine.writer"] for r in got] == ["0"] * len(got)
 
 
 def test_exactly_once_needs_a_durable_database() -> None:

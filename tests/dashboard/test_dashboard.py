@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 
 import laminardb
-from laminardb.cli import build_parser
+from laminardb.cli.commands import build_parser
 from laminardb.dashboard import (
     DashboardConfigError,
     InsecureDashboardError,

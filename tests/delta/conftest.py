@@ -25,7 +25,7 @@ def ray_cluster():
 def database(ray_cluster, tmp_path, request):
     """``open_db(**config)``: a fresh database in the cluster, dropped after the test."""
     import laminardb
-    from laminardb.actors.head import drop_database
+    from laminardb.cluster.head import drop_database
 
     names: list[str] = []
 

@@ -227,8 +227,8 @@ def test_max_actors_and_no_free_cpus_cap_the_count_with_a_clear_status(database,
     evaluating without errors or recoveries, and ``db.scale(2)`` refuses with LDB-8011."""
     import ray
 
-    from laminardb.actors.head import drop_database
     from laminardb.autoscale import ScaleCapacityError
+    from laminardb.cluster.head import drop_database
 
     bootstrap = kafka_broker.bootstrap
 
@@ -289,7 +289,7 @@ def test_a_rescale_commits_a_sticky_plan_in_raft_and_fences_the_departing_owner(
     """1 → 2: the plan committed through Raft moves only the vnodes the new actor takes (about
     half), raising exactly their epochs; 2 → 1: the departing actor's tokens are refused. The
     output stays exactly-once across both."""
-    from laminardb.actors.ownership import RaftConfig
+    from laminardb.cluster.ownership import RaftConfig
     from laminardb.raft.exceptions import StaleEpochError
     from tests.delta.workload import DDL, STREAMS, assert_exactly_once
 

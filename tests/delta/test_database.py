@@ -17,7 +17,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_state_outlives_the_client_and_drop_removes_it(database, tmp_path):
-    from laminardb.actors.head import list_databases
+    from laminardb.cluster.head import list_databases
 
     db = database("keep")
     db.execute(DDL)
@@ -134,11 +134,11 @@ def test_plan_tree_queries_give_the_embedded_results(database):
 def test_cluster_status_lists_databases_and_drop_ends_one(database, ray_cluster):
     """`laminardb cluster status --ray` shows the database, its actors and vnodes;
     `laminardb cluster drop NAME` stops it."""
-    from laminardb.actors.head import list_databases
+    from laminardb.cluster.head import list_databases
 
     db = database("cli-db", coordinator="local")
     db.execute(DDL)
-    cli = [sys.executable, "-m", "laminardb.cli", "cluster"]
+    cli = [sys.executable, "-m", "laminardb.cli.commands", "cluster"]
     status = subprocess.run([*cli, "status", "--ray", ray_cluster], env=repo_env(), capture_output=True,
                             text=True, timeout=120)
     assert status.returncode == 0, status.stderr[-2000:]

@@ -84,7 +84,7 @@ def test_a_paused_actor_is_replaced_and_its_tokens_fenced(database, raft_cluster
     """SIGSTOP: the actor stops answering; the head gives up on it and recovers on new actors,
     which Raft gives the vnodes with raised epochs. The old actor's tokens are refused, and
     after SIGCONT it is gone (Ray killed it): it can write nothing."""
-    from laminardb.actors.ownership import RaftConfig
+    from laminardb.cluster.ownership import RaftConfig
     from laminardb.raft.exceptions import StaleEpochError
 
     voters = raft_cluster(3)

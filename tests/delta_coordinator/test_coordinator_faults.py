@@ -61,7 +61,7 @@ def test_raft_leader_killed_during_checkpoints(ray_with_env, tmp_path, raft_clus
     """Epochs and manifests live in Raft: killing its leader while checkpoints run every
     200 ms costs an election; no epoch is lost or committed twice."""
     import laminardb
-    from laminardb.actors.ownership import RaftConfig
+    from laminardb.cluster.ownership import RaftConfig
 
     ray_with_env()
     voters = raft_cluster(3)

@@ -15,8 +15,8 @@ import pytest
 
 import laminardb
 from laminardb.connection import Connection, QueryResult
-from laminardb.subscription import CallbackSubscription, Subscription
-from laminardb.writer import Writer
+from laminardb.engine.subscriptions import CallbackSubscription, Subscription
+from laminardb.engine.writer import Writer
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ("CREATE SOURCE t (ts BIGINT NOT NULL, k VARCHAR, v DOUBLE, "
@@ -263,7 +263,7 @@ def _codes_in_package() -> set[str]:
     for path in (ROOT / "laminardb").rglob("*.py"):
         text = path.read_text()
         codes |= set(re.findall(r"""code\s*=\s*f?["'](LDB-\d{4})["']""", text))
-    codes |= {f"LDB-{c}" for c in (2001, 2002, 2003, 2004, 2005)}  # per-row codes (laminardb/_convert.py)
+    codes |= {f"LDB-{c}" for c in (2001, 2002, 2003, 2004, 2005)}  # per-row codes (laminardb/engine/convert_columns.py)
     return codes
 
 

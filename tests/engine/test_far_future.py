@@ -11,8 +11,8 @@ from datetime import datetime
 import pytest
 
 import laminardb
-from laminardb import _event_time
-from laminardb.ingest import InsertResult
+from laminardb.engine import event_time as _event_time
+from laminardb.engine.insert_batch import InsertResult
 
 NOW = 1_704_067_200_000  # 2024-01-01T00:00:00Z, the pinned "now"
 DAY = 86_400_000
@@ -112,9 +112,9 @@ def test_timestamp_columns_are_judged_against_the_clock_too(db):
 
 def test_the_cluster_wire_keeps_the_counts():
     """The head answers an insert with the same counts (``_insert_answer`` → ``_insert_result``)."""
-    from laminardb.actors._wire import to_ipc_table
-    from laminardb.actors.head import _insert_answer
-    from laminardb.actors.remote import _insert_result
+    from laminardb.cluster.client import _insert_result
+    from laminardb.cluster.head import _insert_answer
+    from laminardb.cluster.wire import to_ipc_table
 
     back = _insert_result(_insert_answer(InsertResult(3, late_by_query={"w": 2}), to_ipc_table))
     assert (back.accepted, back.rejected, back.late, back.late_by_query) == (3, 0, 2, {"w": 2})

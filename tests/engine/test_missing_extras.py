@@ -85,7 +85,7 @@ def test_connect_without_the_cluster_extra(tmp_path):
 
 def test_cluster_commands_without_the_cluster_extra(tmp_path):
     out = _run({"pysyncobj"}, """
-        from laminardb.cli import main
+        from laminardb.cli.commands import main
         import contextlib, io
         err = io.StringIO()
         with contextlib.redirect_stderr(err):

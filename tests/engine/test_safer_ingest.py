@@ -18,7 +18,7 @@ from strategies import scenarios
 
 import laminardb
 from laminardb.connectors import read_file
-from laminardb.ingest import InsertResult
+from laminardb.engine.insert_batch import InsertResult
 
 UTC = dt.UTC
 T0 = 1_704_103_200_000  # 2024-01-01T10:00:00Z in epoch ms

@@ -76,7 +76,7 @@ def test_text_and_timestamp6_inputs_and_real_dates_at_the_edges():
 
 
 def test_csv_file_of_laminardb_run_refuses_the_row(tmp_path):
-    from laminardb.cli import main
+    from laminardb.cli.commands import main
 
     (tmp_path / "p.sql").write_text("CREATE SOURCE s (id BIGINT, seen TIMESTAMP(3));\n"
                                     "CREATE STREAM o AS SELECT id, seen FROM s;\n")

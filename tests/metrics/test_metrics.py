@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import laminardb
-from laminardb.cli import main
+from laminardb.cli.commands import main
 from laminardb.connectors.exceptions import SourceFailingError
 from laminardb.metrics import MetricsExposedError
 from laminardb.metrics.top import render, scrape

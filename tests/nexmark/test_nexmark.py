@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 import laminardb
-from laminardb.cli import main
+from laminardb.cli.commands import main
 from laminardb.nexmark import (
     QUERIES,
     SOURCES_DDL,
@@ -285,7 +285,7 @@ def test_cli_runs_a_query_and_names_what_the_rest_need(capsys):
 
 
 def test_cli_count_suffixes():
-    from laminardb.cli import build_parser
+    from laminardb.cli.commands import build_parser
 
     args = build_parser().parse_args(["nexmark", "--query", "q0", "--events", "10M"])
     assert args.events == 10_000_000

@@ -20,7 +20,7 @@ import pyarrow.csv as pacsv
 import pytest
 
 import laminardb
-from laminardb.cli import main
+from laminardb.cli.commands import main
 from laminardb.nexmark import QUERIES, SOURCES_DDL, UDFS, NexmarkConfig, generate, run_query, tables
 from laminardb.nexmark.runner import SIDE_INPUT_ROWS, write_side_input
 from laminardb.nexmark.udfs import count_char
@@ -100,7 +100,7 @@ def embedded(side_input):
 def pool():
     """Two reactor actors on a local Ray of 2 CPUs, for the whole module (connections reset them)."""
     ray = pytest.importorskip("ray")
-    from laminardb.actors.client import Cluster
+    from laminardb.cluster.actor_pool import Cluster
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     actors = None
@@ -114,7 +114,7 @@ def pool():
 
 
 def _connect(pool, config=None):
-    from laminardb.actors.client import ClusterConnection
+    from laminardb.cluster.backend import ClusterConnection
 
     return ClusterConnection(pool, config=config, shutdown_on_close=False)
 

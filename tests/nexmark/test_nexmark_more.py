@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import laminardb
-from laminardb.cli import main
+from laminardb.cli.commands import main
 from laminardb.nexmark import QUERIES, SOURCES_DDL, NexmarkConfig, generate, tables
 from laminardb.sql._lexer import rewrite_window_tvfs
 from tests.engine.oracle import duck

@@ -18,16 +18,16 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from laminardb import views
-from laminardb.actors import routing
 from laminardb.checkpoint.exceptions import SnapshotFormatError
+from laminardb.cluster import routing
+from laminardb.engine import views
+from laminardb.engine.views import ViewStore
 from laminardb.operators._buffers import hash_rows
 from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.operators.snapshot import DEFAULT_VNODES, SNAPSHOT_VERSION, decode
 from laminardb.sql import ddl
 from laminardb.sql.planner import WEIGHT, RelationInfo, plan_query
-from laminardb.views import ViewStore
 
 SETTINGS = settings(max_examples=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

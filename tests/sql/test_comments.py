@@ -90,7 +90,7 @@ def test_parse_error_without_a_column_says_no_column_none():
 def test_shell_splits_statements_around_block_comments():
     import io
 
-    from laminardb.shell import run_shell
+    from laminardb.cli.shell import run_shell
 
     script = "CREATE SOURCE t (x BIGINT, /* a ; b */\n y BIGINT -- c;\n);\n/* two\nlines; */\nDESCRIBE t;\n"
     out, err = io.StringIO(), io.StringIO()

@@ -15,7 +15,7 @@ from laminardb.sql.exceptions import (
     UdfResultError,
     UnsupportedSqlError,
 )
-from laminardb.udf import UdfRegistry
+from laminardb.sql.udf import UdfRegistry
 from tests.engine.oracle import duck
 from tests.sql_functions.harness import count_char, run_select
 

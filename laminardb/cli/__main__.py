@@ -1,0 +1,3 @@
+from laminardb.cli.commands import main
+
+raise SystemExit(main())

@@ -1,0 +1,479 @@
+"""The cluster client: ``laminardb.connect("ray://…")`` → a ``Connection`` over Ray actors.
+
+Entry point: ``ClusterConnection`` (the database head runs one, see ``head.py``), or
+``connect_in_process(address, *, actors=None, vnodes=256)`` for one in this process. Addresses:
+``ray://auto`` (inside a Ray cluster, or reuse this process's ``ray.init``),
+``ray://host:port`` (Ray Client), ``ray://local`` (start Ray on this machine).
+The connection has exactly the embedded API: DDL is planned once here and installed on
+every actor; stateful work runs on the actors (``DistributedOperator``); subscriptions,
+views and sinks are served here. A dead actor raises ``ActorLostError`` on the next call
+and shows in ``metrics()["cluster"]``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from typing import Any
+
+from laminardb.cluster.actor_pool import _CALL_TIMEOUT_S, _METRICS_TIMEOUT_S, Cluster
+from laminardb.cluster.distributed_operator import (
+    COALESCE_MAX,
+    DEFAULT_MAX_IN_FLIGHT,
+    DistributedOperator,
+)
+from laminardb.cluster.exceptions import ActorLostError, ActorTimeoutError, ClusterStartError
+from laminardb.cluster.ownership import RaftConfig
+from laminardb.cluster.routing import DEFAULT_VNODES
+from laminardb.cluster.shm_ring import ShmRing
+from laminardb.connection import Connection, ExecuteResult
+from laminardb.engine import catalog
+from laminardb.operators.group_aggregate import NO_WATERMARK
+from laminardb.operators.query_operator import QueryOperator
+from laminardb.operators.warmup import warm_kernels
+from laminardb.sql import ddl
+
+_FREE_CPU_WAIT_S = 10.0  # connect(): CPUs of actors killed by a close() just before come back
+
+
+class ClusterConnection(Connection):
+    """A ``Connection`` whose queries run on Ray actors (same methods, same results).
+
+    Inserts are pipelined (see ``distributed.py``): up to ``max_in_flight`` batches per query
+    are on the actors while ``insert()`` returns; a drainer thread delivers their outputs to
+    subscribers as they finish, and ``flush``/``query``/``finish``/``metrics``/``execute``
+    deliver everything first. ``max_in_flight=0`` makes every insert wait for its outputs.
+    """
+
+    def __init__(self, cluster: Cluster, *, config: dict[str, Any] | None = None,
+                 shutdown_on_close: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 local_global: bool = True, path: str = ":memory:", on_restored=None,
+                 coordinated: bool = False) -> None:
+        self.cluster = cluster
+        self.coordinated = coordinated
+        #: recovery calls ``on_restored(self)`` once the checkpoint is restored, before the WAL
+        #: is replayed (the database head re-attaches its subscribers there)
+        self._on_restored = None if on_restored is None else (lambda: on_restored(self))
+        self._shutdown_on_close = shutdown_on_close
+        self._max_in_flight = max_in_flight
+        self._local_global = local_global
+        self._drainer = None
+        cluster.call_timeout = float((config or {}).get("actor_call_timeout", cluster.call_timeout))
+        cluster.broadcast("reset")  # actors start from an empty catalog
+        slots = (max_in_flight + 1) * COALESCE_MAX + 4  # rounds in flight, batches held back
+        self._ring = ShmRing.open(slots=slots)
+        if self._ring is not None:  # which actors share this machine's /dev/shm: ask them
+            self._ring.readers = cluster.broadcast("can_read_shm", self._ring.path)
+            if not any(self._ring.readers):
+                self._ring.close()
+                self._ring = None
+        # a durable ``path`` (the database head's directory) recovers here: catalog, actor
+        # state and the WAL of inserts since the checkpoint
+        super().__init__(path, config=config)
+        if self._durable is not None:
+            self._durable.before_barrier = lambda: [op.drain() for op in self._operators()]
+        self._drainer = _Drainer(self) if max_in_flight > 0 else None
+
+    def abandon(self, *, keep_actors: bool = False) -> None:
+        """Let go of everything without a last checkpoint: an actor died, so the state on
+        the actors is not whole; the database head recovers from the directory instead.
+        ``keep_actors``: leave the actors running (the next engine keeps the live ones,
+        ``Cluster(survivors=…)``)."""
+        if self._closed:
+            return
+        if self._drainer is not None:
+            self._drainer.stop()
+        self._stop_runners()
+        self._closed = True
+        if self._durable is not None:
+            self._durable.close_without_checkpoint()
+            os.close(self._lock_fd)
+        with self._reactor.lock:
+            for node in self._reactor.nodes.values():
+                if node.connector is not None:
+                    try:
+                        node.connector.close()
+                    except Exception:  # noqa: BLE001 - its actor may be the dead one
+                        pass
+        if self._ring is not None:
+            self._ring.close()
+        if not keep_actors:
+            self.cluster.shutdown()
+
+    def _setup_reactor(self) -> None:
+        self._reactor.make_operator = self._operator
+        self._reactor.make_plan_operator = self._plan_operator
+        self._reactor.make_source_connector = self._source_connector
+
+    #: set by the database head when the Delta checkpoint coordinator drives this database:
+    #: exactly-once sinks are then written by the coordinator, and only staged here
+    coordinated = False
+
+    def _make_sink(self, stmt: ddl.CreateSink, schema):
+        if self.coordinated and self._durable is not None and _exactly_once(stmt):
+            from laminardb.checkpoint.staged_sink import StagedSink
+
+            return StagedSink(stmt.name, _sink_sql(stmt), schema,
+                              os.path.join(self.path, "staged", _safe(stmt.name)))
+        return super()._make_sink(stmt, schema)
+
+    def _operator(self, name: str, plan) -> DistributedOperator | _AtClient:
+        if _reads_processing_time(plan):
+            # PROCTIME() is stamped here, by this connection's clock (config "clock"), as rows
+            # enter: actors would read their own wall clocks, each a different time. Such a
+            # query is stateless (a projection; windows over its column run on the actors,
+            # their watermarks driven from here) or a plan tree, which runs here anyway.
+            return _AtClient(plan)
+        op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight,
+                                 local_global=self._local_global, ring=self._ring,
+                                 scalable=self._durable is not None)
+        if self._max_in_flight > 0:
+            op.deliver = lambda outs, late: self._reactor.deliver(name, outs, late)
+            op.can_defer = lambda: self._reactor.feeds_no_query(name)
+        return op
+
+    def _plan_operator(self, name: str, plan):
+        """A plan tree: its stateful nodes on the actors, each partitioned by its own key —
+        unless it calls PROCTIME() (stamped by this connection's clock, as ``_operator`` says)."""
+        from laminardb.cluster.distributed_plan import DistributedPlanOperator
+        from laminardb.operators.plan_operator import PlanOperator
+
+        if _tree_reads_processing_time(plan):
+            return PlanOperator(plan)
+        return DistributedPlanOperator(name, plan, self.cluster, ring=self._ring)
+
+    def _operators(self) -> list[DistributedOperator]:
+        return [n.op for n in self._reactor.nodes.values() if isinstance(n.op, DistributedOperator)]
+
+    def _drain(self, timeout: float | None = None) -> None:
+        """Deliver every batch still on the actors (under the reactor's lock); an error the
+        drainer thread met (an actor died) is raised here, on the caller's thread, and so is
+        an actor's death seen anywhere else (a Kafka poll): every call raises it from then on.
+
+        ``timeout``: deliver only the rounds that finish within it (``metrics()``: never
+        wait for a paused actor), else each round waits up to ``actor_call_timeout``.
+        """
+        if self._drainer is not None and self._drainer.error is not None:
+            error, self._drainer.error = self._drainer.error, None
+            raise error
+        self.cluster.check_alive("an earlier call")
+        if timeout is not None:
+            import ray
+
+            with self._reactor.lock:
+                waiting = [f for op in self._operators() for rnd in op.pending for f in rnd.futures]
+            if waiting:
+                ray.wait(waiting, num_returns=len(waiting), timeout=timeout)
+        with self._reactor.lock:
+            for op in self._operators():
+                if timeout is None:
+                    op.drain()
+                else:
+                    op.collect_ready()
+
+    def _source_connector(self, kind: str, node, options: dict[str, str], restore_state: dict | None = None):
+        if kind != "kafka":
+            from laminardb.engine.reactor import make_source_connector
+
+            return make_source_connector(kind, node, options, restore_state)
+        from laminardb.cluster.kafka_ingest import ClusterKafkaSource
+
+        return ClusterKafkaSource(self.cluster, node, options, lambda: self._routed_queries(node.name),
+                                  restore_state=restore_state)
+
+    def _routed_queries(self, source: str) -> list[str]:
+        """The keyed queries reading ``source`` that take rows split by owner."""
+        if self.cluster.n_actors < 2:
+            return []
+        with self._reactor.lock:
+            node = self._reactor.nodes.get(source)
+            ops = [self._reactor.nodes[d].op for d in (node.downstream if node else [])]
+        return [op.name for op in ops if isinstance(op, DistributedOperator) and op.mode == "keyed"]
+
+    def execute(self, sql: str) -> ExecuteResult:
+        self._check_open()
+        with self._reactor.lock:
+            self._drain()  # a new query may read a stream whose outputs are still deferred
+            return super().execute(sql)
+
+    def _apply_ddl(self, stmt, text: str, *, log: list[str] | None = None) -> ExecuteResult:
+        """Here first (so errors are this engine's), then on the actors — except a source,
+        which the actors need first (a Kafka source starts reading on them)."""
+        if isinstance(stmt, ddl.CreateSource):
+            self._install_on_actors(stmt, text)
+            return super()._apply_ddl(stmt, text, log=log)
+        name = getattr(stmt, "name", None)
+        existed = name is not None and name in self._reactor.nodes
+        result = super()._apply_ddl(stmt, text, log=log)
+        try:
+            self._install_on_actors(stmt, text)
+        except Exception:
+            # the actors refused what this engine accepted (a UDF they cannot import): take it
+            # back here too, or batches would reach a query the actors do not have
+            if name is not None and not existed and name in self._reactor.nodes:
+                catalog.undo(self, [(name, self._reactor.nodes[name].kind)])
+                self._drop_on_actors(stmt)
+            raise
+        return result
+
+    def _install_on_actors(self, stmt, text: str) -> None:
+        """Actors hold the same catalog; sinks and connector polling stay on the client."""
+        if isinstance(stmt, ddl.CreateSource | ddl.CreateStream):
+            self._broadcast_ddl(text)
+        elif isinstance(stmt, ddl.CreateSink) and stmt.query is not None:
+            self._broadcast_ddl(f"CREATE STREAM {stmt.name}__query AS {stmt.query.text}")
+        elif isinstance(stmt, ddl.Drop) and stmt.kind != "SINK":
+            self.cluster.broadcast("execute", text)
+
+    def _broadcast_ddl(self, text: str) -> None:
+        """``text`` on every actor, with this connection's Python UDFs: each goes as its
+        importable ``"module:qualname"`` reference (``laminardb/sql/udf.py``); the actors import
+        it before planning. A UDF that cannot be imported by name (a lambda, a function of
+        ``__main__``) stays here, and a query calling it is refused with the reason."""
+        described = self._udfs.describe()
+        shipped = [u for u in described if u["function"]]
+        try:
+            self.cluster.broadcast("execute", text, shipped)
+        except (ActorLostError, ActorTimeoutError):
+            raise
+        except Exception as e:
+            local = [u["name"] for u in described if not u["function"]
+                     and re.search(rf"(?i)\b{re.escape(str(u['name']))}\s*\(", text)]
+            if local:
+                from laminardb.sql.exceptions import UdfDefinitionError
+
+                raise UdfDefinitionError(
+                    f"UDF {local[0]!r} is a lambda or a function of __main__, which the cluster's actors "
+                    "cannot import; define it at module level in an importable module and register "
+                    "that function") from e
+            raise
+
+    def _drop_on_actors(self, stmt) -> None:
+        """Best effort: the actors that did install ``stmt`` forget it again."""
+        kind = "SINK" if isinstance(stmt, ddl.CreateSink) else (
+            "MATERIALIZED VIEW" if getattr(stmt, "materialized", False) else "STREAM")
+        name = f"{stmt.name}__query" if kind == "SINK" else stmt.name
+        kind = "STREAM" if kind == "SINK" else kind
+        try:
+            self.cluster.broadcast("execute", f"DROP {kind} IF EXISTS {name}")
+        except Exception:  # noqa: BLE001 - an actor that never had it: nothing to drop
+            pass
+
+    def insert(self, source: str, data: Any, **options: Any) -> int:
+        self._check_open()
+        if self._drainer is not None and self._drainer.error is not None:
+            self._drain()  # raises it
+        self.cluster.check_alive("insert")
+        return super().insert(source, data, **options)
+
+    def finish(self) -> None:
+        self._check_open()
+        self._stop_runners()
+        self._drain()
+        super().finish()
+
+    def subscribe_stream(self, name: str, *, history_rows: int | None = None):
+        sub = super().subscribe_stream(name, history_rows=history_rows)
+        if self._drainer is not None:
+            sub.before_read = self._drain_open
+        return sub
+
+    subscribe = subscribe_stream
+
+    def _drain_open(self) -> None:
+        if not self._closed:
+            self._drain()
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        self._check_open()
+        self._drain()
+        try:
+            super().flush(timeout_s)
+        except Exception:
+            self.cluster.check_alive("flush")  # a Kafka source stopped on a dead actor: say that
+            raise
+        self._drain()  # what connector sources ingested while flush waited
+
+    def query(self, sql: str):
+        self._check_open()
+        self._drain()
+        return super().query(sql)
+
+    sql = query
+
+    def metrics(self) -> dict[str, Any]:
+        """As the embedded ``metrics()``, plus ``cluster``: every member with its ``pid`` and
+        ``state`` (``ok`` | ``slow``: did not answer within ~1 s | ``dead``: Ray reports it
+        gone), ``dead``, ``slow`` and per-actor counters (None for an actor not answering).
+        Bounded: it never waits long for a paused actor."""
+        if not self._closed:
+            try:
+                self._drain(timeout=_METRICS_TIMEOUT_S)
+            except (ActorLostError, ActorTimeoutError):
+                pass  # metrics() is where a lost actor is reported, below: never raise here
+        m = super().metrics()
+        per_actor = self.cluster.probe("metrics") if not self._closed else [None] * self.cluster.n_actors
+        m["cluster"] = self.cluster.status()
+
+        def each(key: str, f=lambda v: v) -> list[Any]:
+            return [None if a is None else f(a[key]) for a in per_actor]
+
+        m["cluster"]["rows_per_actor"] = each("rows_in")
+        m["cluster"]["busy_s_per_actor"] = each("busy_s", lambda v: round(v, 4))
+        m["cluster"]["cpu_s_per_actor"] = each("cpu_s", lambda v: round(v, 4))
+        m["cluster"]["rss_bytes_per_actor"] = [None if a is None else (a.get("process") or {}).get("rss_bytes")
+                                               for a in per_actor]
+        return m
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if self._drainer is not None:
+            self._drainer.stop()
+        try:
+            self._drain()
+        except (ActorLostError, ActorTimeoutError):
+            pass  # closing a connection whose actor died must still release everything
+        super().close()
+        if self._ring is not None:
+            self._ring.close()
+        if self._shutdown_on_close:
+            self.cluster.shutdown()
+
+
+class _Drainer:
+    """Delivers finished rounds to subscribers while nobody calls the connection."""
+
+    _IDLE_S = 0.005
+    _WAIT_S = 0.05
+
+    def __init__(self, conn: ClusterConnection) -> None:
+        self.conn = conn
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="laminardb-drainer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import ray
+
+        lock = self.conn._reactor.lock
+        while not self._stop.is_set():
+            with lock:
+                for op in self.conn._operators():
+                    if op.open and not op.pending:
+                        op.collect_ready()  # sends the batches held back
+                waiting = [f for op in self.conn._operators() for f in op.oldest_futures()]
+            if not waiting:
+                self._stop.wait(self._IDLE_S)
+                continue
+            ray.wait(waiting, num_returns=1, timeout=self._WAIT_S)
+            try:
+                with lock:
+                    for op in self.conn._operators():
+                        op.collect_ready()
+            except Exception as e:  # noqa: BLE001 - the next call on the connection raises it
+                self.error = e
+                self._stop.wait(self._WAIT_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def connect_in_process(address: str = "ray://auto", *, actors: int | None = None, vnodes: int = DEFAULT_VNODES,
+                       raft: RaftConfig | str | None = None, config: dict[str, Any] | None = None,
+                       max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True) -> ClusterConnection:
+    """Run a database's engine in this process over reactor actors it starts and owns.
+
+    ``laminardb.connect`` (``remote.py``) is the public entry: it runs this engine inside the
+    database head in the cluster. This in-process form serves the head's own tests and
+    benchmarks that look at the engine's internals (pipelining, shared memory).
+
+    ``raft``: the control plane that owns the vnodes — a ``RaftConfig``, or the data dir of
+    ``laminardb cluster up``; by default ``LAMINARDB_RAFT_DIR`` / ``LAMINARDB_RAFT_VOTERS``,
+    else ownership is planned in-process (single-user development clusters).
+    ``max_in_flight``: batches per query that may be on the actors while ``insert()``
+    returns (pipelining; 0 = every insert waits for its outputs, like the embedded engine).
+    ``local_global``: keyed window aggregates emitted on close aggregate on every actor and
+    merge the closed windows (no exchange of rows); False routes every row to its key's owner.
+    """
+    from laminardb.cluster.ray_env import init_ray
+
+    ray = init_ray(address, actors)
+    n = actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    # the actors of a connection closed just before are released asynchronously: wait a little
+    deadline = time.monotonic() + _FREE_CPU_WAIT_S
+    while (free := int(ray.available_resources().get("CPU", 0))) < n and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if free < n:
+        raise ClusterStartError(
+            f"connect(): {n} actors need {n} free CPUs but the Ray cluster has {free}; "
+            "pass actors=… or add nodes"
+        )
+    warm_kernels()
+    if isinstance(raft, str):
+        raft = RaftConfig.from_data_dir(raft)
+    elif raft is None:
+        raft = RaftConfig.from_env()
+    timeout = float((config or {}).get("actor_call_timeout", _CALL_TIMEOUT_S))
+    return ClusterConnection(Cluster(n, vnodes, raft, call_timeout=timeout), config=config,
+                             max_in_flight=max_in_flight,
+                             local_global=local_global)
+
+
+class _AtClient(QueryOperator):
+    """A query this client runs itself (one that calls ``PROCTIME()``): rows a Kafka source
+    left on the actors that read them (``RemoteRows``) are fetched first."""
+
+    def process(self, batch, wm_before: int = NO_WATERMARK, **kwargs):
+        if hasattr(batch, "materialize"):
+            batch = batch.materialize()
+        return super().process(batch, wm_before, **kwargs)
+
+
+def _reads_processing_time(plan) -> bool:
+    """Whether one of the query's own expressions calls ``PROCTIME()`` (a window over a
+    PROCTIME column of its input only reads that column, and runs on the actors)."""
+    agg = plan.aggregate
+    exprs = [plan.where, plan.having, *plan.projections]
+    if agg is not None:
+        exprs += [*agg.keys, *agg.args]
+    return any(e is not None and _PROCTIME.search(e.sql) for e in exprs)
+
+
+def _tree_reads_processing_time(node) -> bool:
+    """``_reads_processing_time`` over every SELECT block, filter and join condition of a tree."""
+    from laminardb.sql.planner import QueryPlan
+
+    if isinstance(node, QueryPlan) and _reads_processing_time(node):
+        return True
+    texts = [getattr(getattr(node, "predicate", None), "sql", ""), getattr(node, "condition_sql", "")]
+    if any(t and _PROCTIME.search(t) for t in texts):
+        return True
+    return any(_tree_reads_processing_time(c) for c in getattr(node, "children", []) or [])
+
+
+_PROCTIME = re.compile(r"(?i)\bPROCTIME\s*\(")
+
+
+def _exactly_once(stmt: ddl.CreateSink) -> bool:
+    """Sinks a durable database writes with two-phase commit (see ``connectors/sinks.py``)."""
+    kind = stmt.connector.lower()
+    if kind == "kafka":
+        from laminardb.connectors.kafka_sink import delivery_guarantee
+
+        return delivery_guarantee(stmt.options) == "exactly-once"
+    return kind in ("file", "delta_lake", "deltalake", "delta")
+
+
+def _sink_sql(stmt: ddl.CreateSink) -> str:
+    """A CREATE SINK the coordinator can build the same sink from (connector and options)."""
+    opts = ", ".join(f"{k} = '{str(v).replace(chr(39), chr(39) * 2)}'" for k, v in stmt.options.items())
+    return f"CREATE SINK {stmt.name} FROM {stmt.name}__query INTO {stmt.connector} ({opts})"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)

@@ -1,0 +1,384 @@
+"""The client of a database that lives in the cluster: ``laminardb.connect("ray://…", database=…)``.
+
+Why: a pipeline must keep running when the process that started it exits. So ``connect``
+attaches to the database's head (``head.py``: a detached Ray actor, created on first use)
+and ``RemoteConnection`` forwards the embedded ``Connection`` API to it — rows as Arrow IPC,
+errors re-raised as the same ``LaminarError`` class and code. ``close()`` only detaches;
+``drop_database()`` stops the database. Several clients may attach to one database.
+
+Subscriptions pull: the head queues a stream's batches for each subscription, and the
+client takes them on ``try_next``/``next_timeout``/iteration/``to_arrow`` (it keeps the
+``to_arrow`` history, as the embedded ``Subscription`` does).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from laminardb.cluster.exceptions import ClusterStartError
+from laminardb.cluster.ray_env import init_ray
+from laminardb.cluster.wire import encode_rows, from_ipc, from_ipc_table, schema_from_ipc
+from laminardb.connection import ExecuteResult, QueryResult
+from laminardb.engine.insert_batch import InsertResult, check_on_error
+from laminardb.engine.subscriptions import _HISTORY_ROWS, Subscription
+from laminardb.errors import ConnectionClosedError, LaminarError
+
+log = logging.getLogger(__name__)
+
+_CALL_TIMEOUT_S = 600.0  # a call may wait while the head recovers a lost actor: bounded, generous
+_READY_TIMEOUT_S = 300.0  # a new head starts its actors (numba kernels load, Raft commits)
+_SUB_POLL_MS = 200.0  # how long one blocking subscription read waits inside the head
+
+
+def raise_remote(answer: dict) -> Any:
+    """The value of a head method's answer, or its LaminarError raised here."""
+    if "ok" in answer:
+        return answer["ok"]
+    err = answer["error"]
+    cls: type = LaminarError
+    try:
+        found = importlib.import_module(err["module"])
+        for part in err["class"].split("."):
+            found = getattr(found, part)
+        if isinstance(found, type) and issubclass(found, LaminarError):
+            cls = found
+    except (ImportError, AttributeError):
+        pass
+    exc = cls.__new__(cls)
+    LaminarError.__init__(exc, err["message"], code=err["code"])
+    raise exc
+
+
+class RemoteConnection:
+    """A ``Connection`` to a named database in the cluster; same methods, same results."""
+
+    def __init__(self, head, database: str, *, config: dict[str, Any] | None = None) -> None:
+        self._head = head
+        self.database = database
+        self.config = dict(config or {})
+        self._closed = False
+        self._client = self._call("attach")
+        # a Connection dropped without close() still detaches (its subscriptions end)
+        self._finalizer = weakref.finalize(self, _detach, head, self._client)
+
+    def _call(self, method: str, *args, timeout: float = _CALL_TIMEOUT_S) -> Any:
+        import ray
+
+        if self._closed and method not in ("detach",):
+            raise ConnectionClosedError("this connection is closed; call laminardb.connect() again")
+        return raise_remote(ray.get(getattr(self._head, method).remote(*args), timeout=timeout))
+
+    # ------------------------------------------------------------------ SQL
+    def execute(self, sql: str) -> ExecuteResult:
+        steps = [ExecuteResult(s["kind"], s["name"], from_ipc_table(s["table"]))
+                 for s in self._call("execute", sql)["statements"]]
+        last = steps[-1]
+        last.statements = steps
+        return last
+
+    def query(self, sql: str) -> QueryResult:
+        return QueryResult(from_ipc_table(self._call("query", sql)))
+
+    sql = query
+
+    # ------------------------------------------------------------------ data
+    def insert(self, source: str, data: Any, *, on_error: str = "raise") -> int:
+        check_on_error(on_error)
+        return _insert_result(self._call("insert", source, encode_rows(data), on_error))
+
+    def insert_json(self, source: str, data, *, on_error: str = "raise") -> int:
+        check_on_error(on_error)
+        return _insert_result(self._call("insert_text", "json", source, data, on_error))
+
+    def insert_csv(self, source: str, data, *, on_error: str = "raise") -> int:
+        check_on_error(on_error)
+        return _insert_result(self._call("insert_text", "csv", source, data, on_error))
+
+    def _advance_watermark(self, source: str, timestamp: Any) -> int | None:
+        return self._call("advance_watermark", source, timestamp)
+
+    def offset(self, source: str) -> int:
+        return self._call("offset", source)
+
+    def checkpoint(self) -> int:
+        return self._call("checkpoint")
+
+    def register_udf(self, name: str, fn, return_type: str | pa.DataType) -> None:
+        """As ``Connection.register_udf``; the function travels by its ``"module:qualname"``
+        reference — define it at module level in a module the cluster can import (a lambda or
+        a function of ``__main__`` is refused with ``UdfDefinitionError``)."""
+        items = udf_references({name: (fn, return_type)})
+        self._call("register_udfs", items)
+
+    # ------------------------------------------------------------------ streams
+    def subscribe_stream(self, name: str, *, history_rows: int | None = None) -> RemoteSubscription:
+        got = self._call("subscribe", self._client, name)
+        return RemoteSubscription(self, got["id"], name, schema_from_ipc(got["schema"]),
+                                  history_rows=_HISTORY_ROWS if history_rows is None else history_rows)
+
+    subscribe = subscribe_stream
+
+    def subscribe_callback(self, name: str, on_data, on_error=None):
+        from laminardb.engine.subscriptions import CallbackSubscription
+
+        sub = self.subscribe_stream(name, history_rows=0)
+        sub.start_pump()  # a thread moves the head's batches into the local queue
+        return CallbackSubscription(sub, on_data, on_error)
+
+    subscribe_stream_callback = subscribe_callback
+
+    def list_streams(self) -> list[str]:
+        return self._call("list_streams")
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        self._call("start")
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        self._call("flush", timeout_s, timeout=timeout_s + _CALL_TIMEOUT_S)
+
+    def finish(self) -> None:
+        self._call("finish")
+
+    def metrics(self) -> dict[str, Any]:
+        return self._call("metrics")
+
+    def status(self) -> dict[str, Any]:
+        return self._call("status")
+
+    def scale(self, actors: int) -> dict[str, Any]:
+        """Move the database to ``actors`` reactor actors (state and Kafka partitions follow
+        the vnodes; output stays exactly-once). Returns the rescale's record: ``actors``,
+        ``previous``, ``pause_s`` (checkpoint to running again), ``by``, ``reason``. Raises
+        ``ScaleCapacityError`` (LDB-8011) when the cluster lacks the CPUs, moving nothing."""
+        return self._call("scale", actors)
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The Prometheus endpoint the head serves (``config["metrics_port"]``), or None."""
+        return self._call("urls")["metrics"]
+
+    @property
+    def dashboard_url(self) -> str | None:
+        """The web dashboard the head serves (``config["dashboard_port"]``), or None."""
+        return self._call("urls")["dashboard"]
+
+    def close(self) -> None:
+        """Detach: the database and its pipelines keep running (``drop_database`` stops them)."""
+        if self._closed:
+            return
+        self._finalizer()
+        self._closed = True
+
+    def drop_database(self) -> None:
+        """Stop this database's actors and remove its checkpoints and state."""
+        from laminardb.cluster.head import drop_database
+
+        self.close()
+        drop_database(self.database)
+
+    def __enter__(self) -> RemoteConnection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RemoteConnection(database={self.database!r})"
+
+
+def _detach(head, client: str) -> None:
+    try:
+        import ray
+
+        if not ray.is_initialized():  # Ray shut down first: a call would start a new local Ray
+            return
+        head.detach.remote(client)  # fire and forget: a finalizer must never block or raise
+    except Exception:  # noqa: BLE001 - Ray may be shut down already
+        pass
+
+
+def _insert_result(answer: dict) -> int:
+    if not answer["result"]:
+        return answer["accepted"]
+    rejected = None if answer["rejected"] is None else from_ipc_table(answer["rejected"])
+    return InsertResult(answer["accepted"], rejected, late_by_query=answer.get("late_by_query"))
+
+
+class RemoteSubscription(Subscription):
+    """A ``Subscription`` whose batches are taken from the head on each read."""
+
+    def __init__(self, conn: RemoteConnection, sid: str, name: str, schema: pa.Schema, *,
+                 history_rows: int) -> None:
+        super().__init__(name, schema, lambda _sub: conn._call("sub_cancel", sid), history_rows=history_rows)
+        self._conn = conn
+        self._sid = sid
+        self._pull_lock = threading.Lock()
+        self._pump: threading.Thread | None = None
+
+    def _pull(self, timeout_ms: float) -> None:
+        """Move what the head has queued (waiting up to ``timeout_ms`` for it) into the queue."""
+        if self._cancelled or self._ended or self._conn._closed:
+            return
+        with self._pull_lock:
+            got = self._conn._call("sub_read", self._sid, timeout_ms)
+        for data in got["batches"]:
+            self._deliver(from_ipc(data))
+        if got["ended"]:
+            self._end()
+
+    def _sync(self) -> None:
+        self._pull(0)
+
+    def next_timeout(self, timeout_ms: float) -> pa.RecordBatch | None:
+        deadline = time.monotonic() + timeout_ms / 1000.0
+        while True:
+            with self._cond:
+                self._check()
+                if self._queue or self._ended:
+                    return self._take()
+            left = (deadline - time.monotonic()) * 1000.0
+            if left <= 0:
+                return None
+            if self._pump is None:
+                self._pull(min(left, _SUB_POLL_MS))
+            else:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._queue or self._ended or self._cancelled, left / 1000.0)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            batch = self.next_timeout(_SUB_POLL_MS)
+            if batch is not None:
+                yield batch
+            elif self._ended or self._cancelled:
+                return
+
+    def start_pump(self) -> None:
+        """Pull continuously on a thread (callback subscriptions wait on the local queue)."""
+        def run() -> None:
+            while not (self._cancelled or self._ended or self._conn._closed):
+                try:
+                    self._pull(_SUB_POLL_MS)
+                except Exception:  # noqa: BLE001 - the connection closed or the head is gone
+                    self._end()
+                    return
+
+        self._pump = threading.Thread(target=run, name=f"laminardb-sub-{self.name}", daemon=True)
+        self._pump.start()
+
+
+def connect(address: str = "ray://auto", *, database: str = "default", actors: int | None = None,
+            vnodes: int | None = None, raft=None, config: dict[str, Any] | None = None,
+            max_in_flight: int | None = None, local_global: bool = True) -> RemoteConnection:
+    """Attach to the database ``database`` in a Ray cluster, creating it on first use.
+
+    ``address``: ``ray://auto`` (inside a cluster, or this process's ``ray.init``),
+    ``ray://host:port`` (Ray Client), ``ray://local`` (start Ray here). The first connect
+    decides the database's shape: ``actors`` (default: one per CPU), ``vnodes`` (256),
+    ``raft`` (a ``laminardb cluster up`` data dir; default ``LAMINARDB_RAFT_DIR``/``_VOTERS``)
+    and ``config`` — ``checkpoint_dir`` (default: the Ray session's directory on the head
+    node, gone with the cluster; a shared path outlives it; ``":memory:"`` keeps no state), ``checkpoint_interval`` (``"10s"``; ``"off"``), ``actor_call_timeout``.
+    Later connects attach to it as it is. ``close()`` detaches; ``drop_database()`` stops it.
+    """
+    import os
+
+    from laminardb.autoscale import AutoscaleConfig
+    from laminardb.cluster.distributed_operator import DEFAULT_MAX_IN_FLIGHT
+    from laminardb.cluster.head import SESSION_DIR, get_or_create_head
+    from laminardb.cluster.routing import DEFAULT_VNODES
+    from laminardb.errors import ConfigError
+
+    config = dict(config or {})
+    udfs = _config_udfs(config)  # functions never ride in the config (it is pickled by Ray)
+    if AutoscaleConfig.from_config(config).enabled and config.get("checkpoint_dir") == ":memory:":
+        raise ConfigError("autoscale needs checkpoints (a rescale moves the state through one): "
+                          "drop checkpoint_dir=':memory:' or autoscale=True")
+    root = config.get("checkpoint_dir")
+    raft_spec = _raft_spec(raft)
+    if address == "ray://local":  # the cluster runs from this environment: check it before starting Ray
+        from laminardb._extras import require
+
+        if root != ":memory:":  # the checkpoint coordinator is a PySpark application
+            require("pyspark", extra="cluster", for_what="connect('ray://local') with checkpoints")
+        if raft_spec is not None:
+            require("pysyncobj", extra="cluster", for_what="connect(…, raft=…)")
+    ray = init_ray(address, actors)
+    if root is None:
+        directory = SESSION_DIR  # the head resolves it: the Ray session's directory on its node
+    else:
+        directory = None if root == ":memory:" else os.path.join(os.path.abspath(root), database)
+    n = actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    head, created = get_or_create_head(
+        database, directory=directory, n_actors=n, vnodes=vnodes or DEFAULT_VNODES, config=config,
+        raft=raft_spec, max_in_flight=DEFAULT_MAX_IN_FLIGHT if max_in_flight is None else max_in_flight,
+        local_global=local_global)
+    try:
+        raise_remote(ray.get(head.ready.remote(), timeout=_READY_TIMEOUT_S))
+    except LaminarError:
+        if created:
+            ray.kill(head, no_restart=True)
+        raise
+    except Exception as exc:
+        if created:
+            ray.kill(head, no_restart=True)
+        raise ClusterStartError(f"database {database!r} did not start: {type(exc).__name__}: {exc}; "
+                                "check `ray status` for free CPUs") from exc
+    conn = RemoteConnection(head, database, config=config)
+    if udfs:
+        conn._call("register_udfs", udfs)  # by "module:qualname", kept by the head
+    return conn
+
+
+def _config_udfs(config: dict[str, Any]) -> list[dict]:
+    """``config["udfs"]`` ({name: (function, return type)}, as ``laminardb.open`` takes it),
+    taken out of ``config`` and checked before anything starts, to be registered by reference
+    once connected (``register_udf``'s rule: a lambda or a function of ``__main__`` is refused
+    with ``UdfDefinitionError``). A ``config["clock"]`` is refused: in a cluster PROCTIME() is
+    the database head's wall clock, and a function cannot travel to the head."""
+    from laminardb.errors import ConfigError
+
+    if "clock" in config:
+        raise ConfigError("config['clock'] (a processing-time clock) is for the embedded engine: in a "
+                          "cluster PROCTIME() reads the database head's wall clock; drop the key")
+    udfs = config.pop("udfs", None) or {}
+    if not isinstance(udfs, dict) or not all(isinstance(v, tuple | list) and len(v) == 2 for v in udfs.values()):
+        raise ConfigError("config['udfs'] must map each name to (function, return type), e.g. "
+                          "{'twice': (twice, 'BIGINT')}")
+    return udf_references(udfs)
+
+
+def udf_references(udfs: dict[str, tuple]) -> list[dict]:
+    """``{name: (function, return type)}`` as the head and the actors take UDFs: each function by
+    its ``"module:qualname"`` reference (names and types checked here). A lambda or a function
+    of ``__main__`` has none the cluster could import: ``UdfDefinitionError``."""
+    from laminardb.sql.exceptions import UdfDefinitionError
+    from laminardb.sql.udf import UdfRegistry
+
+    reg = UdfRegistry()
+    for name, (fn, return_type) in udfs.items():
+        reg.register(str(name), fn, return_type)
+    items = reg.describe()
+    if bad := [i["name"] for i in items if not i["function"]]:
+        raise UdfDefinitionError(f"UDF(s) {', '.join(map(repr, bad))} are lambdas or functions of __main__, "
+                                 "which the cluster cannot import; define them at module level in an "
+                                 "importable module")
+    return items
+
+
+def _raft_spec(raft) -> dict | None:
+    """The control plane for the head: a ``RaftConfig``, a ``laminardb cluster up`` data dir,
+    or None (the head reads ``LAMINARDB_RAFT_DIR``/``_VOTERS`` where it runs)."""
+    if raft is None:
+        return None
+    if isinstance(raft, str):
+        return {"data_dir": raft}
+    return {"voters": list(raft.voters), "secret": raft.secret}

@@ -1,0 +1,416 @@
+"""``DistributedOperator``: the client-side stand-in for a query whose state lives on actors.
+
+Entry point: ``DistributedOperator(name, plan, cluster)``. It has the operator contract of
+``QueryOperator`` (``process``, ``on_watermark``, ``current_rows``), so the client runs
+the very same ``Reactor`` as the embedded mode — catalog, watermarks, subscriptions,
+views, sinks — and only the operators' work moves to the actors. How a batch reaches them
+(``routing.partition_mode``; docs/cluster.md has the table):
+
+- keyed queries on several actors: split here by the owner of each row's vnode
+  (``routing.route_rows``), one part per actor;
+- everything else: the batch is written once and every actor reads it (``all``) or its
+  contiguous row range (``range``: stateless queries, partial and local-global aggregates,
+  whose partials ``partial.py`` merges here);
+- ``RemoteRows`` (Kafka): the rows stay on the actors that read them (``_process_remote``).
+
+Batches go through the shared-memory ring (``shm_ring.py``) to actors that can map it,
+else through Ray's object store, as Arrow IPC. Outputs come back as IPC.
+
+Pipelining: a batch's work on the actors is a *round*. When the query's outputs only go to
+subscribers, views and sinks (no query reads them), ``process`` returns at once and up to
+``max_in_flight`` rounds run while the client prepares the next batches; while rounds are
+in flight, further whole batches are held and go out together (``process_many``, at most
+``COALESCE_MAX``). Outputs are delivered in order through ``deliver`` (by the connection's
+drainer thread, or by any read, which drains first). A query read by another query waits
+for each round before ``process`` returns, exactly like the embedded engine.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from laminardb.cluster.exceptions import ActorTimeoutError
+from laminardb.cluster.remote_rows import RemoteRows
+from laminardb.cluster.routing import partition_mode, route_rows
+from laminardb.cluster.shm_ring import ShmRing
+from laminardb.cluster.wire import from_ipc, to_ipc_array
+from laminardb.operators.query_operator import output_schema
+from laminardb.sql.planner import QueryPlan
+
+DEFAULT_MAX_IN_FLIGHT = 4
+#: batches sent in one call per actor while the actors are busy (fewer Ray calls per batch)
+COALESCE_MAX = 4
+Deliver = Callable[[list[pa.RecordBatch], "pa.RecordBatch | None"], None]
+
+
+@dataclass
+class _Round:
+    """One batch's calls to the actors, not yet collected."""
+
+    method: str
+    targets: list[int]
+    futures: list[Any]
+    wm_next: int | None
+    slots: list[int] = field(default_factory=list)  # shared-memory slots its input occupies
+    wm_nexts: list[int | None] | None = None  # a coalesced round: one entry per batch
+
+
+@dataclass
+class _Item:
+    """A batch waiting to go out with the next ones (``process_many``)."""
+
+    wm_before: int
+    mode: str
+    wm_next: int | None
+    data: Any
+    slots: list[int]
+
+
+class DistributedOperator:
+    #: the reactor may pass the watermark that follows this batch (one round trip for both)
+    accepts_next_watermark = True
+
+    def __init__(self, name: str, plan: QueryPlan, cluster, *,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True,
+                 ring: ShmRing | None = None, scalable: bool = False) -> None:
+        self.name = name
+        self.plan = plan
+        self.cluster = cluster
+        self.schema = output_schema(plan)
+        # one actor exchanges nothing: local-global aggregation would only add the merge — unless
+        # the database may be rescaled, whose checkpointed state must not change form with the count
+        self.mode = partition_mode(plan, local_global=local_global and (cluster.n_actors > 1 or scalable))
+        self.late_dropped = 0
+        self.max_in_flight = max_in_flight
+        self.ring = ring
+        #: set by the connection: where outputs of deferred rounds go, and whether a round
+        #: may be deferred now (its node feeds no other query)
+        self.deliver: Deliver | None = None
+        self.can_defer: Callable[[], bool] = lambda: False
+        self.pending: deque[_Round] = deque()
+        self.open: list[_Item] = []  # batches held back while the actors are busy
+        self.batches_held = 0  # sent with others in one call (metrics, tests)
+        self.fetched_to_client = 0  # actor-read batches that had to come through the client
+        self._closed_at: tuple[int, list[pa.RecordBatch]] | None = None
+        self.merger = None
+        if self.mode in ("partial", "local_global"):
+            from laminardb.cluster.partial import KeyedPartialMerger, PartialMerger
+            from laminardb.operators.query_operator import QueryOperator
+
+            merger = PartialMerger if self.mode == "partial" else KeyedPartialMerger
+            self.merger = merger(plan, QueryOperator(plan))
+
+    def _targets(self) -> list[int]:
+        if self.mode == "single":
+            return [self.cluster.single_owner()]
+        return list(range(self.cluster.n_actors))
+
+    # ------------------------------------------------------------------ batches
+    def process(self, batch: pa.RecordBatch, wm_before: int, *, skip_where: bool = False,
+                wm_next: int | None = None):
+        if batch.num_rows == 0:
+            return [], None
+
+        targets = self._targets()
+        whole = not isinstance(batch, RemoteRows) and not (self.mode == "keyed" and len(targets) > 1)
+        if whole and self.pending and self.deliver is not None and self.can_defer():
+            return self._hold(batch, targets, wm_before, wm_next)
+        self._submit_open()  # batches held back go first
+        if isinstance(batch, RemoteRows):
+            remote = self._process_remote(batch, targets, wm_before, wm_next)
+            if remote is not None:
+                return remote
+            self.fetched_to_client += 1
+            batch = batch.materialize()  # a query created after these rows were read
+        if self.mode == "keyed" and len(targets) > 1:
+            return self._process_routed(batch, wm_before, wm_next)
+        data, slots = self._ship(batch, targets)  # written once, read zero-copy by every actor
+        wm_next = self._closes(wm_next)
+        args = (self._method, self.name, wm_before, self._whole_mode, wm_next, data)
+        return self._start(_Round(self._method, targets, self.cluster.submit(targets, *args), wm_next, slots))
+
+    @property
+    def _whole_mode(self) -> str:
+        """How actors read a batch sent whole: one keyed actor owns every vnode (``all``);
+        partial aggregates and stateless queries take contiguous row ranges."""
+        return "all" if self.mode in ("keyed", "single") else "range"
+
+    def _hold(self, batch: pa.RecordBatch, targets: list[int], wm_before: int, wm_next: int | None):
+        """The actors are busy: keep the batch for one call with the next ones (group
+        commit — the actors process them one by one, as if sent apart)."""
+        data, slots = self._ship(batch, targets)
+        wm_next = self._closes(wm_next)
+        self.open.append(_Item(wm_before, self._whole_mode, wm_next, data, slots))
+        self.batches_held += 1
+        if wm_next is not None:
+            self._closed_at = (wm_next, [])  # the round delivers the windows it closes
+        if len(self.open) >= COALESCE_MAX:
+            self._submit_open()
+        while len(self.pending) > self.max_in_flight:
+            self._deliver_oldest()
+        return [], None
+
+    def _submit_open(self) -> None:
+        if not self.open:
+            return
+        items, self.open = self.open, []
+        targets = self._targets()
+        payload = [(it.wm_before, it.mode, it.wm_next, it.data) for it in items]
+        futures = self.cluster.submit(targets, "process_many", self._method, self.name, payload)
+        self.pending.append(_Round(self._method, targets, futures, None,
+                                   [s for it in items for s in it.slots], [it.wm_next for it in items]))
+
+    def _ship(self, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
+        return ship(self.ring, batch, targets)
+
+    @property
+    def _method(self) -> str:
+        return "process_partial" if self.merger is not None else "process"
+
+    def _closes(self, wm_next: int | None) -> int | None:
+        """``wm_next`` if advancing the watermark can close anything on the actors."""
+        agg = self.plan.aggregate
+        if agg is None or (self.merger is not None and agg.window is None):
+            return None
+        return wm_next
+
+    def _process_routed(self, batch: pa.RecordBatch, wm_before: int, wm_next: int | None):
+        """Keyed query on several actors: the rows are split here by the owner of their
+        key's vnode (one hash per row) and each actor receives only its part."""
+
+        parts = route_rows(self.plan, batch, self.cluster.routing.owner, self.cluster.n_actors)
+        futures, slots = [], []
+        for a, part in enumerate(parts):
+            data: list[Any] = []
+            if part.num_rows:
+                shipped, used = self._ship(part, [a])
+                data, slots = [shipped], slots + used
+            futures.append(self.cluster.actors[a].process.remote(self.name, wm_before, "routed", wm_next, *data))
+        return self._start(_Round("process", list(range(len(parts))), futures, wm_next, slots))
+
+    def _process_remote(self, rows: RemoteRows, targets: list[int], wm_before: int, wm_next: int | None):
+        """Rows still on the actors that read them: keyed queries get the parts the readers
+        routed to each owner; the others run where the rows were read."""
+        wm_next = self._closes(wm_next)
+        if self.mode == "keyed" and len(targets) > 1:
+            parts = rows.routed.get(self.name)
+            if parts is None:
+                return None
+            futures = [self.cluster.actors[a].process.remote(self.name, wm_before, "routed", wm_next, *parts[a])
+                       for a in targets]
+        elif self.mode in ("keyed", "single"):  # one owner of every key
+            refs = [ref for _, ref in rows.wholes]
+            futures = self.cluster.submit(targets, self._method, self.name, wm_before, "all", wm_next, *refs)
+        else:  # stateless and partial aggregates: no exchange at all
+            futures = [getattr(self.cluster.actors[a], self._method).remote(
+                           self.name, wm_before, "all", wm_next, *rows.refs_read_by(a)) for a in targets]
+        return self._start(_Round(self._method, targets, futures, wm_next))
+
+    def _start(self, rnd: _Round):
+        """Wait for the round now, or (when its outputs may come later) queue it."""
+        wm_next = rnd.wm_next
+        if self.deliver is None or not self.can_defer():
+            self.drain()  # rounds deferred earlier come first
+            ((outs, late, closed),) = self._collect(rnd)
+            if wm_next is not None:
+                self._closed_at = (wm_next, closed)
+            return outs, late
+        self.pending.append(rnd)
+        if wm_next is not None:
+            self._closed_at = (wm_next, [])  # the round delivers the windows it closes
+        while len(self.pending) > self.max_in_flight:
+            self._deliver_oldest()
+        return [], None
+
+    def _collect(self, rnd: _Round) -> list[tuple[list[pa.RecordBatch], pa.RecordBatch | None, list[pa.RecordBatch]]]:
+        """Per batch of the round: outputs, late rows and closed windows, merged across actors."""
+        results = self.cluster.gather(rnd.targets, rnd.futures, rnd.method)
+        for slot in rnd.slots:  # every actor has answered: nobody reads these slots any more
+            self.ring.release(slot)
+        if rnd.wm_nexts is None:
+            return [self._combine(rnd.method, rnd.targets, results, rnd.wm_next)]
+        return [self._combine(rnd.method, rnd.targets, [r[i] for r in results], wm)
+                for i, wm in enumerate(rnd.wm_nexts)]
+
+    def _combine(self, method: str, targets: list[int], results: list, wm_next: int | None):
+        if method == "process_partial":
+            lates = [from_ipc(r[0]) for r in results if r[0] is not None]
+            changes = self.plan.emit == "changes"
+            outs = []
+            if changes:
+                outs = self.merger.changed({a: from_ipc(r[1]) for a, r in zip(targets, results, strict=True)})
+            closed = []
+            if wm_next is not None:
+                parts = {a: from_ipc(r[2]) for a, r in zip(targets, results, strict=True)}
+                closed = self.merger.close(parts, changes=changes)
+        else:
+            outs, lates, closed = [], [], []
+            for out_ipc, late_ipc, closed_ipc in results:
+                outs += [from_ipc(b) for b in out_ipc]
+                closed += [from_ipc(b) for b in closed_ipc]
+                if late_ipc is not None:
+                    lates.append(from_ipc(late_ipc))
+            closed = _merge(closed, self.schema)
+        late = None
+        if lates:
+            late = pa.Table.from_batches(lates).combine_chunks().to_batches()[0]
+            self.late_dropped += late.num_rows
+        return _merge(outs, self.schema), late, closed
+
+    def _deliver_oldest(self) -> None:
+        rnd = self.pending.popleft()
+        try:
+            per_batch = self._collect(rnd)
+        except ActorTimeoutError:
+            self.pending.appendleft(rnd)  # a live actor is slow: its outputs come on a later call
+            raise
+        except Exception:
+            self.pending.clear()  # the actors' state is gone (ActorLostError): nothing to wait for
+            self.open.clear()
+            raise
+        for outs, late, closed in per_batch:
+            self.deliver(outs, late)
+            if closed:
+                self.deliver(closed, None)
+
+    def drain(self) -> None:
+        """Deliver every deferred round, oldest first."""
+        self._submit_open()
+        while self.pending:
+            self._deliver_oldest()
+
+    def collect_ready(self) -> None:
+        """Deliver the oldest deferred rounds that have finished (never waits); send the
+        batches held back once nothing is in flight."""
+        while self.pending and self.cluster.ready(self.pending[0].futures):
+            self._deliver_oldest()
+        if not self.pending:
+            self._submit_open()
+
+    def oldest_futures(self) -> list[Any]:
+        return list(self.pending[0].futures) if self.pending else []
+
+    # ------------------------------------------------------------------ watermarks and state
+    def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
+        if self.plan.aggregate is None:
+            return []
+        done = self._closed_at
+        self._closed_at = None
+        if done is not None and done[0] == wm:
+            return done[1]  # the actors already advanced with the batch
+        self.drain()
+        targets = self._targets()
+        if self.merger is not None:
+            results = self.cluster.call_each(targets, "close_partial", self.name, wm)
+            closed = {a: from_ipc(r) for a, r in zip(targets, results, strict=True)}
+            return self.merger.close(closed, changes=self.plan.emit == "changes")
+        results = self.cluster.call_each(targets, "on_watermark", self.name, wm)
+        return _merge([from_ipc(b) for r in results for b in r], self.schema)
+
+    def current_rows(self) -> pa.RecordBatch:
+        self.drain()
+        if self.merger is not None:
+            return self.merger.current()
+        results = self.cluster.call_each(self._targets(), "current_rows", self.name)
+        batches = [from_ipc(b) for b in results]
+        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0] if any(
+            b.num_rows for b in batches) else batches[0]
+
+
+    # ------------------------------------------------------------------ checkpoints
+    def snapshot(self) -> ClusterImage:
+        """The barrier for this query (under the engine lock): every round sent so far is
+        delivered, then each actor copies its state — Ray runs that call after every batch
+        sent to the actor before it, so the copies are aligned with what was delivered."""
+        self.drain()
+        everyone = list(range(self.cluster.n_actors))
+        if self.plan.aggregate is not None:
+            self.cluster.call_each(everyone, "snapshot_take", [self.name], self.merger is not None)
+        merger = None
+        if self.merger is not None and hasattr(self.merger, "state"):
+            merger = {int(ws): {int(a): list(t) for a, t in per.items()} for ws, per in self.merger.state.items()}
+        return ClusterImage(self, everyone if self.plan.aggregate is not None else [], merger)
+
+    def restore(self, blob: bytes, *, vnodes=None) -> None:
+        """Give every actor its part of a checkpoint (the actors are in the same places: a
+        replaced actor takes the index, and so the vnodes, of the one it replaces)."""
+        import msgpack
+
+        from laminardb.checkpoint.exceptions import SnapshotFormatError
+
+        doc = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+        if doc.get("format") != CLUSTER_FORMAT or doc.get("version") != 1:
+            raise SnapshotFormatError(f"query {self.name!r}: not a cluster state snapshot (format "
+                                      f"{doc.get('format')!r} v{doc.get('version')!r})")
+        parts = doc["actors"]
+        partial = self.merger is not None
+        n = self.cluster.n_actors
+        targets, futures = [], []
+        if self.mode == "keyed":  # by vnode: the owners may have changed (Raft re-planned them)
+            owner = self.cluster.routing.owner
+            for a in range(self.cluster.n_actors):
+                vnodes = [int(v) for v in (owner == a).nonzero()[0]]
+                targets.append(a)
+                futures.append(self.cluster.actors[a].restore_state.remote(self.name, parts, partial, vnodes))
+        elif self.mode == "single":  # one actor holds the whole query: all of it goes there
+            a = self.cluster.single_owner()
+            targets, futures = [a], [self.cluster.actors[a].restore_state.remote(self.name, parts, partial, None)]
+        else:  # partials are per actor, whatever rows it read: each takes its own back, and
+            # after a scale-in actor a also takes the parts of the actors a + n, a + 2n, … (added up)
+            targets = list(range(min(len(parts), n)))
+            futures = [self.cluster.actors[a].restore_state.remote(self.name, parts[a::n], partial, None)
+                       for a in targets]
+        self.cluster.gather(targets, futures, "restore_state")
+        if doc.get("merger") is not None and hasattr(self.merger, "state"):
+            self.merger.state = {int(ws): self.merger.regroup({int(a): tuple(t) for a, t in per.items()}, n)
+                                 for ws, per in doc["merger"].items()}
+        self.late_dropped = int(doc.get("late_dropped", 0))
+
+
+def ship(ring: ShmRing | None, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
+    """The batch as the actors will read it, and the ring slots it holds until they have: a
+    shared-memory slice when they all run on this machine and a slot is free, else an object
+    in Ray's object store."""
+    if ring is not None and all(ring.readers[a] for a in targets):
+        written = ring.write(batch)
+        if written is not None:
+            return written[0], [written[1]]
+    import ray
+
+    return ray.put(to_ipc_array(batch)), []
+
+
+#: the envelope of a distributed query's snapshot: one operator snapshot per actor
+CLUSTER_FORMAT = "laminardb.cluster_state"
+
+
+class ClusterImage:
+    """A distributed query's checkpoint copy: the actors hold their parts (taken in the
+    barrier); ``encode`` collects them as bytes, off the engine lock."""
+
+    def __init__(self, op: DistributedOperator, actors: list[int], merger: dict | None) -> None:
+        self.op = op
+        self.actors = actors
+        self.merger = merger
+        self.late_dropped = op.late_dropped
+
+    def encode(self, vnodes=None) -> bytes:
+        import msgpack
+
+        blobs = self.op.cluster.call_each(self.actors, "snapshot_encode", self.op.name) if self.actors else []
+        doc = {"format": CLUSTER_FORMAT, "version": 1, "mode": self.op.mode, "actors": blobs,
+               "merger": self.merger, "late_dropped": self.late_dropped}
+        return msgpack.packb(doc, use_bin_type=True)
+
+
+def _merge(batches: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:
+    """One batch per emission, as the embedded engine delivers."""
+    batches = [b for b in batches if b.num_rows]
+    if len(batches) <= 1:
+        return batches
+    return pa.Table.from_batches(batches, schema=schema).combine_chunks().to_batches()

@@ -1,0 +1,800 @@
+"""The database head: one detached Ray actor per named database, holding what a client held.
+
+Why: a pipeline must outlive the notebook that started it. The head runs the engine of one
+database — catalog, watermark coordination, merges, subscription fan-out, the WAL of inserts
+since the last checkpoint — as a ``ClusterConnection`` over its own reactor actors (it owns
+them: they die with it). Clients (``remote.RemoteConnection``) attach and detach; the head
+stays until ``drop_database``.
+
+Entry points: ``head_name(database)``, ``get_or_create_head(database, …)``, ``list_databases()``,
+``drop_database(name)``. Every method answers plain data — Arrow IPC bytes for rows, dicts
+for the rest — and a ``LaminarError`` comes back as ``{"error": …}`` so the client raises
+the same class with the same code (``remote.raise_remote``).
+
+Durability: the head's directory is ``<checkpoint_dir>/<database>`` (default under Ray's temp
+dir on the head node). There it keeps the catalog, the WAL and checkpoints (with every
+actor's state, ``DistributedOperator.snapshot``); a head restarted by Ray, or a head whose
+actor died, recovers from it (``recover_now``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import threading
+import time
+import uuid
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "laminardb"
+_PREFIX = "head:"
+_WATCH_S = 0.5  # how often the head looks for a lost actor nobody is calling
+_RECOVERY_ATTEMPTS = 3
+_COORD_TIMEOUT_S = 120.0  # a checkpoint the coordinator runs for a client (JVM start on the first)
+_STATUS_TIMEOUT_S = 2.0
+_LOST_AFTER_S = 10.0  # config "actor_lost_after": a slow actor silent this long more is replaced
+
+
+def head_name(database: str) -> str:
+    return _PREFIX + database
+
+
+SESSION_DIR = "session"  # config "checkpoint_dir" unset: the Ray session's directory, see below
+
+
+def session_checkpoint_dir() -> str:
+    """Where databases keep their state when ``config["checkpoint_dir"]`` is not given: the
+    current Ray session's directory on the head node. It survives clients and head restarts
+    but not a new Ray cluster, so a fresh cluster starts with no stale databases; set a
+    shared path for state that must outlive the cluster (or span nodes)."""
+    import ray
+
+    return os.path.join(ray._private.worker.global_worker.node.get_session_dir_path(), "laminardb")
+
+
+def _answer(method):
+    """Run a head method; a LaminarError becomes ``{"error": …}`` (re-raised by the client)."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        from laminardb.errors import LaminarError
+
+        try:
+            return {"ok": method(self, *args, **kwargs)}
+        except Exception as raised:
+            exc = getattr(raised, "cause", None) or raised  # an actor's error, wrapped by Ray
+            if not isinstance(exc, LaminarError):
+                raise
+            return {"error": {"module": type(exc).__module__, "class": type(exc).__qualname__,
+                              "code": getattr(exc, "code", None),
+                              "message": getattr(exc, "message", str(exc))}}
+
+    return run
+
+
+class DatabaseHead:
+    """The actor body (``head_class`` wraps it with ``ray.remote``)."""
+
+    def __init__(self, database: str, directory: str | None, n_actors: int, vnodes: int,
+                 config: dict[str, Any], raft: dict | None, max_in_flight: int,
+                 local_global: bool) -> None:
+        self.database = database
+        if directory == SESSION_DIR:
+            directory = os.path.join(session_checkpoint_dir(), database)
+        self.directory = directory
+        self.n_actors = n_actors
+        self.vnodes = vnodes
+        self.config = dict(config)
+        self.raft = raft
+        self.max_in_flight = max_in_flight
+        self.local_global = local_global
+        self.subs: dict[str, HeadSubscription] = {}  # id → subscription (history kept by clients)
+        self.clients: dict[str, float] = {}  # client id → attach time
+        self.recoveries: list[dict] = []
+        self._lock = threading.RLock()  # data calls run one at a time; recovery swaps the engine under it
+        self.generation = 0  # engines recovered so far
+        self.dropped = False
+        self.started_at = time.time()
+        # the Delta checkpoint coordinator (a PySpark application, ``spark_coordinator.py``)
+        # drives the checkpoints of a database with a directory unless config says "local"
+        self.coordinated = bool(directory) and self.config.get("coordinator", "spark") == "spark"
+        self.rescales: list[dict] = []  # every rescale: when, from, to, by whom, why, the pause
+        self.udfs = self._load_udfs()  # register_udf: {name, "module:qualname", return type}
+        self.conn = self._open()
+        self._registered = self._register() if self.coordinated else None
+        self._stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="laminardb-head-watchdog", daemon=True)
+        self._watchdog.start()
+        self.autoscaler = self._start_autoscaler()
+
+    # ------------------------------------------------------------------ lifecycle
+    def _open(self, on_restored=None, survivors=None):
+        from laminardb.cluster.actor_pool import Cluster
+        from laminardb.cluster.backend import ClusterConnection
+        from laminardb.operators.warmup import warm_kernels
+
+        warm_kernels()
+        raft = self._raft_config()
+        timeout = float(self.config.get("actor_call_timeout", 30.0))
+        self._publish_recorded(raft, recovering=on_restored is not None)
+        cluster = Cluster(self.n_actors, self.vnodes, raft, call_timeout=timeout,
+                          ownership_source=f"db/{self.database}", survivors=survivors)
+        path = self.directory or ":memory:"
+        try:
+            conn = ClusterConnection(cluster, config=self._engine_config(), path=path,
+                                     max_in_flight=self.max_in_flight, local_global=self.local_global,
+                                     on_restored=on_restored, coordinated=self.coordinated)
+            if self.coordinated and getattr(self, "coordinator", None) is not None and conn._durable is not None:
+                conn._durable.external = self._external_checkpoint
+            return conn
+        except BaseException:
+            cluster.shutdown()
+            raise
+
+    def _raft_config(self):
+        """The voters this database's ownership and epoch log live in: the ``raft`` it was
+        connected with, else the environment's (``LAMINARDB_RAFT_DIR`` / ``_VOTERS``), else none."""
+        from laminardb.cluster.ownership import RaftConfig
+
+        if self.raft is None:
+            return RaftConfig.from_env()
+        if "data_dir" in self.raft:
+            return RaftConfig.from_data_dir(self.raft["data_dir"])
+        return RaftConfig(tuple(self.raft["voters"]), self.raft["secret"])
+
+    def _epoch_log(self, raft):
+        """The coordinator's epoch log of this database — the one ``_register`` told it to use."""
+        from pathlib import Path
+
+        from laminardb.checkpoint._coord_db import _safe
+        from laminardb.checkpoint.epoch_log import FileEpochLog, RaftEpochLog
+
+        if raft is not None:
+            from laminardb.raft.client import RaftClient
+
+            return RaftEpochLog(RaftClient(list(raft.voters), secret=raft.secret), self.database)
+        return FileEpochLog(Path(os.path.dirname(self.directory)) / _safe(self.database) / "coordinator")
+
+    def _publish_recorded(self, raft, *, recovering: bool) -> None:
+        """Before restoring, fence the coordinator's epoch log (``epoch_log.fence``), then
+        publish the checkpoint it recorded (its commit point — the sinks may hold its output
+        already) if this head had not published it yet. After the fence no checkpoint in
+        flight (prepared on the engine being replaced) can be recorded, so recovery starts
+        from the last checkpoint whose output the sinks may hold, and never produces that
+        output again. A head opening a database with nothing stored has nothing to fence."""
+        if not self.coordinated:
+            return
+        from laminardb.checkpoint.epoch_log import fence
+        from laminardb.checkpoint.store import CheckpointStore
+
+        store = CheckpointStore(self.directory)
+        if not recovering and not store.pending() and not store.complete():
+            return
+        log_ = self._epoch_log(raft)
+        try:
+            manifest = fence(log_)["manifest"]
+        finally:
+            log_.close()
+        pending = store.pending()  # a prepare that finished meanwhile: its epoch is fenced
+        if manifest is not None and int(manifest["epoch"]) in pending:
+            store.publish(int(manifest["epoch"]))
+            log.warning("database %s: published checkpoint %s, recorded by the coordinator before "
+                        "this head's restart", self.database, manifest["epoch"])
+
+    def _start_autoscaler(self):
+        """The autoscaling loop (``autoscale/driver.py``) of a database with checkpoints (only
+        those can move state). With ``autoscale`` off it still observes and decides, so
+        ``metrics()`` shows what it would do."""
+        from laminardb.autoscale import AutoscaleConfig
+        from laminardb.autoscale.driver import AutoscaleDriver
+
+        if not self.directory:
+            return None
+        driver = AutoscaleDriver(self, AutoscaleConfig.from_config(self.config))
+        driver.start()
+        return driver
+
+    def _engine_config(self) -> dict[str, Any]:
+        from laminardb.sql.udf import UdfRegistry
+
+        config = {k: v for k, v in self.config.items() if k not in ("checkpoint_dir", "coordinator")}
+        if self.coordinated:
+            config["checkpoint_interval"] = "off"  # the coordinator's interval, not a local timer
+        if self.udfs:  # before the catalog replays: its queries may call them
+            reg = UdfRegistry.from_description(self.udfs)
+            config["udfs"] = {u.name: (u.fn, u.return_type) for u in map(reg.get, reg.names())}
+        return config
+
+    # ------------------------------------------------------------------ UDFs
+    def _udf_file(self) -> str | None:
+        return os.path.join(self.directory, "udfs.json") if self.directory else None
+
+    def _load_udfs(self) -> list[dict]:
+        import json
+
+        path = self._udf_file()
+        if path is None or not os.path.exists(path):
+            return []
+        with open(path, encoding="utf-8") as f:
+            return list(json.load(f))
+
+    @_answer
+    def register_udfs(self, items: list[dict]) -> None:
+        """``register_udf`` of a client: each function by its ``"module:qualname"`` reference
+        (imported here and on every actor; never a pickled function). Kept in the database's
+        directory, so a recovered or restarted head registers them before replaying its catalog."""
+        import json
+
+        from laminardb.sql.udf import UdfRegistry
+
+        reg = UdfRegistry.from_description(items)  # an unimportable one: UdfDefinitionError
+        with self._lock:
+            conn = self._conn()
+            for u in map(reg.get, reg.names()):
+                conn.register_udf(u.name, u.fn, u.return_type)
+            names = {i["name"].lower() for i in items}
+            self.udfs = [u for u in self.udfs if u["name"].lower() not in names] + list(items)
+            path = self._udf_file()
+            if path is not None:
+                os.makedirs(self.directory, exist_ok=True)
+                tmp = path + ".tmp"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(self.udfs, f)
+                os.replace(tmp, path)
+
+    def _register(self):
+        """Hand this database to the cluster's checkpoint coordinator (started on first use).
+        Not waited for here: the coordinator calls back into this head, which is still being
+        constructed; ``ready()`` checks it."""
+        from laminardb.checkpoint.local import parse_interval
+        from laminardb.checkpoint.spark_coordinator import ensure_coordinator
+
+        coordinator = ensure_coordinator({"state_dir": os.path.join(session_checkpoint_dir(), "_coordinator")})
+        self.coordinator = coordinator
+        raft = self._raft_config()  # the same log the head fences and reads (``_epoch_log``)
+        interval = parse_interval(self.config.get("checkpoint_interval", "10s"))
+        return coordinator.register.remote(
+            self.database, head_name=head_name(self.database), interval_s=interval,
+            checkpoint_dir=os.path.dirname(self.directory),
+            raft_voters=list(raft.voters) if raft is not None else None,
+            raft_secret=raft.secret if raft is not None else None,
+            raft_secret_file=raft.secret_file if raft is not None else None)
+
+    def _external_checkpoint(self) -> int:
+        """``checkpoint()`` through the coordinator. A coordinator that dies meanwhile is
+        restarted by Ray and settles the epoch it left (commits it if its manifest was
+        recorded, else aborts it); the checkpoint is then asked for again."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        from laminardb.checkpoint.exceptions import CheckpointPrepareError
+
+        deadline = time.monotonic() + _COORD_TIMEOUT_S
+        while True:
+            try:
+                return int(ray.get(self.coordinator.checkpoint_now.remote(self.database), timeout=_COORD_TIMEOUT_S))
+            except (RayActorError, CheckpointPrepareError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    @_answer
+    def ready(self) -> dict:
+        if self._registered is not None:
+            import ray
+
+            ray.get(self._registered, timeout=_COORD_TIMEOUT_S)
+            self._registered = None
+            with self._lock:
+                if self.conn is not None and self.conn._durable is not None:
+                    self.conn._durable.external = self._external_checkpoint
+        return {"database": self.database, "pid": os.getpid(), "directory": self.directory,
+                "coordinated": self.coordinated}
+
+    # ------------------------------------------------------------------ the coordinator's calls
+    # Plain results and exceptions (not ``_answer``): the coordinator is our own code. None of
+    # these take the head's lock — a checkpoint must not wait behind a long insert's recovery,
+    # and one that meets a replaced engine fails and is aborted by the coordinator.
+    def prepare_checkpoint(self, epoch: int) -> dict:
+        """Barrier, snapshots and a pending manifest for ``epoch``; each exactly-once sink's
+        epoch staged for the coordinator's Spark job."""
+        from laminardb.checkpoint.staged_sink import StagedSink
+
+        conn = self._conn()
+        ack = conn._durable.prepare(epoch)
+        ack["sinks"] = {name: s.describe(epoch) for name, s in ack["sinks"].items() if isinstance(s, StagedSink)}
+        return ack
+
+    def commit_checkpoint(self, epoch: int) -> None:
+        """The manifest of ``epoch`` is recorded in Raft: it becomes the recovery point."""
+        from laminardb.checkpoint.staged_sink import StagedSink
+
+        conn = self._conn()
+        conn._durable.publish(epoch)
+        for s in conn._durable.sinks().values():
+            if isinstance(s, StagedSink):
+                s.release(epoch)
+
+    def abort_checkpoint(self, epoch: int) -> None:
+        self._conn()._durable.discard(epoch)
+
+    def checkpoint_status(self) -> dict:
+        d = self._conn()._durable
+        return {"last_committed": d.epoch, "pending": d.store.pending()}
+
+    @_answer
+    def attach(self) -> str:
+        client = uuid.uuid4().hex[:12]
+        self.clients[client] = time.time()
+        return client
+
+    @_answer
+    def detach(self, client: str) -> None:
+        """A client left (``close()`` or garbage collection): its subscriptions end here."""
+        self.clients.pop(client, None)
+        for sid in [s for s in self.subs if s.startswith(client + ":")]:
+            self._cancel(sid)
+
+    @_answer
+    def drop(self) -> None:
+        """Stop the actors and remove the database's state (``drop_database``)."""
+        self._stop.set()
+        if self.autoscaler is not None:
+            self.autoscaler.stop()
+        if self.coordinated and getattr(self, "coordinator", None) is not None:
+            import ray
+
+            ray.get(self.coordinator.unregister.remote(self.database), timeout=_COORD_TIMEOUT_S)
+        with self._lock:
+            for sid in list(self.subs):
+                self._cancel(sid)
+            conn, self.conn = self.conn, None
+            self.dropped = True
+            if conn is not None:
+                conn.abandon()
+            if self.directory and os.path.isdir(self.directory):
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _conn(self):
+        from laminardb.errors import ConnectionClosedError
+
+        if self.conn is None and not self.dropped:  # a recovery is swapping the engine: wait for it
+            with self._lock:
+                pass
+        if self.conn is None:
+            raise ConnectionClosedError(f"database {self.database!r} was dropped; connect() creates it again")
+        return self.conn
+
+    # ------------------------------------------------------------------ the Connection API
+    @_answer
+    def execute(self, sql: str) -> dict:
+        from laminardb.cluster.wire import to_ipc_table
+
+        res = self._call(lambda c: c.execute(sql))
+        steps = res.statements or [res]
+        return {"statements": [{"kind": r.kind, "name": r.name, "table": to_ipc_table(r.table)} for r in steps]}
+
+    @_answer
+    def insert(self, source: str, payload: dict, on_error: str) -> dict:
+        from laminardb.cluster.wire import decode_rows, to_ipc_table
+
+        data = decode_rows(payload)
+        n = self._call(lambda c: c.insert(source, data, on_error=on_error), logged=lambda c: c._durable.last_logged_rows)
+        return _insert_answer(n, to_ipc_table)
+
+    @_answer
+    def insert_text(self, kind: str, source: str, data, on_error: str) -> dict:
+        from laminardb.cluster.wire import to_ipc_table
+
+        method = {"json": "insert_json", "csv": "insert_csv"}[kind]
+        n = self._call(lambda c: getattr(c, method)(source, data, on_error=on_error),
+                       logged=lambda c: c._durable.last_logged_rows)
+        return _insert_answer(n, to_ipc_table)
+
+    @_answer
+    def advance_watermark(self, source: str, timestamp) -> int | None:
+        return self._call(lambda c: c._advance_watermark(source, timestamp))
+
+    @_answer
+    def query(self, sql: str) -> bytes:
+        from laminardb.cluster.wire import to_ipc_table
+
+        return to_ipc_table(self._call(lambda c: c.query(sql)).to_arrow())
+
+    @_answer
+    def offset(self, source: str) -> int:
+        return self._call(lambda c: c.offset(source))
+
+    @_answer
+    def checkpoint(self) -> int:
+        return self._call(lambda c: c.checkpoint())
+
+    @_answer
+    def start(self) -> None:
+        return self._call(lambda c: c.start())
+
+    @_answer
+    def flush(self, timeout_s: float) -> None:
+        return self._call(lambda c: c.flush(timeout_s))
+
+    @_answer
+    def finish(self) -> None:
+        return self._call(lambda c: c.finish(), logged=lambda c: None)
+
+    @_answer
+    def list_streams(self) -> list[str]:
+        return self._conn().list_streams()  # waits out a recovery (``_conn``)
+
+    @_answer
+    def describe_source(self, source: str) -> dict:
+        from laminardb.cluster.wire import schema_to_ipc
+
+        with self._conn()._reactor.lock:
+            node = self._conn()._reactor._node(source)
+            return {"schema": schema_to_ipc(node.schema), "wm": node.wm}
+
+    @_answer
+    def metrics(self) -> dict:
+        m = self._conn().metrics()
+        m["database"] = {"name": self.database, "directory": self.directory, "head_pid": os.getpid(),
+                         "clients": len(self.clients), "subscriptions": len(self.subs),
+                         "recoveries": list(self.recoveries), "uptime_s": round(time.time() - self.started_at, 1),
+                         "coordinator": self._coordinator_status()}
+        m["autoscale"] = self._autoscale_status()
+        return m
+
+    def _autoscale_status(self) -> dict:
+        """The autoscaler's knobs, inputs, last decisions and why, and every rescale's pause."""
+        out = self.autoscaler.metrics() if self.autoscaler is not None else {"enabled": False}
+        out["actors_now"] = self.n_actors
+        out["rescales_done"] = list(self.rescales[-32:])
+        return out
+
+    def _coordinator_status(self) -> dict | None:
+        """The checkpoint coordinator's view of this database (epochs, barrier → manifest
+        p50/p99, the Spark job's share), bounded: None when it does not answer in time."""
+        if not self.coordinated or getattr(self, "coordinator", None) is None:
+            return None
+        import ray
+
+        try:
+            return ray.get(self.coordinator.status.remote(self.database), timeout=_STATUS_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - metrics never fail on a busy or restarting coordinator
+            return None
+
+    @_answer
+    def scale(self, n: int) -> dict:
+        """``db.scale(n)`` / ``laminardb cluster scale``: see ``rescale``."""
+        done = self.rescale(int(n), by="manual", reason=f"asked for {int(n)} actor(s)")
+        if self.autoscaler is not None:
+            self.autoscaler.rescaled()
+        return done
+
+    def rescale(self, n: int, *, by: str, reason: str) -> dict:
+        """Run on ``n`` actors: a checkpoint, then the engine rebuilt on ``n`` actors from it —
+        the recovery path, so keyed state moves by vnode, partial aggregates are added up on
+        the actors that stay, Kafka partitions follow, the old owners' epochs are fenced and
+        every result stays exactly-once; the live actors are kept. Returns the record of the
+        rescale with the pause it caused. If the new actors cannot start, the database goes
+        back to its old count and the error is raised."""
+        from laminardb.autoscale.driver import ask_ray_for_cpus
+        from laminardb.autoscale.observe import free_cpus
+        from laminardb.errors import ConfigError
+
+        if n < 1:
+            raise ConfigError(f"scale({n}): a database needs at least one actor")
+        with self._lock:
+            conn = self._conn()
+            if conn._durable is None:
+                raise ConfigError(f"database {self.database!r} keeps no checkpoints (checkpoint_dir ':memory:'); "
+                                  "it cannot move its state to another number of actors")
+            old = self.n_actors
+            if n == old:
+                return {"actors": n, "previous": old, "pause_s": 0.0, "by": by, "reason": reason}
+            free = free_cpus()
+            if n > old and free is not None and free < n - old:
+                ask_ray_for_cpus(n)
+                from laminardb.autoscale.exceptions import ScaleCapacityError
+
+                raise ScaleCapacityError(
+                    f"scale({n}): {n - old} more actor(s) need {n - old} CPU(s); the Ray cluster has {free} free. "
+                    "Ray's autoscaler was asked for them: try again once `ray status` shows them, or ask for fewer")
+            t0, started = time.perf_counter(), time.time()
+            self._call(lambda c: c.checkpoint())  # an actor lost meanwhile: recovered, then again
+            self.n_actors = n
+            try:
+                self._recover(f"{by} scale {old} -> {n}")
+            except Exception:
+                self.n_actors = old
+                self._recover(f"scale to {n} failed: back to {old}")
+                raise
+            record = {"at": started, "previous": old, "actors": n, "by": by, "reason": reason,
+                      "pause_s": round(time.perf_counter() - t0, 3),
+                      "restore_s": self.recoveries[-1].get("restore_s")}
+            self.rescales.append(record)
+            log.warning("database %s: rescaled %d -> %d in %.2f s (%s: %s)", self.database, old, n,
+                        record["pause_s"], by, reason)
+            return record
+
+    @_answer
+    def urls(self) -> dict:
+        conn = self._conn()
+        return {"metrics": conn.metrics_url, "dashboard": conn.dashboard_url}
+
+    @_answer
+    def status(self) -> dict:
+        """What ``laminardb cluster status`` shows of this database."""
+        conn = self.conn
+        out = {"database": self.database, "directory": self.directory, "head_pid": os.getpid(),
+               "clients": len(self.clients), "recoveries": len(self.recoveries), "dropped": conn is None}
+        if conn is not None:
+            out["cluster"] = conn.cluster.status()
+            out["checkpoints"] = conn._durable.metrics() if conn._durable is not None else None
+            out["streams"] = conn.list_streams()
+        auto = self._autoscale_status()
+        out["autoscale"] = {"enabled": auto.get("enabled"), "last": auto.get("last"),
+                            "inputs": auto.get("inputs"), "rescales": auto["rescales_done"][-5:],
+                            "pending_rescale": auto.get("pending_rescale")}
+        return out
+
+    # ------------------------------------------------------------------ subscriptions
+    @_answer
+    def subscribe(self, client: str, name: str) -> dict:
+        from laminardb.cluster.wire import schema_to_ipc
+
+        def attach(conn):
+            with conn._reactor.lock:
+                start = conn._reactor._node(name).rows_out
+                return HeadSubscription(name, conn.subscribe_stream(name, history_rows=0), start)
+
+        sub = self._call(attach)
+        sid = f"{client}:{uuid.uuid4().hex[:8]}"
+        self.subs[sid] = sub
+        return {"id": sid, "schema": schema_to_ipc(sub.engine.schema)}
+
+    @_answer
+    def sub_read(self, sid: str, timeout_ms: float) -> dict:
+        """The batches queued for subscription ``sid`` (waiting up to ``timeout_ms`` for one)."""
+        sub = self.subs.get(sid)
+        if sub is None:
+            return {"batches": [], "ended": True}
+        return sub.read(timeout_ms)
+
+    @_answer
+    def sub_cancel(self, sid: str) -> None:
+        self._cancel(sid)
+
+    def _cancel(self, sid: str) -> None:
+        sub = self.subs.pop(sid, None)
+        if sub is not None:
+            sub.cancel()
+
+    def _resubscribe(self, conn) -> None:
+        """Recovery restored the last checkpoint and is about to replay what followed it: every
+        subscription starts over here and skips the rows its client already has."""
+        reactor = conn._reactor
+        for sub in self.subs.values():
+            node = reactor.nodes.get(sub.name)
+            if node is not None and sub.engine_of is not conn:  # once per recovery, as soon as
+                sub.reattach(reactor.subscribe(sub.name, history_rows=0), node.rows_out)  # it exists
+                sub.engine_of = conn
+
+    # ------------------------------------------------------------------ recovery
+    def _watch(self) -> None:
+        """Notice a lost actor nobody is calling (a Kafka pipeline with no client): Ray
+        reports it dead, a source stops on it, or the drainer met it — then recover."""
+        from laminardb.cluster.actor_pool import _gcs_says_dead
+
+        while not self._stop.wait(_WATCH_S):
+            conn = self.conn
+            if conn is None or conn._durable is None:
+                continue
+            lost = bool(conn.cluster.dead) or any(r.fatal is not None for r in conn._runners.values()) \
+                or (conn._drainer is not None and conn._drainer.error is not None) \
+                or any(_gcs_says_dead(a) for a in conn.cluster.actors) \
+                or (bool(conn.cluster.slow) and self._unresponsive(conn))
+            if lost:
+                try:
+                    with self._lock:
+                        if self.conn is conn:
+                            self._recover("watchdog")
+                except Exception:  # noqa: BLE001 - logged; the next call or tick tries again
+                    log.exception("database %s: recovery failed", self.database)
+
+    def _recover(self, cause: str) -> None:
+        """Replace the engine: new actors, state restored from the last checkpoint, the WAL
+        since replayed (deterministically: subscribers and exactly-once sinks see every
+        result once). Runs under ``self._lock``, so data calls wait for it."""
+        t0 = time.perf_counter()
+        old = self.conn
+        running = bool(old._runners) if old is not None else False
+        survivors = None
+        if old is not None:
+            old.abandon(keep_actors=True)
+            survivors = old.cluster  # live actors are kept: only the lost ones restart
+        self.conn = None
+        error: Exception | None = None
+        for _ in range(_RECOVERY_ATTEMPTS):
+            try:
+                self.conn = self._open(on_restored=self._resubscribe, survivors=survivors)
+                break
+            except Exception as exc:  # noqa: BLE001 - e.g. CPUs of the dead actor not yet free
+                error = exc
+                log.warning("database %s: recovery attempt failed: %s", self.database, exc)
+                if survivors is not None:  # start over with fresh actors
+                    survivors.shutdown()
+                    survivors = None
+                time.sleep(1.0)
+        if self.conn is None:
+            raise error  # type: ignore[misc]
+        if running:
+            self.conn.start()  # Kafka sources resume from the checkpointed offsets
+        self.generation += 1
+        report = dict(self.conn._durable.stats.get("recovery") or {})
+        # "seconds": the whole recovery (new actors included); "restore_s": state and replay
+        report["restore_s"] = report.pop("seconds", None)
+        report.update(cause=cause, at=time.time(), seconds=round(time.perf_counter() - t0, 3))
+        self.recoveries.append(report)
+        log.warning("database %s: recovered in %.2f s (%s)", self.database, report["seconds"], cause)
+
+    # ------------------------------------------------------------------ calls
+    def _call(self, fn, *, logged=None):
+        """Run ``fn(conn)`` with data calls serialized. An actor lost meanwhile is recovered
+        from and ``fn`` runs again — unless the WAL already took it (``logged(conn)`` then
+        gives the result: the replay applied it)."""
+        from laminardb.cluster.exceptions import ActorLostError, ActorTimeoutError
+
+        with self._lock:
+            for attempt in range(_RECOVERY_ATTEMPTS):
+                conn = self._conn()
+                wal = conn._durable.wal if conn._durable is not None else None
+                lsn = wal.next_lsn if wal is not None else None
+                try:
+                    return fn(conn)
+                except (ActorLostError, ActorTimeoutError) as exc:
+                    if wal is None or attempt == _RECOVERY_ATTEMPTS - 1:
+                        raise
+                    if isinstance(exc, ActorTimeoutError) and not self._unresponsive(conn):
+                        raise  # slow but alive: the caller may retry
+                    took = wal.next_lsn > lsn
+                    self._recover(type(exc).__name__)
+                    if took and logged is not None:
+                        return logged(conn)
+            raise AssertionError("unreachable")
+
+    def _unresponsive(self, conn) -> bool:
+        """A slow actor that still does not answer a ping within ``actor_lost_after`` seconds
+        (paused, hung, or on a partitioned node) is given up: recovery replaces it, and its
+        Raft tokens are fenced — if it ever resumes, nothing it sends is taken."""
+        import ray
+
+        slow = sorted(conn.cluster.slow - set(conn.cluster.dead))
+        if not slow:
+            return False
+        wait = float(self.config.get("actor_lost_after", _LOST_AFTER_S))
+        pings = [conn.cluster.actors[i].ready.remote() for i in slow]
+        done, _ = ray.wait(pings, num_returns=len(pings), timeout=wait)
+        return len(done) < len(pings)
+
+
+class HeadSubscription:
+    """One client's subscription, kept by the head across recoveries: it knows the absolute
+    position (rows the stream emitted before it) of every row it handed out, so after a
+    recovery it skips the replayed rows its client already has."""
+
+    def __init__(self, name: str, engine, start: int) -> None:
+        self.name = name
+        self.engine = engine
+        self.position = start  # absolute index of the next row to hand out
+        self.skip = 0  # replayed rows to drop before handing out more
+        self.carry: list = []  # rows the lost engine delivered that the client has not taken yet
+        self.engine_of = None  # the recovered connection ``engine`` belongs to
+        self._lock = threading.Lock()
+
+    def reattach(self, engine, emitted: int) -> None:
+        """``engine`` delivers the stream's rows from absolute index ``emitted`` on."""
+        with self._lock:
+            old, self.engine = self.engine, engine
+            self.carry += self._take(old, old.try_next())  # delivered before the loss: still valid
+            self.skip = max(0, self.position - emitted)
+        try:
+            old.cancel()
+        except Exception:  # noqa: BLE001 - its connection is gone
+            pass
+
+    def _take(self, engine, batch) -> list:
+        """``batch`` and what else ``engine`` has queued, less the rows to skip; counted."""
+        out = []
+        while batch is not None:
+            if self.skip:
+                cut = min(self.skip, batch.num_rows)
+                self.skip -= cut
+                batch = batch.slice(cut)
+            if batch.num_rows:
+                out.append(batch)
+                self.position += batch.num_rows
+            batch = engine.try_next()
+        return out
+
+    def read(self, timeout_ms: float) -> dict:
+        from laminardb.cluster.wire import to_ipc
+
+        engine = self.engine
+        batch = engine.next_timeout(timeout_ms) if timeout_ms > 0 else engine.try_next()
+        with self._lock:
+            if engine is not self.engine:  # recovered meanwhile: the new one has these rows
+                return {"batches": [], "ended": False}
+            out = self.carry + self._take(engine, batch)
+            self.carry = []
+            return {"batches": [to_ipc(b) for b in out], "ended": engine.ended and not engine._queue}
+
+    def cancel(self) -> None:
+        try:
+            self.engine.cancel()
+        except Exception:  # noqa: BLE001 - the connection may be closed already
+            pass
+
+
+def head_class():
+    import ray
+
+    # num_cpus=0: the head coordinates; the cores belong to the reactor actors. Threaded, so a
+    # subscriber's blocking read or metrics() never waits behind a long insert.
+    return ray.remote(num_cpus=0, max_concurrency=32)(DatabaseHead)
+
+
+def get_or_create_head(database: str, *, directory: str | None, n_actors: int, vnodes: int,
+                       config: dict[str, Any], raft: dict | None, max_in_flight: int,
+                       local_global: bool, start_timeout_s: float = 300.0):
+    """The head of ``database``, started (detached, restarted by Ray if its process dies —
+    it then recovers from its directory) when it does not exist yet."""
+    import ray
+
+    name = head_name(database)
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE), False
+    except ValueError:
+        pass
+    restarts = -1 if directory else 0
+    # on the head node, beside the coordinator and the default checkpoint directory: losing a
+    # worker node loses reactor actors (recovered), never the database's head
+    handle = head_class().options(name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+                                  max_restarts=restarts, max_task_retries=0,
+                                  resources={"node:__internal_head__": 0.001}).remote(
+        database, directory, n_actors, vnodes, config, raft, max_in_flight, local_global)
+    return handle, True
+
+
+def list_databases() -> list[str]:
+    """Names of the databases with a live head in this Ray cluster."""
+    from ray.util import list_named_actors
+
+    return sorted(a["name"][len(_PREFIX):] for a in list_named_actors(all_namespaces=True)
+                  if a.get("namespace") == NAMESPACE and a["name"].startswith(_PREFIX))
+
+
+def drop_database(database: str, *, timeout_s: float = 120.0) -> bool:
+    """Stop ``database``'s actors, remove its checkpoints, and end its head; False if absent."""
+    import ray
+
+    try:
+        head = ray.get_actor(head_name(database), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    try:
+        ray.get(head.drop.remote(), timeout=timeout_s)
+    finally:
+        ray.kill(head, no_restart=True)
+    return True
+
+
+def _insert_answer(n, to_ipc_table) -> dict:
+    """An insert's result for the client: the rows accepted, the refused ones (only when some
+    were) and the late counts (``InsertResult``; see ``actors.remote._insert_result``)."""
+    rejected = getattr(n, "rejected_rows", None)
+    return {"accepted": int(n), "rejected": to_ipc_table(rejected) if getattr(n, "rejected", 0) else None,
+            "result": rejected is not None, "late_by_query": dict(getattr(n, "late_by_query", {}))}

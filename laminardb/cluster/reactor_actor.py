@@ -1,0 +1,348 @@
+"""``ReactorActor``: one Ray actor per core running the embedded engine over its vnodes.
+
+Entry point: ``actor_class()`` returns the Ray actor class (Ray is imported lazily so the
+embedded mode never needs it). The actor installs the same DDL as the client and runs the
+operators of each query over the rows it owns; the client (``DistributedOperator``)
+drives watermarks, so every actor judges lateness and closes windows exactly as the
+embedded engine would. Batches arrive and leave as Arrow IPC bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pyarrow as pa
+
+from laminardb.cluster.routing import range_slice, route_rows
+from laminardb.cluster.shm_ring import ShmReader, ShmSlice
+from laminardb.cluster.wire import from_ipc, to_ipc, to_ipc_array
+from laminardb.sql.expressions import evaluate_mask
+
+
+class ReactorActorImpl:
+    """The actor's body (wrapped by ``ray.remote`` in ``actor_class``)."""
+
+    def __init__(self, index: int, n_actors: int) -> None:
+        self.index = index
+        self.n_actors = n_actors
+        self.core = None
+        if hasattr(os, "sched_setaffinity"):
+            cores = sorted(os.sched_getaffinity(0))
+            self.core = cores[index % len(cores)]
+            os.sched_setaffinity(0, {self.core})  # one reactor per core: no migrations, warm caches
+        import laminardb
+
+        self.conn = laminardb.open()  # also compiles/loads the numba kernels before any query
+        self.conn._reactor.connectors_enabled = False  # the client polls connector sources
+        self.owner = np.zeros(0, dtype=np.int64)  # vnode → actor index
+        self.owned = np.zeros(0, dtype=np.bool_)
+        self.rows_in = 0
+        self.busy_s = 0.0  # seconds spent running batches and watermarks (utilisation)
+        self.cpu_s = 0.0  # of which on the CPU (busy_s − cpu_s: waiting for a core)
+        self.polled_rows = 0  # Kafka records this actor read (the autoscaler's processed rows)
+        self.poll_cpu_s = 0.0  # CPU seconds of fetching and decoding them (busy, for the autoscaler)
+        self.kafka: dict = {}
+        self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
+        self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
+        self.images: dict = {}  # node → StateImage taken at the last barrier, until encoded
+
+    def reset(self) -> None:
+        """Forget every query and all state (a pooled actor serving a new connection)."""
+        import laminardb
+
+        for name in list(self.kafka):
+            self.stop_kafka(name)
+        self.conn.close()
+        self.shm.close()
+        self.partial = {}
+        self.images = {}
+        self.conn = laminardb.open()
+        self.conn._reactor.connectors_enabled = False
+        self.rows_in = self.polled_rows = 0
+        self.busy_s = self.cpu_s = self.poll_cpu_s = 0.0
+
+    def ready(self) -> dict:
+        import ray
+
+        return {"index": self.index, "pid": os.getpid(), "core": self.core,
+                "node_id": ray.get_runtime_context().get_node_id()}
+
+    def set_ownership(self, owner: bytes, epochs: bytes, n_actors: int | None = None) -> None:
+        """The owner of every vnode (this actor routes the rows it reads itself), the
+        committed epochs (the fencing tokens of the vnodes it owns) and, after a rescale, how
+        many actors there are now (row ranges are shares of that many)."""
+        if n_actors is not None:
+            self.n_actors = n_actors
+        self.owner = np.frombuffer(owner, dtype=np.int64).copy()
+        self.owned = self.owner == self.index
+        self.epochs = np.frombuffer(epochs, dtype=np.int64).copy()
+
+    def execute(self, sql: str, udfs: list[dict] | None = None) -> None:
+        """Install DDL the client planned first. ``udfs``: the client's Python UDFs as
+        ``UdfRegistry.describe()`` gives them (importable ``"module:qualname"`` references,
+        never function objects), registered here before the statement is planned."""
+        if udfs:
+            self._register_udfs(udfs)
+        self.conn.execute(sql)
+
+    def _register_udfs(self, udfs: list[dict]) -> None:
+        """Import and register the client's UDFs this actor does not have in that form yet (a
+        name registered again on the client with another function is replaced here too)."""
+        from laminardb.sql.udf import UdfRegistry
+
+        reg = self.conn._udfs
+        fresh = [u for u in udfs if (have := reg.get(str(u["name"]))) is None
+                 or have.reference() != u.get("function") or _type_text(have.return_type) != u.get("return_type")]
+        try:
+            imported = UdfRegistry.from_description(fresh)
+        except (ImportError, AttributeError) as e:
+            from laminardb.sql.exceptions import UdfDefinitionError
+
+            refs = ", ".join(str(u.get("function")) for u in fresh)
+            raise UdfDefinitionError(f"a reactor actor (pid {os.getpid()}) cannot import the UDFs {refs}: {e}; "
+                                     "install their module on every node of the cluster") from e
+        for udf in imported._functions.values():
+            reg.register(udf.name, udf.fn, udf.return_type)
+
+    def _op(self, node: str):
+        return self.conn._reactor.nodes[node].op
+
+    def _rows(self, mode: str, data: tuple) -> pa.RecordBatch | None:
+        """The rows this call works on: ``range`` — this actor's contiguous share of one
+        batch; ``all``/``routed`` — every batch passed, concatenated (None: no rows)."""
+        batches = [self.shm.read(d) if isinstance(d, ShmSlice) else from_ipc(_resolved(d)) for d in data]
+        if not batches:
+            return None
+        if mode == "range":
+            (batch,) = batches
+            start, end = range_slice(batch.num_rows, self.index, self.n_actors)
+            return batch.slice(start, end - start)
+        if len(batches) == 1:
+            return batches[0]
+        return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+
+    def process(self, node: str, wm_before: int, mode: str, wm_next: int | None,
+                *data) -> tuple[list[bytes], bytes | None, list[bytes]]:
+        """Run rows through a query (``mode`` and ``data`` as in ``_rows``; ``routed`` rows
+        are already filtered by WHERE and all belong to vnodes this actor owns); with
+        ``wm_next`` also advance the watermark — the windows it closes come back third."""
+        with self._busy():
+            op = self._op(node)
+            outs, late = [], None
+            batch = self._rows(mode, data)
+            if batch is not None:
+                self.rows_in += batch.num_rows
+                outs, late = op.process(batch, wm_before, skip_where=(mode == "routed"))
+            closed = op.on_watermark(wm_next) if wm_next is not None else []
+            return ([to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None),
+                    [to_ipc(b) for b in closed])
+
+    @contextmanager
+    def _busy(self) -> Iterator[None]:
+        """Count the wall and CPU seconds of running batches (``metrics()``: utilisation)."""
+        t0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            yield
+        finally:
+            self.busy_s += time.perf_counter() - t0
+            self.cpu_s += time.thread_time() - c0
+
+    def can_read_shm(self, path: str) -> bool:
+        return self.shm.can_read(path)
+
+    def process_many(self, method: str, node: str, items: list[tuple]) -> list:
+        """Several batches in one call (sent while this actor was busy), run one by one
+        exactly as separate ``process``/``process_partial`` calls would."""
+        run = getattr(self, method)
+        return [run(node, wm_before, mode, wm_next, *([] if data is None else [data]))
+                for wm_before, mode, wm_next, data in items]
+
+    def process_partial(self, node: str, wm_before: int, mode: str, wm_next: int | None,
+                        *data) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """Unkeyed aggregate: fold rows in (``mode``/``data`` as in ``_rows``); return late
+        rows, the partials of the groups touched and (with ``wm_next``) of the windows that
+        closes."""
+        from laminardb.cluster.partial import PartialState
+        from laminardb.operators._buffers import numeric_view
+
+        with self._busy():
+            op = self._op(node)
+            state = self.partial.get(node)
+            if state is None:
+                state = self.partial[node] = PartialState(op.plan)
+            batch = self._rows(mode, data)
+            if batch is None:
+                batch = pa.RecordBatch.from_pylist([], schema=self.conn._reactor.nodes[op.plan.input].schema)
+            if op.plan.where is not None and batch.num_rows:
+                batch = batch.filter(pa.array(evaluate_mask(op.plan.where, batch)))
+            self.rows_in += batch.num_rows
+            idx = op.plan.aggregate.time_index
+            late, touched = state.run(batch, wm_before,
+                                      lambda b: numeric_view(b.column(idx)) if idx is not None else None)
+            closed = to_ipc(state.close(wm_next)) if wm_next is not None else None
+            return ((to_ipc(late) if late is not None and late.num_rows else None),
+                    (to_ipc(touched) if touched is not None else None), closed)
+
+    def close_partial(self, node: str, wm: int) -> bytes:
+        from laminardb.cluster.partial import PartialState
+
+        state = self.partial.get(node)
+        if state is None:
+            state = self.partial[node] = PartialState(self._op(node).plan)
+        return to_ipc(state.close(wm))
+
+    # -- plan trees: one stateful node at a time (see distributed_plan.py) ----------
+    def plan_push(self, query: str, index: int, port: int, wm: int, data) -> tuple[list[bytes], int]:
+        """Rows this actor owns for node ``index`` of ``query``'s tree; returns what it emits
+        and how many rows it dropped as late."""
+        from laminardb.cluster.distributed_plan import node_outputs
+
+        with self._busy():
+            # copied out of the shared-memory ring: joins and Top-N keep input rows as state
+            batch = self.shm.read(data, copy=True) if isinstance(data, ShmSlice) else from_ipc(_resolved(data))
+            self.rows_in += batch.num_rows
+            return node_outputs(self._op(query), index, port, wm, batch)
+
+    def plan_watermark(self, query: str, index: int, wm: int) -> tuple[list[bytes], int]:
+        from laminardb.cluster.distributed_plan import node_watermark
+
+        with self._busy():
+            return node_watermark(self._op(query), index, wm)
+
+    def plan_state(self, query: str) -> tuple[int, int]:
+        from laminardb.cluster.distributed_plan import tree_state
+
+        return tree_state(self._op(query))
+
+    def on_watermark(self, node: str, wm: int) -> list[bytes]:
+        return [to_ipc(b) for b in self._op(node).on_watermark(wm)]
+
+    def current_rows(self, node: str) -> bytes:
+        return to_ipc(self._op(node).current_rows())
+
+    # -- checkpoints: the head calls these in its barrier (see distributed.py) -------
+    def snapshot_take(self, nodes: list[str], partial: bool = False) -> None:
+        """Copy the state of ``nodes`` (the barrier: Ray runs this after every batch the head
+        sent before it); ``snapshot_encode`` turns the copies into bytes off the barrier.
+        ``partial``: the nodes run as partial aggregates here — also those no row reached yet,
+        whose (empty) partial state must snapshot in the partial form."""
+        from laminardb.cluster.partial import PartialState
+
+        for node in nodes:
+            state = self.partial.get(node)
+            if state is None and partial:
+                state = self.partial[node] = PartialState(self._op(node).plan)
+            if state is not None:
+                self.images[node] = state.agg.snapshot()
+            elif node in self.conn._reactor.nodes:
+                self.images[node] = self._op(node).snapshot()
+
+    def snapshot_encode(self, node: str) -> bytes | None:
+        image = self.images.pop(node, None)
+        return None if image is None else image.encode()
+
+    def restore_state(self, node: str, blobs: list, partial: bool, vnodes: list[int] | None) -> None:
+        """Load checkpointed parts into the (freshly created) query ``node``: only the groups
+        of ``vnodes`` when given (the vnodes this actor owns now); the parts add up."""
+        if partial:
+            from laminardb.cluster.partial import PartialState
+
+            self.partial[node] = PartialState(self._op(node).plan)
+        loaded = 0
+        for blob in blobs:
+            if blob is None:
+                continue
+            if partial:  # several parts (a scale-in) add up per (window, key)
+                self.partial[node].agg.restore(blob, vnodes=vnodes, add=loaded > 0)
+                loaded += 1
+            else:
+                self._op(node).restore(blob, vnodes=vnodes)
+
+    # -- Kafka partitions this actor owns (see kafka_ingest.py) ----------------------
+    def start_kafka_all(self, source: str, options_json: str, assignment_json: str,
+                        restore_json: str | None = None) -> None:
+        """Read this actor's partitions; ``restore_json``: a checkpointed position (offsets and
+        watermark states of every partition of the source) to resume from."""
+        import json
+
+        from laminardb.connectors.kafka import KafkaSource
+
+        partitions = json.loads(assignment_json).get(str(self.index), [])
+        node = self.conn._reactor.nodes[source]
+        extra = {} if restore_json is None else {"restore_state": json.loads(restore_json)}
+        self.kafka[source] = KafkaSource(
+            name=source, schema=node.schema, options=json.loads(options_json),
+            time_col=node.time_col, delay_ticks=node.delay_ticks, partitions=partitions, **extra,
+        )
+
+    def poll_kafka(self, source: str, timeout_ms: int, routed_queries: list[str]) -> tuple[dict, dict, dict]:
+        """Read this actor's partitions. The rows stay here, in Ray's object store: once
+        whole, and for each keyed query in ``routed_queries`` split by owner (WHERE applied),
+        so the owners fetch their parts from this actor directly. Returns (that description
+        with the row count and max event time, the per-partition watermark states, the
+        position right after this poll — what a checkpoint taken after these rows keeps)."""
+        import ray
+
+        from laminardb.operators._buffers import numeric_view
+
+        src = self.kafka[source]
+        c0 = time.thread_time()  # CPU only: a poll that waits for records is not busy
+        batch, _ = src.poll(timeout_ms)
+        self.poll_cpu_s += time.thread_time() - c0
+        states = src.partition_watermarks()
+        position = src.checkpoint_state()
+        if batch is None or batch.num_rows == 0:
+            return {"rows": 0}, states, position
+        self.polled_rows += batch.num_rows
+        with self._busy():
+            time_col = self.conn._reactor.nodes[source].time_col
+            top = int(numeric_view(batch.column(time_col)).max()) if time_col is not None else None
+            routed = {}
+            for query in routed_queries:
+                parts = route_rows(self._op(query).plan, batch, self.owner, self.n_actors)
+                routed[query] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
+            return {"rows": batch.num_rows, "max_event_time": top, "whole": ray.put(to_ipc_array(batch)),
+                    "routed": routed}, states, position
+
+    def kafka_lag(self, source: str) -> int:
+        return self.kafka[source].lag()
+
+    def stop_kafka(self, source: str) -> None:
+        src = self.kafka.pop(source, None)
+        if src is not None:
+            src.close()
+
+    def load_sample(self) -> dict:
+        """The autoscaler's counters (cheap, unlike ``metrics``): seconds busy running batches
+        plus CPU seconds reading Kafka, and the rows read from Kafka and run in batches."""
+        return {"busy_s": self.busy_s + self.poll_cpu_s, "polled_rows": self.polled_rows,
+                "rows_in": self.rows_in}
+
+    def metrics(self) -> dict:
+        m = self.conn.metrics()
+        m.update(index=self.index, core=self.core, pid=os.getpid(), rows_in=self.rows_in, busy_s=self.busy_s,
+                 cpu_s=self.cpu_s)
+        return m
+
+
+def _type_text(t: pa.DataType) -> str:
+    from laminardb.sql.types import type_name
+
+    return type_name(t)
+
+
+def _resolved(data):
+    """An object reference nested in ``process_many``'s items is not resolved by Ray."""
+    import ray
+
+    return ray.get(data) if isinstance(data, ray.ObjectRef) else data
+
+
+def actor_class():
+    import ray
+
+    return ray.remote(num_cpus=1)(ReactorActorImpl)

@@ -1,0 +1,30 @@
+"""A real local Ray instance for the Delta data-plane tests, and pooled actor clusters.
+
+Actors are expensive to start (a process each, ~1-2 s), so one cluster of each size is
+started per module and reset between tests (``ClusterConnection`` resets its actors).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_local(request):
+    """A local Ray for one module; the module may set ``RAY_CPUS`` (default 3)."""
+    ray.init(num_cpus=getattr(request.module, "RAY_CPUS", 3), include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def clusters(ray_local):
+    from laminardb.cluster.actor_pool import Cluster
+
+    pool = {1: Cluster(1, 64), 2: Cluster(2, 64)}
+    yield pool
+    for c in pool.values():
+        c.shutdown()
