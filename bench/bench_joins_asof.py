@@ -50,7 +50,7 @@ def run(name: str, sql: str, left, right) -> dict:
     db.execute(DDL)
     db.execute(f"CREATE STREAM j AS {sql}")
     sub = db.subscribe_stream("j", history_rows=0)
-    join = db._reactor.nodes["j"].op.joins()[0]
+    join = db.engine.reactor.nodes["j"].op.joins()[0]
     out = peak = 0
     # interleave by time: the right batch covering the same event times goes first
     order = sorted([(int(b.column("ts")[0].as_py()), 1, b) for b in right] +

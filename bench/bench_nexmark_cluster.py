@@ -103,7 +103,7 @@ def main() -> None:
 
     import laminardb
     from laminardb.cluster.actor_pool import Cluster
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     results: dict = {}
@@ -113,7 +113,7 @@ def main() -> None:
         for label, actors in (("embedded", 0), ("1 actor", 1), ("2 actors", 2)):
             pool = Cluster(actors, 256) if actors else None  # one pool at a time: 2 CPUs
             try:
-                open_db = (lambda p=pool: ClusterConnection(p, shutdown_on_close=False)) if pool else laminardb.open
+                open_db = (lambda p=pool: cluster_connection(p, shutdown_on_close=False)) if pool else laminardb.open
                 for name in names:
                     _one(open_db, name, WARM_EVENTS, args.batch_events)
                     seconds, rows, digest = _one(open_db, name, args.events, args.batch_events)

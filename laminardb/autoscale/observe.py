@@ -54,9 +54,9 @@ class LoadObserver:
         self.last: dict[str, Any] | None = None  # the last observation's inputs (metrics)
 
     def observe(self, conn, *, vnodes: int, now: float | None = None) -> Observation | None:
-        """Sample ``conn`` (the head's ``ClusterConnection``); None until two samples exist."""
+        """Sample ``conn`` (the head's connection); None until two samples exist."""
         now = time.monotonic() if now is None else now
-        cluster = conn.cluster
+        cluster = conn.engine.backend.cluster
         kafka = self._kafka(conn)
         # a busy or lost actor answers None here and is left out of the rate; the watchdog,
         # not a sample, decides whether it is lost
@@ -121,7 +121,7 @@ class LoadObserver:
 
         out: dict[str, Any] = {"sources": [], "lag": 0, "partitions": 0, "partition_lag": {},
                                "end_offsets": {}}
-        for node in list(conn._reactor.nodes.values()):
+        for node in list(conn.engine.reactor.nodes.values()):
             src = getattr(node, "connector", None)
             if not isinstance(src, ClusterKafkaSource):
                 continue
@@ -162,7 +162,7 @@ class LoadObserver:
     @staticmethod
     def _checkpoint_lag(conn, kafka: dict[str, Any]) -> int | None:
         """Σ end − checkpointed offset: the rows a restore from the last checkpoint replays."""
-        durable = getattr(conn, "_durable", None)
+        durable = conn.engine.durable
         states = getattr(durable, "source_states", None) if durable is not None else None
         if not kafka["sources"] or not callable(states):
             return None

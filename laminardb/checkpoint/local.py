@@ -90,7 +90,7 @@ class LocalCoordinator:
         self.wal = Wal(self.dir / "wal", sync=str(config.get("wal_sync", "none")))
         self.store = CheckpointStore(self.dir)
         self.journaling = True  # off while recovery replays the WAL
-        #: called under the engine lock as a barrier starts (``ClusterConnection``: deliver
+        #: called under the engine lock as a barrier starts (``ClusterBackend.settle``: deliver
         #: the outputs of batches still on the actors, so counters and state agree)
         self.before_barrier = None
         #: set when the Delta coordinator drives this database: ``checkpoint()`` asks it

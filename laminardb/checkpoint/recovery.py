@@ -1,6 +1,6 @@
 """Recovery on open: restore the latest complete checkpoint, settle sinks, replay the WAL.
 
-Entry point: ``recover(conn)``, called by ``Connection`` when it opens a directory.
+Entry point: ``recover(engine)``, called by ``Engine`` when it opens a directory.
 
 1. The newest checkpoint whose manifest and snapshot files verify (a partial or corrupt one
    is skipped for the one before; a corrupt one is renamed ``_skipped-ckpt-<e>``). The WAL
@@ -35,9 +35,9 @@ log = logging.getLogger(__name__)
 
 
 def recover(conn) -> dict[str, Any]:
-    """Bring ``conn`` (a fresh Connection over a durable directory) to its last state."""
-    coord = conn._durable
-    reactor = conn._reactor
+    """Bring ``conn`` (a fresh ``Engine`` over a durable directory) to its last state."""
+    coord = conn.durable
+    reactor = conn.reactor
     t0 = time.perf_counter()
     manifest, skipped = coord.store.latest()
     first_lsn = coord.wal.first_lsn
@@ -73,15 +73,13 @@ def recover(conn) -> dict[str, Any]:
         for name, sink in coord.sinks().items():
             sink.recover(epoch, sink_info.get(name))
         settled = set(coord.sinks())
-        restored = getattr(conn, "_on_restored", None)
-        if restored is not None:  # the database head re-attaches its subscribers here
-            restored()
+        restored = conn.backend.restored  # the database head re-attaches its subscribers here
+        restored()
         for rec in coord.wal.replay(manifest.wal_lsn if manifest is not None else 0):
             replayed += 1
             if rec.kind == "ddl":
                 _apply(conn, rec.header["sql"])
-                if restored is not None:  # a stream created after the checkpoint: attach now
-                    restored()
+                restored()  # a stream created after the checkpoint: attach now
                 for name, sink in coord.sinks().items():
                     if name not in settled:  # created after the checkpoint: drop what it staged
                         sink.recover(epoch, None)
@@ -129,7 +127,7 @@ def recover(conn) -> dict[str, Any]:
 
 def _apply(conn, sql: str) -> None:
     for stmt, text in ddl.parse_script_with_text(sql, {}):
-        conn._apply_ddl(stmt, text)
+        conn.apply_ddl(stmt, text)
 
 
 def _restore_state(coord, reactor, manifest) -> None:

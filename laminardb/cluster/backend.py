@@ -1,7 +1,9 @@
-"""The cluster client: ``laminardb.connect("ray://…")`` → a ``Connection`` over Ray actors.
+"""The Delta mode's ``ExecutionBackend``: an engine whose queries run on Ray actors.
 
-Entry point: ``ClusterConnection`` (the database head runs one, see ``head.py``), or
-``connect_in_process(address, *, actors=None, vnodes=256)`` for one in this process. Addresses:
+Entry points: ``ClusterBackend`` (passed to the engine, never subclassing it),
+``cluster_connection(pool, …)`` (a ``Connection`` over it: the database head runs one, see
+``head.py``), or ``connect_in_process(address, *, actors=None, vnodes=256)`` for one in this
+process. Users connect with ``laminardb.connect`` (``client.py``) instead. Addresses:
 ``ray://auto`` (inside a Ray cluster, or reuse this process's ``ray.init``),
 ``ray://host:port`` (Ray Client), ``ray://local`` (start Ray on this machine).
 The connection has exactly the embedded API: DDL is planned once here and installed on
@@ -16,7 +18,7 @@ import os
 import re
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from laminardb.cluster.actor_pool import _CALL_TIMEOUT_S, _METRICS_TIMEOUT_S, Cluster
 from laminardb.cluster.distributed_operator import (
@@ -28,152 +30,102 @@ from laminardb.cluster.exceptions import ActorLostError, ActorTimeoutError, Clus
 from laminardb.cluster.ownership import RaftConfig
 from laminardb.cluster.routing import DEFAULT_VNODES
 from laminardb.cluster.shm_ring import ShmRing
-from laminardb.connection import Connection, ExecuteResult
-from laminardb.engine import catalog
+from laminardb.connection import Connection
 from laminardb.operators.group_aggregate import NO_WATERMARK
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.operators.warmup import warm_kernels
+from laminardb.results import ExecuteResult
 from laminardb.sql import ddl
+
+if TYPE_CHECKING:
+    from laminardb.engine.engine import Engine
 
 _FREE_CPU_WAIT_S = 10.0  # connect(): CPUs of actors killed by a close() just before come back
 
 
-class ClusterConnection(Connection):
-    """A ``Connection`` whose queries run on Ray actors (same methods, same results).
+class ClusterBackend:
+    """The ``ExecutionBackend`` that places an engine's operators on Ray actors (same SQL,
+    same results as in process).
 
-    Inserts are pipelined (see ``distributed.py``): up to ``max_in_flight`` batches per query
-    are on the actors while ``insert()`` returns; a drainer thread delivers their outputs to
-    subscribers as they finish, and ``flush``/``query``/``finish``/``metrics``/``execute``
-    deliver everything first. ``max_in_flight=0`` makes every insert wait for its outputs.
+    Inserts are pipelined (see ``distributed_operator.py``): up to ``max_in_flight`` batches
+    per query are on the actors while ``insert()`` returns; a drainer thread delivers their
+    outputs to subscribers as they finish, and the engine settles (delivers everything first)
+    before it reads, applies DDL, finishes or checkpoints. ``max_in_flight=0`` makes every
+    insert wait for its outputs.
     """
 
     def __init__(self, cluster: Cluster, *, config: dict[str, Any] | None = None,
                  shutdown_on_close: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 local_global: bool = True, path: str = ":memory:", on_restored=None,
-                 coordinated: bool = False) -> None:
+                 local_global: bool = True, on_restored=None, coordinated: bool = False) -> None:
         self.cluster = cluster
+        #: set by the database head when the Delta checkpoint coordinator drives this database:
+        #: exactly-once sinks are then written by the coordinator, and only staged here
         self.coordinated = coordinated
-        #: recovery calls ``on_restored(self)`` once the checkpoint is restored, before the WAL
-        #: is replayed (the database head re-attaches its subscribers there)
-        self._on_restored = None if on_restored is None else (lambda: on_restored(self))
+        #: recovery calls ``on_restored(engine)`` once the checkpoint is restored, before the
+        #: WAL is replayed (the database head re-attaches its subscribers there)
+        self._on_restored = on_restored
         self._shutdown_on_close = shutdown_on_close
         self._max_in_flight = max_in_flight
         self._local_global = local_global
-        self._drainer = None
+        self.drainer: _Drainer | None = None
         cluster.call_timeout = float((config or {}).get("actor_call_timeout", cluster.call_timeout))
         cluster.broadcast("reset")  # actors start from an empty catalog
         slots = (max_in_flight + 1) * COALESCE_MAX + 4  # rounds in flight, batches held back
-        self._ring = ShmRing.open(slots=slots)
-        if self._ring is not None:  # which actors share this machine's /dev/shm: ask them
-            self._ring.readers = cluster.broadcast("can_read_shm", self._ring.path)
-            if not any(self._ring.readers):
-                self._ring.close()
-                self._ring = None
-        # a durable ``path`` (the database head's directory) recovers here: catalog, actor
-        # state and the WAL of inserts since the checkpoint
-        super().__init__(path, config=config)
-        if self._durable is not None:
-            self._durable.before_barrier = lambda: [op.drain() for op in self._operators()]
-        self._drainer = _Drainer(self) if max_in_flight > 0 else None
+        self.ring = ShmRing.open(slots=slots)
+        if self.ring is not None:  # which actors share this machine's /dev/shm: ask them
+            self.ring.readers = cluster.broadcast("can_read_shm", self.ring.path)
+            if not any(self.ring.readers):
+                self.ring.close()
+                self.ring = None
 
-    def abandon(self, *, keep_actors: bool = False) -> None:
-        """Let go of everything without a last checkpoint: an actor died, so the state on
-        the actors is not whole; the database head recovers from the directory instead.
-        ``keep_actors``: leave the actors running (the next engine keeps the live ones,
-        ``Cluster(survivors=…)``)."""
-        if self._closed:
-            return
-        if self._drainer is not None:
-            self._drainer.stop()
-        self._stop_runners()
-        self._closed = True
-        if self._durable is not None:
-            self._durable.close_without_checkpoint()
-            os.close(self._lock_fd)
-        with self._reactor.lock:
-            for node in self._reactor.nodes.values():
-                if node.connector is not None:
-                    try:
-                        node.connector.close()
-                    except Exception:  # noqa: BLE001 - its actor may be the dead one
-                        pass
-        if self._ring is not None:
-            self._ring.close()
-        if not keep_actors:
-            self.cluster.shutdown()
+    # ------------------------------------------------------------------ engine hooks
+    def attach(self, engine: Engine) -> None:
+        self.engine = engine
+        self.reactor = engine.reactor
 
-    def _setup_reactor(self) -> None:
-        self._reactor.make_operator = self._operator
-        self._reactor.make_plan_operator = self._plan_operator
-        self._reactor.make_source_connector = self._source_connector
+    def opened(self) -> None:
+        self.drainer = _Drainer(self) if self._max_in_flight > 0 else None
 
-    #: set by the database head when the Delta checkpoint coordinator drives this database:
-    #: exactly-once sinks are then written by the coordinator, and only staged here
-    coordinated = False
+    def restored(self) -> None:
+        if self._on_restored is not None:
+            self._on_restored(self.engine)
 
-    def _make_sink(self, stmt: ddl.CreateSink, schema):
-        if self.coordinated and self._durable is not None and _exactly_once(stmt):
+    def make_sink(self, stmt: ddl.CreateSink, schema, *, durable: bool, stage_root: str | None):
+        if self.coordinated and durable and _exactly_once(stmt):
             from laminardb.checkpoint.staged_sink import StagedSink
 
             return StagedSink(stmt.name, _sink_sql(stmt), schema,
-                              os.path.join(self.path, "staged", _safe(stmt.name)))
-        return super()._make_sink(stmt, schema)
+                              os.path.join(self.engine.path, "staged", _safe(stmt.name)))
+        from laminardb.connectors.sinks import make_sink
 
-    def _operator(self, name: str, plan) -> DistributedOperator | _AtClient:
+        return make_sink(stmt, schema, durable=durable, stage_root=stage_root)
+
+    def make_operator(self, name: str, plan) -> DistributedOperator | _AtClient:
         if _reads_processing_time(plan):
-            # PROCTIME() is stamped here, by this connection's clock (config "clock"), as rows
+            # PROCTIME() is stamped here, by this engine's clock (config "clock"), as rows
             # enter: actors would read their own wall clocks, each a different time. Such a
             # query is stateless (a projection; windows over its column run on the actors,
             # their watermarks driven from here) or a plan tree, which runs here anyway.
             return _AtClient(plan)
         op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight,
-                                 local_global=self._local_global, ring=self._ring,
-                                 scalable=self._durable is not None)
+                                 local_global=self._local_global, ring=self.ring,
+                                 scalable=self.engine.path != ":memory:")
         if self._max_in_flight > 0:
-            op.deliver = lambda outs, late: self._reactor.deliver(name, outs, late)
-            op.can_defer = lambda: self._reactor.feeds_no_query(name)
+            op.deliver = lambda outs, late: self.reactor.deliver(name, outs, late)
+            op.can_defer = lambda: self.reactor.feeds_no_query(name)
         return op
 
-    def _plan_operator(self, name: str, plan):
+    def make_plan_operator(self, name: str, plan):
         """A plan tree: its stateful nodes on the actors, each partitioned by its own key —
-        unless it calls PROCTIME() (stamped by this connection's clock, as ``_operator`` says)."""
+        unless it calls PROCTIME() (stamped by this engine's clock, as ``make_operator`` says)."""
         from laminardb.cluster.distributed_plan import DistributedPlanOperator
         from laminardb.operators.plan_operator import PlanOperator
 
         if _tree_reads_processing_time(plan):
             return PlanOperator(plan)
-        return DistributedPlanOperator(name, plan, self.cluster, ring=self._ring)
+        return DistributedPlanOperator(name, plan, self.cluster, ring=self.ring)
 
-    def _operators(self) -> list[DistributedOperator]:
-        return [n.op for n in self._reactor.nodes.values() if isinstance(n.op, DistributedOperator)]
-
-    def _drain(self, timeout: float | None = None) -> None:
-        """Deliver every batch still on the actors (under the reactor's lock); an error the
-        drainer thread met (an actor died) is raised here, on the caller's thread, and so is
-        an actor's death seen anywhere else (a Kafka poll): every call raises it from then on.
-
-        ``timeout``: deliver only the rounds that finish within it (``metrics()``: never
-        wait for a paused actor), else each round waits up to ``actor_call_timeout``.
-        """
-        if self._drainer is not None and self._drainer.error is not None:
-            error, self._drainer.error = self._drainer.error, None
-            raise error
-        self.cluster.check_alive("an earlier call")
-        if timeout is not None:
-            import ray
-
-            with self._reactor.lock:
-                waiting = [f for op in self._operators() for rnd in op.pending for f in rnd.futures]
-            if waiting:
-                ray.wait(waiting, num_returns=len(waiting), timeout=timeout)
-        with self._reactor.lock:
-            for op in self._operators():
-                if timeout is None:
-                    op.drain()
-                else:
-                    op.collect_ready()
-
-    def _source_connector(self, kind: str, node, options: dict[str, str], restore_state: dict | None = None):
+    def make_source(self, kind: str, node, options: dict[str, str], restore_state: dict | None = None):
         if kind != "kafka":
             from laminardb.engine.reactor import make_source_connector
 
@@ -183,37 +135,74 @@ class ClusterConnection(Connection):
         return ClusterKafkaSource(self.cluster, node, options, lambda: self._routed_queries(node.name),
                                   restore_state=restore_state)
 
+    def operators(self) -> list[DistributedOperator]:
+        """The engine's queries that run on the actors."""
+        return [n.op for n in self.reactor.nodes.values() if isinstance(n.op, DistributedOperator)]
+
+    def settle(self, timeout: float | None = None) -> None:
+        """Deliver every batch still on the actors (under the engine's lock); an error the
+        drainer thread met (an actor died) is raised here, on the caller's thread, and so is
+        an actor's death seen anywhere else (a Kafka poll): every call raises it from then on.
+
+        ``timeout``: deliver only the rounds that finish within it (``metrics()``: never
+        wait for a paused actor), else each round waits up to ``actor_call_timeout``.
+        """
+        if self.drainer is not None and self.drainer.error is not None:
+            error, self.drainer.error = self.drainer.error, None
+            raise error
+        self.cluster.check_alive("an earlier call")
+        if timeout is not None:
+            import ray
+
+            with self.reactor.lock:
+                waiting = [f for op in self.operators() for rnd in op.pending for f in rnd.futures]
+            if waiting:
+                ray.wait(waiting, num_returns=len(waiting), timeout=timeout)
+        with self.reactor.lock:
+            for op in self.operators():
+                if timeout is None:
+                    op.drain()
+                else:
+                    op.collect_ready()
+
+    def check_alive(self, what: str) -> None:
+        if self.drainer is not None and self.drainer.error is not None:
+            self.settle()  # raises it
+        self.cluster.check_alive(what)
+
+    def on_subscribe(self, sub) -> None:
+        if self.drainer is not None:
+            sub.before_read = self._settle_open
+
+    def _settle_open(self) -> None:
+        if not self.engine.closed:
+            self.settle()
+
     def _routed_queries(self, source: str) -> list[str]:
         """The keyed queries reading ``source`` that take rows split by owner."""
         if self.cluster.n_actors < 2:
             return []
-        with self._reactor.lock:
-            node = self._reactor.nodes.get(source)
-            ops = [self._reactor.nodes[d].op for d in (node.downstream if node else [])]
+        with self.reactor.lock:
+            node = self.reactor.nodes.get(source)
+            ops = [self.reactor.nodes[d].op for d in (node.downstream if node else [])]
         return [op.name for op in ops if isinstance(op, DistributedOperator) and op.mode == "keyed"]
 
-    def execute(self, sql: str) -> ExecuteResult:
-        self._check_open()
-        with self._reactor.lock:
-            self._drain()  # a new query may read a stream whose outputs are still deferred
-            return super().execute(sql)
-
-    def _apply_ddl(self, stmt, text: str, *, log: list[str] | None = None) -> ExecuteResult:
+    def apply_ddl(self, stmt, text: str, here) -> ExecuteResult:
         """Here first (so errors are this engine's), then on the actors — except a source,
         which the actors need first (a Kafka source starts reading on them)."""
         if isinstance(stmt, ddl.CreateSource):
             self._install_on_actors(stmt, text)
-            return super()._apply_ddl(stmt, text, log=log)
+            return here()
         name = getattr(stmt, "name", None)
-        existed = name is not None and name in self._reactor.nodes
-        result = super()._apply_ddl(stmt, text, log=log)
+        existed = name is not None and name in self.reactor.nodes
+        result = here()
         try:
             self._install_on_actors(stmt, text)
         except Exception:
             # the actors refused what this engine accepted (a UDF they cannot import): take it
             # back here too, or batches would reach a query the actors do not have
-            if name is not None and not existed and name in self._reactor.nodes:
-                catalog.undo(self, [(name, self._reactor.nodes[name].kind)])
+            if name is not None and not existed and name in self.reactor.nodes:
+                self.engine.undo([(name, self.reactor.nodes[name].kind)])
                 self._drop_on_actors(stmt)
             raise
         return result
@@ -228,11 +217,11 @@ class ClusterConnection(Connection):
             self.cluster.broadcast("execute", text)
 
     def _broadcast_ddl(self, text: str) -> None:
-        """``text`` on every actor, with this connection's Python UDFs: each goes as its
-        importable ``"module:qualname"`` reference (``laminardb/sql/udf.py``); the actors import
+        """``text`` on every actor, with this engine's Python UDFs: each goes as its
+        importable ``"module:qualname"`` reference (``sql/udf.py``); the actors import
         it before planning. A UDF that cannot be imported by name (a lambda, a function of
         ``__main__``) stays here, and a query calling it is refused with the reason."""
-        described = self._udfs.describe()
+        described = self.engine.udfs.describe()
         shipped = [u for u in described if u["function"]]
         try:
             self.cluster.broadcast("execute", text, shipped)
@@ -261,60 +250,18 @@ class ClusterConnection(Connection):
         except Exception:  # noqa: BLE001 - an actor that never had it: nothing to drop
             pass
 
-    def insert(self, source: str, data: Any, **options: Any) -> int:
-        self._check_open()
-        if self._drainer is not None and self._drainer.error is not None:
-            self._drain()  # raises it
-        self.cluster.check_alive("insert")
-        return super().insert(source, data, **options)
-
-    def finish(self) -> None:
-        self._check_open()
-        self._stop_runners()
-        self._drain()
-        super().finish()
-
-    def subscribe_stream(self, name: str, *, history_rows: int | None = None):
-        sub = super().subscribe_stream(name, history_rows=history_rows)
-        if self._drainer is not None:
-            sub.before_read = self._drain_open
-        return sub
-
-    subscribe = subscribe_stream
-
-    def _drain_open(self) -> None:
-        if not self._closed:
-            self._drain()
-
-    def flush(self, timeout_s: float = 30.0) -> None:
-        self._check_open()
-        self._drain()
+    def before_metrics(self) -> None:
         try:
-            super().flush(timeout_s)
-        except Exception:
-            self.cluster.check_alive("flush")  # a Kafka source stopped on a dead actor: say that
-            raise
-        self._drain()  # what connector sources ingested while flush waited
+            self.settle(timeout=_METRICS_TIMEOUT_S)
+        except (ActorLostError, ActorTimeoutError):
+            pass  # metrics() is where a lost actor is reported (add_metrics): never raise here
 
-    def query(self, sql: str):
-        self._check_open()
-        self._drain()
-        return super().query(sql)
-
-    sql = query
-
-    def metrics(self) -> dict[str, Any]:
-        """As the embedded ``metrics()``, plus ``cluster``: every member with its ``pid`` and
-        ``state`` (``ok`` | ``slow``: did not answer within ~1 s | ``dead``: Ray reports it
-        gone), ``dead``, ``slow`` and per-actor counters (None for an actor not answering).
-        Bounded: it never waits long for a paused actor."""
-        if not self._closed:
-            try:
-                self._drain(timeout=_METRICS_TIMEOUT_S)
-            except (ActorLostError, ActorTimeoutError):
-                pass  # metrics() is where a lost actor is reported, below: never raise here
-        m = super().metrics()
-        per_actor = self.cluster.probe("metrics") if not self._closed else [None] * self.cluster.n_actors
+    def add_metrics(self, m: dict[str, Any]) -> None:
+        """``cluster``: every member with its ``pid`` and ``state`` (``ok`` | ``slow``: did not
+        answer within ~1 s | ``dead``: Ray reports it gone), ``dead``, ``slow`` and per-actor
+        counters (None for an actor not answering). Bounded: it never waits long for a paused actor."""
+        closed = self.engine.closed
+        per_actor = self.cluster.probe("metrics") if not closed else [None] * self.cluster.n_actors
         m["cluster"] = self.cluster.status()
 
         def each(key: str, f=lambda v: v) -> list[Any]:
@@ -325,22 +272,43 @@ class ClusterConnection(Connection):
         m["cluster"]["cpu_s_per_actor"] = each("cpu_s", lambda v: round(v, 4))
         m["cluster"]["rss_bytes_per_actor"] = [None if a is None else (a.get("process") or {}).get("rss_bytes")
                                                for a in per_actor]
-        return m
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        if self._drainer is not None:
-            self._drainer.stop()
+    def before_close(self) -> None:
+        if self.drainer is not None:
+            self.drainer.stop()
         try:
-            self._drain()
+            self.settle()
         except (ActorLostError, ActorTimeoutError):
             pass  # closing a connection whose actor died must still release everything
-        super().close()
-        if self._ring is not None:
-            self._ring.close()
+
+    def close(self) -> None:
+        if self.ring is not None:
+            self.ring.close()
         if self._shutdown_on_close:
             self.cluster.shutdown()
+
+    def abandon(self, *, keep_actors: bool = False) -> None:
+        """Let go of everything without a last checkpoint: an actor died, so the state on
+        the actors is not whole; the database head recovers from the directory instead.
+        ``keep_actors``: leave the actors running (the next engine keeps the live ones,
+        ``Cluster(survivors=…)``)."""
+        if self.engine.closed:
+            return
+        if self.drainer is not None:
+            self.drainer.stop()
+        self.engine.abandon()
+        if self.ring is not None:
+            self.ring.close()
+        if not keep_actors:
+            self.cluster.shutdown()
+
+
+def cluster_connection(cluster: Cluster, *, config: dict[str, Any] | None = None, path: str = ":memory:",
+                       **backend_options: Any) -> Connection:
+    """A ``Connection`` whose engine runs its queries on ``cluster`` 's actors (``ClusterBackend``;
+    ``backend_options`` are its keywords). A durable ``path`` (the database head's directory)
+    recovers here: catalog, actor state and the WAL of inserts since the checkpoint."""
+    return Connection(path, config=config, backend=ClusterBackend(cluster, config=config, **backend_options))
 
 
 class _Drainer:
@@ -349,8 +317,8 @@ class _Drainer:
     _IDLE_S = 0.005
     _WAIT_S = 0.05
 
-    def __init__(self, conn: ClusterConnection) -> None:
-        self.conn = conn
+    def __init__(self, backend: ClusterBackend) -> None:
+        self.backend = backend
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="laminardb-drainer", daemon=True)
@@ -359,20 +327,20 @@ class _Drainer:
     def _run(self) -> None:
         import ray
 
-        lock = self.conn._reactor.lock
+        lock = self.backend.reactor.lock
         while not self._stop.is_set():
             with lock:
-                for op in self.conn._operators():
+                for op in self.backend.operators():
                     if op.open and not op.pending:
                         op.collect_ready()  # sends the batches held back
-                waiting = [f for op in self.conn._operators() for f in op.oldest_futures()]
+                waiting = [f for op in self.backend.operators() for f in op.oldest_futures()]
             if not waiting:
                 self._stop.wait(self._IDLE_S)
                 continue
             ray.wait(waiting, num_returns=1, timeout=self._WAIT_S)
             try:
                 with lock:
-                    for op in self.conn._operators():
+                    for op in self.backend.operators():
                         op.collect_ready()
             except Exception as e:  # noqa: BLE001 - the next call on the connection raises it
                 self.error = e
@@ -385,7 +353,7 @@ class _Drainer:
 
 def connect_in_process(address: str = "ray://auto", *, actors: int | None = None, vnodes: int = DEFAULT_VNODES,
                        raft: RaftConfig | str | None = None, config: dict[str, Any] | None = None,
-                       max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True) -> ClusterConnection:
+                       max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True) -> Connection:
     """Run a database's engine in this process over reactor actors it starts and owns.
 
     ``laminardb.connect`` (``remote.py``) is the public entry: it runs this engine inside the
@@ -419,9 +387,8 @@ def connect_in_process(address: str = "ray://auto", *, actors: int | None = None
     elif raft is None:
         raft = RaftConfig.from_env()
     timeout = float((config or {}).get("actor_call_timeout", _CALL_TIMEOUT_S))
-    return ClusterConnection(Cluster(n, vnodes, raft, call_timeout=timeout), config=config,
-                             max_in_flight=max_in_flight,
-                             local_global=local_global)
+    return cluster_connection(Cluster(n, vnodes, raft, call_timeout=timeout), config=config,
+                              max_in_flight=max_in_flight, local_global=local_global)
 
 
 class _AtClient(QueryOperator):

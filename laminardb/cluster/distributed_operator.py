@@ -72,8 +72,14 @@ class _Item:
 
 
 class DistributedOperator:
+    """One query on the actors (an ``engine.contracts.Operator``); see the module docstring."""
+
     #: the reactor may pass the watermark that follows this batch (one round trip for both)
     accepts_next_watermark = True
+
+    @property
+    def changelog(self) -> bool:
+        return self.plan.changelog
 
     def __init__(self, name: str, plan: QueryPlan, cluster, *,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True,

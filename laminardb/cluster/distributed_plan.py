@@ -128,9 +128,10 @@ class _ActorsState:
 
 
 class DistributedPlanOperator:
-    """See the module docstring."""
+    """See the module docstring (an ``engine.contracts.Operator`` over a plan tree)."""
 
-    root_watermark = True  # as PlanOperator: the reactor hands over the query's root watermark
+    accepts_next_watermark = False  # a tree takes the query's root watermark (``QueryPlan.tree``)
+
     mode = "keyed"  # checkpoints split by vnode (``ClusterImage``)
     merger = None
 

@@ -2,7 +2,7 @@
 
 Why: a pipeline must outlive the notebook that started it. The head runs the engine of one
 database — catalog, watermark coordination, merges, subscription fan-out, the WAL of inserts
-since the last checkpoint — as a ``ClusterConnection`` over its own reactor actors (it owns
+since the last checkpoint — as an ``Engine`` over its own reactor actors (``backend.ClusterBackend``) (it owns
 them: they die with it). Clients (``remote.RemoteConnection``) attach and detach; the head
 stays until ``drop_database``.
 
@@ -114,7 +114,8 @@ class DatabaseHead:
     # ------------------------------------------------------------------ lifecycle
     def _open(self, on_restored=None, survivors=None):
         from laminardb.cluster.actor_pool import Cluster
-        from laminardb.cluster.backend import ClusterConnection
+        from laminardb.cluster.backend import ClusterBackend
+        from laminardb.connection import Connection
         from laminardb.operators.warmup import warm_kernels
 
         warm_kernels()
@@ -125,11 +126,13 @@ class DatabaseHead:
                           ownership_source=f"db/{self.database}", survivors=survivors)
         path = self.directory or ":memory:"
         try:
-            conn = ClusterConnection(cluster, config=self._engine_config(), path=path,
-                                     max_in_flight=self.max_in_flight, local_global=self.local_global,
-                                     on_restored=on_restored, coordinated=self.coordinated)
-            if self.coordinated and getattr(self, "coordinator", None) is not None and conn._durable is not None:
-                conn._durable.external = self._external_checkpoint
+            config = self._engine_config()
+            backend = ClusterBackend(cluster, config=config, max_in_flight=self.max_in_flight,
+                                     local_global=self.local_global, on_restored=on_restored,
+                                     coordinated=self.coordinated)
+            conn = Connection(path, config=config, backend=backend)
+            if self.coordinated and getattr(self, "coordinator", None) is not None and conn.engine.durable is not None:
+                conn.engine.durable.external = self._external_checkpoint
             return conn
         except BaseException:
             cluster.shutdown()
@@ -290,8 +293,8 @@ class DatabaseHead:
             ray.get(self._registered, timeout=_COORD_TIMEOUT_S)
             self._registered = None
             with self._lock:
-                if self.conn is not None and self.conn._durable is not None:
-                    self.conn._durable.external = self._external_checkpoint
+                if self.conn is not None and self.conn.engine.durable is not None:
+                    self.conn.engine.durable.external = self._external_checkpoint
         return {"database": self.database, "pid": os.getpid(), "directory": self.directory,
                 "coordinated": self.coordinated}
 
@@ -305,7 +308,7 @@ class DatabaseHead:
         from laminardb.checkpoint.staged_sink import StagedSink
 
         conn = self._conn()
-        ack = conn._durable.prepare(epoch)
+        ack = conn.engine.durable.prepare(epoch)
         ack["sinks"] = {name: s.describe(epoch) for name, s in ack["sinks"].items() if isinstance(s, StagedSink)}
         return ack
 
@@ -314,16 +317,16 @@ class DatabaseHead:
         from laminardb.checkpoint.staged_sink import StagedSink
 
         conn = self._conn()
-        conn._durable.publish(epoch)
-        for s in conn._durable.sinks().values():
+        conn.engine.durable.publish(epoch)
+        for s in conn.engine.durable.sinks().values():
             if isinstance(s, StagedSink):
                 s.release(epoch)
 
     def abort_checkpoint(self, epoch: int) -> None:
-        self._conn()._durable.discard(epoch)
+        self._conn().engine.durable.discard(epoch)
 
     def checkpoint_status(self) -> dict:
-        d = self._conn()._durable
+        d = self._conn().engine.durable
         return {"last_committed": d.epoch, "pending": d.store.pending()}
 
     @_answer
@@ -355,7 +358,7 @@ class DatabaseHead:
             conn, self.conn = self.conn, None
             self.dropped = True
             if conn is not None:
-                conn.abandon()
+                conn.engine.backend.abandon()
             if self.directory and os.path.isdir(self.directory):
                 shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -383,7 +386,7 @@ class DatabaseHead:
         from laminardb.cluster.wire import decode_rows, to_ipc_table
 
         data = decode_rows(payload)
-        n = self._call(lambda c: c.insert(source, data, on_error=on_error), logged=lambda c: c._durable.last_logged_rows)
+        n = self._call(lambda c: c.insert(source, data, on_error=on_error), logged=lambda c: c.engine.durable.last_logged_rows)
         return _insert_answer(n, to_ipc_table)
 
     @_answer
@@ -392,12 +395,12 @@ class DatabaseHead:
 
         method = {"json": "insert_json", "csv": "insert_csv"}[kind]
         n = self._call(lambda c: getattr(c, method)(source, data, on_error=on_error),
-                       logged=lambda c: c._durable.last_logged_rows)
+                       logged=lambda c: c.engine.durable.last_logged_rows)
         return _insert_answer(n, to_ipc_table)
 
     @_answer
     def advance_watermark(self, source: str, timestamp) -> int | None:
-        return self._call(lambda c: c._advance_watermark(source, timestamp))
+        return self._call(lambda c: c.engine.advance_watermark(source, timestamp))
 
     @_answer
     def query(self, sql: str) -> bytes:
@@ -433,8 +436,8 @@ class DatabaseHead:
     def describe_source(self, source: str) -> dict:
         from laminardb.cluster.wire import schema_to_ipc
 
-        with self._conn()._reactor.lock:
-            node = self._conn()._reactor._node(source)
+        with self._conn().engine.lock:
+            node = self._conn().engine.node(source)
             return {"schema": schema_to_ipc(node.schema), "wm": node.wm}
 
     @_answer
@@ -489,7 +492,7 @@ class DatabaseHead:
             raise ConfigError(f"scale({n}): a database needs at least one actor")
         with self._lock:
             conn = self._conn()
-            if conn._durable is None:
+            if conn.engine.durable is None:
                 raise ConfigError(f"database {self.database!r} keeps no checkpoints (checkpoint_dir ':memory:'); "
                                   "it cannot move its state to another number of actors")
             old = self.n_actors
@@ -532,8 +535,8 @@ class DatabaseHead:
         out = {"database": self.database, "directory": self.directory, "head_pid": os.getpid(),
                "clients": len(self.clients), "recoveries": len(self.recoveries), "dropped": conn is None}
         if conn is not None:
-            out["cluster"] = conn.cluster.status()
-            out["checkpoints"] = conn._durable.metrics() if conn._durable is not None else None
+            out["cluster"] = conn.engine.backend.cluster.status()
+            out["checkpoints"] = conn.engine.durable.metrics() if conn.engine.durable is not None else None
             out["streams"] = conn.list_streams()
         auto = self._autoscale_status()
         out["autoscale"] = {"enabled": auto.get("enabled"), "last": auto.get("last"),
@@ -547,9 +550,9 @@ class DatabaseHead:
         from laminardb.cluster.wire import schema_to_ipc
 
         def attach(conn):
-            with conn._reactor.lock:
-                start = conn._reactor._node(name).rows_out
-                return HeadSubscription(name, conn.subscribe_stream(name, history_rows=0), start)
+            with conn.engine.lock:
+                start = conn.engine.node(name).rows_out
+                return HeadSubscription(name, conn.subscribe(name, history_rows=0), start)
 
         sub = self._call(attach)
         sid = f"{client}:{uuid.uuid4().hex[:8]}"
@@ -573,15 +576,15 @@ class DatabaseHead:
         if sub is not None:
             sub.cancel()
 
-    def _resubscribe(self, conn) -> None:
+    def _resubscribe(self, engine) -> None:
         """Recovery restored the last checkpoint and is about to replay what followed it: every
         subscription starts over here and skips the rows its client already has."""
-        reactor = conn._reactor
+        reactor = engine.reactor
         for sub in self.subs.values():
             node = reactor.nodes.get(sub.name)
-            if node is not None and sub.engine_of is not conn:  # once per recovery, as soon as
+            if node is not None and sub.engine_of is not engine:  # once per recovery, as soon as
                 sub.reattach(reactor.subscribe(sub.name, history_rows=0), node.rows_out)  # it exists
-                sub.engine_of = conn
+                sub.engine_of = engine
 
     # ------------------------------------------------------------------ recovery
     def _watch(self) -> None:
@@ -591,12 +594,12 @@ class DatabaseHead:
 
         while not self._stop.wait(_WATCH_S):
             conn = self.conn
-            if conn is None or conn._durable is None:
+            if conn is None or conn.engine.durable is None:
                 continue
-            lost = bool(conn.cluster.dead) or any(r.fatal is not None for r in conn._runners.values()) \
-                or (conn._drainer is not None and conn._drainer.error is not None) \
-                or any(_gcs_says_dead(a) for a in conn.cluster.actors) \
-                or (bool(conn.cluster.slow) and self._unresponsive(conn))
+            lost = bool(conn.engine.backend.cluster.dead) or any(r.fatal is not None for r in conn.engine.runners.values()) \
+                or (conn.engine.backend.drainer is not None and conn.engine.backend.drainer.error is not None) \
+                or any(_gcs_says_dead(a) for a in conn.engine.backend.cluster.actors) \
+                or (bool(conn.engine.backend.cluster.slow) and self._unresponsive(conn))
             if lost:
                 try:
                     with self._lock:
@@ -611,11 +614,11 @@ class DatabaseHead:
         result once). Runs under ``self._lock``, so data calls wait for it."""
         t0 = time.perf_counter()
         old = self.conn
-        running = bool(old._runners) if old is not None else False
+        running = bool(old.engine.runners) if old is not None else False
         survivors = None
         if old is not None:
-            old.abandon(keep_actors=True)
-            survivors = old.cluster  # live actors are kept: only the lost ones restart
+            old.engine.backend.abandon(keep_actors=True)
+            survivors = old.engine.backend.cluster  # live actors are kept: only the lost ones restart
         self.conn = None
         error: Exception | None = None
         for _ in range(_RECOVERY_ATTEMPTS):
@@ -634,7 +637,7 @@ class DatabaseHead:
         if running:
             self.conn.start()  # Kafka sources resume from the checkpointed offsets
         self.generation += 1
-        report = dict(self.conn._durable.stats.get("recovery") or {})
+        report = dict(self.conn.engine.durable.stats.get("recovery") or {})
         # "seconds": the whole recovery (new actors included); "restore_s": state and replay
         report["restore_s"] = report.pop("seconds", None)
         report.update(cause=cause, at=time.time(), seconds=round(time.perf_counter() - t0, 3))
@@ -651,7 +654,7 @@ class DatabaseHead:
         with self._lock:
             for attempt in range(_RECOVERY_ATTEMPTS):
                 conn = self._conn()
-                wal = conn._durable.wal if conn._durable is not None else None
+                wal = conn.engine.durable.wal if conn.engine.durable is not None else None
                 lsn = wal.next_lsn if wal is not None else None
                 try:
                     return fn(conn)
@@ -672,11 +675,11 @@ class DatabaseHead:
         Raft tokens are fenced — if it ever resumes, nothing it sends is taken."""
         import ray
 
-        slow = sorted(conn.cluster.slow - set(conn.cluster.dead))
+        slow = sorted(conn.engine.backend.cluster.slow - set(conn.engine.backend.cluster.dead))
         if not slow:
             return False
         wait = float(self.config.get("actor_lost_after", _LOST_AFTER_S))
-        pings = [conn.cluster.actors[i].ready.remote() for i in slow]
+        pings = [conn.engine.backend.cluster.actors[i].ready.remote() for i in slow]
         done, _ = ray.wait(pings, num_returns=len(pings), timeout=wait)
         return len(done) < len(pings)
 
@@ -692,7 +695,7 @@ class HeadSubscription:
         self.position = start  # absolute index of the next row to hand out
         self.skip = 0  # replayed rows to drop before handing out more
         self.carry: list = []  # rows the lost engine delivered that the client has not taken yet
-        self.engine_of = None  # the recovered connection ``engine`` belongs to
+        self.engine_of = None  # the recovered ``Engine`` this subscription is attached to
         self._lock = threading.Lock()
 
     def reattach(self, engine, emitted: int) -> None:

@@ -37,7 +37,7 @@ class ReactorActorImpl:
         import laminardb
 
         self.conn = laminardb.open()  # also compiles/loads the numba kernels before any query
-        self.conn._reactor.connectors_enabled = False  # the client polls connector sources
+        self.conn.engine.reactor.connectors_enabled = False  # the client polls connector sources
         self.owner = np.zeros(0, dtype=np.int64)  # vnode → actor index
         self.owned = np.zeros(0, dtype=np.bool_)
         self.rows_in = 0
@@ -61,7 +61,7 @@ class ReactorActorImpl:
         self.partial = {}
         self.images = {}
         self.conn = laminardb.open()
-        self.conn._reactor.connectors_enabled = False
+        self.conn.engine.reactor.connectors_enabled = False
         self.rows_in = self.polled_rows = 0
         self.busy_s = self.cpu_s = self.poll_cpu_s = 0.0
 
@@ -94,7 +94,7 @@ class ReactorActorImpl:
         name registered again on the client with another function is replaced here too)."""
         from laminardb.sql.udf import UdfRegistry
 
-        reg = self.conn._udfs
+        reg = self.conn.engine.udfs
         fresh = [u for u in udfs if (have := reg.get(str(u["name"]))) is None
                  or have.reference() != u.get("function") or _type_text(have.return_type) != u.get("return_type")]
         try:
@@ -109,7 +109,7 @@ class ReactorActorImpl:
             reg.register(udf.name, udf.fn, udf.return_type)
 
     def _op(self, node: str):
-        return self.conn._reactor.nodes[node].op
+        return self.conn.engine.reactor.nodes[node].op
 
     def _rows(self, mode: str, data: tuple) -> pa.RecordBatch | None:
         """The rows this call works on: ``range`` — this actor's contiguous share of one
@@ -176,7 +176,7 @@ class ReactorActorImpl:
                 state = self.partial[node] = PartialState(op.plan)
             batch = self._rows(mode, data)
             if batch is None:
-                batch = pa.RecordBatch.from_pylist([], schema=self.conn._reactor.nodes[op.plan.input].schema)
+                batch = pa.RecordBatch.from_pylist([], schema=self.conn.engine.reactor.nodes[op.plan.input].schema)
             if op.plan.where is not None and batch.num_rows:
                 batch = batch.filter(pa.array(evaluate_mask(op.plan.where, batch)))
             self.rows_in += batch.num_rows
@@ -238,7 +238,7 @@ class ReactorActorImpl:
                 state = self.partial[node] = PartialState(self._op(node).plan)
             if state is not None:
                 self.images[node] = state.agg.snapshot()
-            elif node in self.conn._reactor.nodes:
+            elif node in self.conn.engine.reactor.nodes:
                 self.images[node] = self._op(node).snapshot()
 
     def snapshot_encode(self, node: str) -> bytes | None:
@@ -272,7 +272,7 @@ class ReactorActorImpl:
         from laminardb.connectors.kafka import KafkaSource
 
         partitions = json.loads(assignment_json).get(str(self.index), [])
-        node = self.conn._reactor.nodes[source]
+        node = self.conn.engine.reactor.nodes[source]
         extra = {} if restore_json is None else {"restore_state": json.loads(restore_json)}
         self.kafka[source] = KafkaSource(
             name=source, schema=node.schema, options=json.loads(options_json),
@@ -299,7 +299,7 @@ class ReactorActorImpl:
             return {"rows": 0}, states, position
         self.polled_rows += batch.num_rows
         with self._busy():
-            time_col = self.conn._reactor.nodes[source].time_col
+            time_col = self.conn.engine.reactor.nodes[source].time_col
             top = int(numeric_view(batch.column(time_col)).max()) if time_col is not None else None
             routed = {}
             for query in routed_queries:

@@ -74,7 +74,7 @@ def _layout(nodes: dict[str, Any], edges: list[dict[str, str]]) -> dict[str, tup
 
 def pipeline_graph(conn: Any) -> dict[str, Any]:
     """``{"nodes": [{name, kind, sql, column, row}], "edges": [{from, to}], "columns": n}``."""
-    r = conn._reactor
+    r = conn.engine.reactor
     with r.lock:
         nodes = {name: n for name, n in r.nodes.items() if _visible(n)}
         edges = _edges(nodes)
@@ -110,7 +110,7 @@ def read_counters(conn: Any, *, kafka_lag: bool = True) -> dict[str, Any]:
     kafka_lag}}}``. A source counts the rows it accepted, a query the rows it emitted, a sink
     the rows its input emitted (everything a stream emits goes to each of its sinks).
     ``kafka_lag=False`` skips asking brokers for end offsets (``kafka_lag`` stays None)."""
-    r = conn._reactor
+    r = conn.engine.reactor
     connectors = {}
     with r.lock:
         now = time.time()

@@ -3,9 +3,9 @@
 Entry points: ``record(catalog, stmt, text, existed)`` keeps ``Reactor.catalog`` — each live
 object's creating DDL (after ``${VAR}`` substitution), in creation order — in step with a
 statement that succeeded; durable databases checkpoint it and recover from it.
-``rehearse(conn, statements)`` runs a multi-statement script first against a scratch
+``rehearse(engine, statements)`` runs a multi-statement script first against a scratch
 catalog rebuilt from that DDL (no connectors, no sink files), so a script that would fail
-half-way fails before it changes anything. ``undo(conn, created)`` drops what a script had
+half-way fails before it changes anything. ``undo(engine, created)`` drops what a script had
 created when a statement fails for a reason the rehearsal could not see (a broker down).
 """
 
@@ -32,41 +32,24 @@ def record(catalog: dict[str, str], stmt, text: str, existed: bool) -> bool:
     return True
 
 
-class _NullSink:
-    """Stands in for a sink during a rehearsal: no files, no brokers."""
+def rehearse(engine, statements: list[tuple[object, str]]) -> None:
+    """Raise what applying ``statements`` would raise, without touching ``engine``."""
+    from laminardb.engine.engine import Engine
+    from laminardb.engine.local_backend import RehearsalBackend
 
-    def write(self, batch) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def rehearse(conn, statements: list[tuple[object, str]]) -> None:
-    """Raise what applying ``statements`` would raise, without touching ``conn``."""
-    from laminardb.connection import Connection
-    from laminardb.engine.reactor import Reactor
-
-    shadow = Connection.__new__(Connection)
-    shadow.path, shadow.config, shadow.variables = ":memory:", conn.config, conn.variables
-    shadow._reactor = Reactor()
-    shadow._reactor.connectors_enabled = False
-    shadow._durable = None
-    shadow._make_sink = lambda stmt, schema: _NullSink()
-    for text in conn._reactor.catalog.values():
+    shadow = Engine(":memory:", config=engine.config, backend=RehearsalBackend(), variables=engine.variables)
+    shadow.udfs = engine.udfs
+    for text in engine.reactor.catalog.values():
         for stmt, t in ddl.parse_script_with_text(text, {}):
-            shadow._apply_ddl(stmt, t)
+            shadow.apply_ddl(stmt, t)
     for stmt, text in statements:
         if isinstance(stmt, _CATALOG_KINDS):
-            shadow._apply_ddl(stmt, text)
+            shadow.apply_ddl(stmt, text)
 
 
-def undo(conn, created: list[tuple[str, str]]) -> None:
+def undo(engine, created: list[tuple[str, str]]) -> None:
     """Drop, newest first, the objects (name, kind) a failed script created."""
-    r = conn._reactor
+    r = engine.reactor
     kinds = {"source": "SOURCE", "stream": "STREAM", "view": "MATERIALIZED VIEW", "sink": "SINK"}
     for name, _ in reversed(created):
         node = r.nodes.get(name)

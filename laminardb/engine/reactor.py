@@ -409,7 +409,7 @@ class Reactor:
             code, why = refused
             raise (ConversionError if code == "LDB-2004" else DataError)(why, code=code)
         if ticks > node.wm:
-            if self.journal is not None and getattr(self.journal, "journaling", False):
+            if self.journal is not None and self.journal.journaling:
                 self.last_lsn = self.journal.wal.append("watermark", {"s": node.name, "wm": ticks})
             self.ingest(node, None, watermark=ticks)
         return None if node.wm == NO_WATERMARK else node.wm
@@ -435,10 +435,11 @@ class Reactor:
             return 0
         self.events_ingested += n
         node.rows_in += n
-        node.bytes_in += getattr(batch, "nbytes", 0)  # rows left on actors (Delta) carry none
+        # rows left on the actors that read them (Delta; contracts.DeferredRows) carry no bytes here
+        remote = not isinstance(batch, pa.RecordBatch)
+        node.bytes_in += 0 if remote else batch.nbytes
         errors: list[Exception] = []
         wm = None
-        remote = hasattr(batch, "materialize")  # rows left on the actors that read them (Delta)
         if node.time_col is not None:
             # the watermark after this batch is known up front: a distributed operator
             # applies it in the same round trip as the batch (the order of outputs is kept)
@@ -490,10 +491,10 @@ class Reactor:
         to_input = node.plan.input_watermark  # the root source's watermark → the window column's
         node.rows_in += batch.num_rows
         t0 = time.perf_counter()
-        if getattr(node.op, "root_watermark", False):  # a plan tree: it maps watermarks itself
+        if node.plan.tree:  # a plan tree: it maps watermarks itself (contracts.Operator)
             wm = min(wm_before, node.wm)  # several inputs: the query's own (the minimum)
             outs, late = node.op.process_input(upstream or node.inputs[0], batch, wm)
-        elif wm_next is not None and getattr(node.op, "accepts_next_watermark", False):
+        elif wm_next is not None and node.op.accepts_next_watermark:
             outs, late = node.op.process(batch, to_input(wm_before), wm_next=to_input(wm_next))
         else:
             outs, late = node.op.process(batch, to_input(wm_before))
@@ -552,8 +553,7 @@ class Reactor:
                 return
         if node.op is not None and node.plan is not None:
             t0 = time.perf_counter()
-            root = getattr(node.op, "root_watermark", False)
-            outs = node.op.on_watermark(wm if root else node.plan.input_watermark(wm))
+            outs = node.op.on_watermark(wm if node.plan.tree else node.plan.input_watermark(wm))
             node.busy_s += time.perf_counter() - t0
             self._emit(node, outs)
         node.wm = max(node.wm, wm)

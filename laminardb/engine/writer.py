@@ -40,8 +40,8 @@ class Writer:
     def __init__(self, conn: Connection, source: str, *, on_error: str = "raise",
                  flush_rows: int = _FLUSH_ROWS) -> None:
         check_on_error(on_error)
-        with conn._reactor.lock:
-            node = conn._reactor._node(source)
+        with conn.engine.lock:
+            node = conn.engine.node(source)
             if node.kind != "source":
                 raise EngineError(f"{source!r} is a {node.kind}; a writer writes to a source", code="LDB-3003")
             self.name: str = node.name
@@ -103,8 +103,7 @@ class Writer:
     @property
     def current_watermark(self) -> int | None:
         """The source's watermark (ticks of its event-time column; None before any)."""
-        with self._conn._reactor.lock:
-            return self._conn._reactor.watermarks().get(self.name)
+        return self._conn.engine.watermark(self.name)
 
     @property
     def pending(self) -> int:
@@ -118,7 +117,7 @@ class Writer:
             if self._closed:
                 return
             try:
-                if not self._conn._closed:
+                if not self._conn.engine.closed:
                     self.flush()
             finally:
                 self._closed = True

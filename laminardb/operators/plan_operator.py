@@ -7,7 +7,7 @@ adds ``process_input(name, batch, wm_before)`` for a query with several inputs: 
 says which relation a batch comes from, and the batch enters the tree at every scan of it
 (a self-join reads one relation twice). Watermarks are the query's root watermark (the
 minimum over its inputs, kept by the reactor): each node maps it to what it needs, so the
-reactor applies no map itself (``root_watermark``).
+reactor applies no map itself (it knows a tree by ``QueryPlan.tree``).
 
 Physical nodes: a ``QueryOperator`` per SELECT block, a ``JoinOperator`` per join, a filter
 per pushed-down conjunct, a pass-through per UNION ALL. Output moves up the tree at once, in
@@ -132,7 +132,7 @@ class _Union(_Node):
 class PlanOperator:
     """Stateful executor of a query whose input is a plan tree; see the module docstring."""
 
-    root_watermark = True  # the reactor hands over the query's root watermark, unmapped
+    accepts_next_watermark = False  # the reactor hands over the query's root watermark, unmapped
 
     def __init__(self, plan: QueryPlan, *, place=None) -> None:
         """``place(index, node) -> node | None``: a stand-in for a node (the Delta mode runs

@@ -31,7 +31,14 @@ def output_schema(plan: QueryPlan) -> pa.Schema:
 
 
 class QueryOperator:
-    """Stateful executor of one ``QueryPlan``."""
+    """Stateful executor of one ``QueryPlan`` (an ``engine.contracts.Operator``)."""
+
+    accepts_next_watermark = False  # process() takes the watermark before the batch only
+
+    @property
+    def changelog(self) -> bool:
+        """Whether the output is a changelog (a ``__weight`` column: +1 insert / -1 retract)."""
+        return self.plan.changelog
 
     def __init__(self, plan: QueryPlan) -> None:
         self.plan = plan

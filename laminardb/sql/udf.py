@@ -1,7 +1,7 @@
 """Python scalar UDFs: the registry a connection keeps and how a call runs over a batch.
 
 Entry points: ``Connection.register_udf(name, fn, return_type)`` adds to the connection's
-``UdfRegistry`` (``conn._udfs``); ``lookup(name)`` is what the expression compiler
+``UdfRegistry`` (``conn.engine.udfs``); ``lookup(name)`` is what the expression compiler
 (``sql/functions.py``) asks while it plans, and it sees the registry of the connection that
 is planning — the connection wraps parsing and planning in ``registry.active()`` (a context
 variable, so two connections in one process never see each other's functions).
@@ -146,7 +146,7 @@ def _check_name(name: Any) -> str:
 
 
 class UdfRegistry:
-    """The UDFs of one connection (``conn._udfs``), by lower-case name.
+    """The UDFs of one connection (``conn.engine.udfs``), by lower-case name.
 
     It also holds the connection's processing-time clock (``clock``, for ``PROCTIME()``) and its
     Flink table declarations (``CREATE TABLE … WITH

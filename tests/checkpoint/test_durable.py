@@ -109,9 +109,9 @@ def test_restart_without_close_replays_the_wal(tmp_path):
     db, _ = open_db(tmp_path, "c")
     db.insert("ev", rows(0, 500))
     # abandon the connection as a crash would (no close, no checkpoint)
-    db._durable._stop.set()
-    os.close(db._lock_fd)
-    db._durable.wal.close()
+    db.engine.durable._stop.set()
+    db.engine._release_directory()
+    db.engine.durable.wal.close()
     db2, _ = open_db(tmp_path, "c")
     assert db2.offset("ev") == 500
     db2.insert("ev", rows(500, 1000))
@@ -211,8 +211,8 @@ def test_retention_and_wal_truncation_bound_disk_use(tmp_path):
     for i in range(6):
         db.insert("ev", rows(i * 200, (i + 1) * 200))
         db.checkpoint()
-    assert len(db._durable.store.complete()) == 2
-    segs = db._durable.wal.segments()
+    assert len(db.engine.durable.store.complete()) == 2
+    segs = db.engine.durable.wal.segments()
     assert len(segs) <= 3
     db.close()
 

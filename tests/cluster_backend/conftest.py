@@ -1,7 +1,7 @@
 """A real local Ray instance for the Delta data-plane tests, and pooled actor clusters.
 
 Actors are expensive to start (a process each, ~1-2 s), so one cluster of each size is
-started per module and reset between tests (``ClusterConnection`` resets its actors).
+started per module and reset between tests (``cluster_connection`` resets its actors).
 """
 
 from __future__ import annotations

@@ -82,10 +82,10 @@ def _sorted(t: pa.Table) -> list[tuple]:
 @pytest.mark.integration
 @pytest.mark.parametrize(("n_actors", "local_global"), [(1, True), (2, True), (2, False)])
 def test_cluster_matches_embedded(clusters, n_actors, local_global):
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
     expected, view_e, m_e = run_script(laminardb.open())
-    db = ClusterConnection(clusters[n_actors], shutdown_on_close=False, local_global=local_global)
+    db = cluster_connection(clusters[n_actors], shutdown_on_close=False, local_global=local_global)
     try:
         got, view_c, m_c = run_script(db)
     finally:
@@ -102,6 +102,6 @@ def test_cluster_matches_embedded(clusters, n_actors, local_global):
     assert m_c["late_events_routed"] == m_e["late_events_routed"] > 0
     if n_actors == 2:
         assert all(r > 0 for r in m_c["cluster"]["rows_per_actor"]), "both actors must get work"
-    modes = {n.name: n.op.mode for n in db._reactor.nodes.values() if n.op is not None}
+    modes = {n.name: n.op.mode for n in db.engine.reactor.nodes.values() if n.op is not None}
     assert modes["sym_stats"] == ("local_global" if local_global and n_actors > 1 else "keyed")
     assert modes["bars"] == "keyed"  # FIRST/LAST_VALUE do not merge from partials

@@ -17,7 +17,7 @@ def test_dead_actor_is_a_clear_error(ray_local):
         db.execute("CREATE SOURCE t (ts BIGINT NOT NULL, k VARCHAR, WATERMARK FOR ts AS ts);"
                    "CREATE STREAM c AS SELECT k, count(*) AS n FROM t GROUP BY k")
         db.insert("t", [{"ts": 1, "k": "a"}])
-        ray.kill(db.cluster.actors[1])
+        ray.kill(db.engine.backend.cluster.actors[1])
         with pytest.raises(ActorLostError) as err:
             for i in range(50):  # the kill lands asynchronously; a bounded number of tries
                 db.insert("t", [{"ts": 2 + i, "k": "a"}, {"ts": 2 + i, "k": "b"}, {"ts": 2 + i, "k": "c"}])
@@ -39,8 +39,8 @@ def test_dead_actor_surfaces_on_a_read_of_pipelined_outputs(ray_local):
         db.execute("CREATE SOURCE t (ts BIGINT NOT NULL, k VARCHAR, WATERMARK FOR ts AS ts);"
                    "CREATE STREAM c AS SELECT k, count(*) AS n FROM t GROUP BY k")
         sub = db.subscribe_stream("c")
-        db._drainer.stop()  # keep the rounds pending: the read below must be what meets the loss
-        ray.kill(db.cluster.actors[0])
+        db.engine.backend.drainer.stop()  # keep the rounds pending: the read below must be what meets the loss
+        ray.kill(db.engine.backend.cluster.actors[0])
         with pytest.raises(ActorLostError):
             for i in range(20):  # bounded: the kill lands asynchronously
                 db.insert("t", [{"ts": i, "k": k} for k in "abcdef"])

@@ -10,7 +10,7 @@ import pytest
 
 import laminardb
 from laminardb.nexmark import QUERIES, SOURCES_DDL, NexmarkConfig, generate
-from tests.actors.test_cluster_equivalence import _sorted
+from tests.cluster_backend.test_cluster_equivalence import _sorted
 from tests.engine.oracle import duck
 
 DDL = """
@@ -73,10 +73,10 @@ def _run_nexmark(db, name: str) -> pa.Table:
 @pytest.mark.integration
 @pytest.mark.parametrize("local_global", [True, False])
 def test_filtered_aggregates_match_embedded_on_two_actors(clusters, local_global):
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
     expected = _run(laminardb.open())
-    db = ClusterConnection(clusters[2], shutdown_on_close=False, local_global=local_global)
+    db = cluster_connection(clusters[2], shutdown_on_close=False, local_global=local_global)
     try:
         got = _run(db)
     finally:
@@ -89,11 +89,11 @@ def test_filtered_aggregates_match_embedded_on_two_actors(clusters, local_global
 @pytest.mark.integration
 @pytest.mark.parametrize("name", ["q15", "q16", "q17"])
 def test_published_nexmark_q15_to_q17_on_two_actors(clusters, name):
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
     assert QUERIES[name].status == "runs"
     expected = _run_nexmark(laminardb.open(), name)
-    db = ClusterConnection(clusters[2], shutdown_on_close=False)
+    db = cluster_connection(clusters[2], shutdown_on_close=False)
     try:
         got = _run_nexmark(db, name)
     finally:

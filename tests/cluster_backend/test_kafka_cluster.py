@@ -92,7 +92,7 @@ def test_kafka_to_kafka_on_two_actors(ray_local, kafka_broker):  # noqa: F811
             CREATE STREAM per_second AS SELECT window_start, count(*) AS n FROM trades
                 GROUP BY tumble(ts, INTERVAL '1' SECOND);
         """)
-        src = db._reactor.nodes["trades"].connector
+        src = db.engine.reactor.nodes["trades"].connector
         assert sorted(p for ps in src.assignment.values() for p in ps) == [0, 1, 2, 3]
         assert len(src.assignment) == 2, "both actors own Kafka partitions"
         sub = db.subscribe_stream("bars")
@@ -103,7 +103,7 @@ def test_kafka_to_kafka_on_two_actors(ray_local, kafka_broker):  # noqa: F811
         got = sub.to_arrow()
         per_actor = db.metrics()["cluster"]["rows_per_actor"]
         # rows went reader → owner between the actors, never through the client
-        assert all(db._reactor.nodes[q].op.fetched_to_client == 0 for q in ("bars", "big", "per_second"))
+        assert all(db.engine.reactor.nodes[q].op.fetched_to_client == 0 for q in ("bars", "big", "per_second"))
     finally:
         db.close()
 

@@ -147,8 +147,8 @@ def test_kafka_source_reads_from_the_start_and_a_dead_reader_is_an_error(ray_loc
         db.flush(timeout_s=60)
         assert _counts(sub) == {f"k{i}": 400 for i in range(5)}, "no offset_reset: the whole topic"
 
-        ray.kill(db.cluster.actors[1])
-        runner = db._runners["t"]
+        ray.kill(db.engine.backend.cluster.actors[1])
+        runner = db.engine.runners["t"]
         deadline = time.monotonic() + 20
         while runner.fatal is None and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -33,9 +33,9 @@ def _latest(sub) -> dict[str, int]:
 
 @pytest.mark.integration
 def test_read_after_insert_sees_its_outputs(clusters):
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
-    db = ClusterConnection(clusters[2], shutdown_on_close=False, max_in_flight=8)
+    db = cluster_connection(clusters[2], shutdown_on_close=False, max_in_flight=8)
     try:
         db.execute(DDL)
         sub = db.subscribe_stream("per_key")
@@ -49,9 +49,9 @@ def test_read_after_insert_sees_its_outputs(clusters):
 
 @pytest.mark.integration
 def test_outputs_reach_an_iterating_subscriber_without_further_calls(clusters):
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
-    db = ClusterConnection(clusters[2], shutdown_on_close=False, max_in_flight=8)
+    db = cluster_connection(clusters[2], shutdown_on_close=False, max_in_flight=8)
     seen: list[int] = []
     try:
         db.execute(DDL)
@@ -79,7 +79,7 @@ def test_outputs_reach_an_iterating_subscriber_without_further_calls(clusters):
 @pytest.mark.integration
 @pytest.mark.parametrize("max_in_flight", [0, 1, 16])
 def test_every_pipelining_depth_gives_the_embedded_rows(clusters, max_in_flight):
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
     def run(db) -> list[tuple]:
         db.execute(DDL)
@@ -90,13 +90,13 @@ def test_every_pipelining_depth_gives_the_embedded_rows(clusters, max_in_flight)
         return sorted(tuple(r.values()) for r in sub.to_arrow().to_pylist())
 
     expected = run(laminardb.open())
-    db = ClusterConnection(clusters[2], shutdown_on_close=False, max_in_flight=max_in_flight)
+    db = cluster_connection(clusters[2], shutdown_on_close=False, max_in_flight=max_in_flight)
     try:
         assert run(db) == expected
-        assert db._drainer is None if max_in_flight == 0 else db._drainer is not None
+        assert db.engine.backend.drainer is None if max_in_flight == 0 else db.engine.backend.drainer is not None
         # batches went through shared memory (actors on this machine), and every slot came back
-        assert db._ring is not None and db._ring.writes > 0
-        assert db._ring.free_slots == db._ring.slots
+        assert db.engine.backend.ring is not None and db.engine.backend.ring.writes > 0
+        assert db.engine.backend.ring.free_slots == db.engine.backend.ring.slots
     finally:
         db.close()
 
@@ -105,7 +105,7 @@ def test_every_pipelining_depth_gives_the_embedded_rows(clusters, max_in_flight)
 def test_batches_sent_together_while_actors_are_busy_give_the_embedded_rows(clusters):
     """With rounds in flight, later batches go out together (one call per actor); the actors
     run them one by one with each batch's own watermarks, so nothing changes but speed."""
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
     ddl = DDL + (";CREATE STREAM totals AS SELECT window_start, count(*) AS n, sum(v) AS s FROM t "
                  "GROUP BY tumble(ts, INTERVAL '10' MILLISECOND)")
@@ -113,8 +113,9 @@ def test_batches_sent_together_while_actors_are_busy_give_the_embedded_rows(clus
     def run(db) -> tuple[dict[str, list[tuple]], int]:
         db.execute(ddl)
         subs = {s: db.subscribe_stream(s) for s in ("windows", "totals", "per_key")}
-        if getattr(db, "_drainer", None) is not None:
-            db._drainer.stop()  # deterministic: only inserts and reads move rounds
+        drainer = getattr(db.engine.backend, "drainer", None)  # the embedded engine has none
+        if drainer is not None:
+            drainer.stop()  # deterministic: only inserts and reads move rounds
         for i in range(1, 41):
             db.insert("t", _rows(i) + [{"ts": 1, "k": "late", "v": 1}])  # a late row per batch
         db.finish()
@@ -122,10 +123,10 @@ def test_batches_sent_together_while_actors_are_busy_give_the_embedded_rows(clus
         return rows, db.metrics()["late_events_dropped"]
 
     expected, expected_late = run(laminardb.open())
-    db = ClusterConnection(clusters[2], shutdown_on_close=False, max_in_flight=2)
+    db = cluster_connection(clusters[2], shutdown_on_close=False, max_in_flight=2)
     try:
         got, late = run(db)
-        held = {n: db._reactor.nodes[n].op.batches_held for n in ("windows", "totals", "per_key")}
+        held = {n: db.engine.reactor.nodes[n].op.batches_held for n in ("windows", "totals", "per_key")}
     finally:
         db.close()
     assert got == expected

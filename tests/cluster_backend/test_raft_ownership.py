@@ -27,11 +27,11 @@ def test_routing_comes_from_committed_raft_state(ray_local, raft_cluster):  # no
         assert status["raft"] is True
         assert status["raft_leader"] in [v.raft for v in voters.voters] and status["raft_term"] >= 1
         snap = voters.client().ownership(OWNERSHIP_SOURCE, barrier=True)["sources"][OWNERSHIP_SOURCE]
-        members = db.cluster.members
+        members = db.engine.backend.cluster.members
         # the client's routing is exactly the committed owner of every vnode
-        assert [members[i] for i in db.cluster.routing.owner.tolist()] == snap["owner"]
+        assert [members[i] for i in db.engine.backend.cluster.routing.owner.tolist()] == snap["owner"]
         assert sorted(m["vnodes"] for m in status["members"]) == [16, 16]
-        tokens = db.cluster.ownership.tokens
+        tokens = db.engine.backend.cluster.ownership.tokens
         assert sum(len(t) for t in tokens.values()) == 32
         any_token = tokens[0][0]
         assert voters.client().check_fence(any_token) == any_token.epoch

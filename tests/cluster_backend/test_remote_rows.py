@@ -39,17 +39,17 @@ def _remote(db, batches: list[pa.RecordBatch], plan_queries: list[str]):
     from laminardb.cluster.routing import route_rows
     from laminardb.cluster.wire import to_ipc_array
 
-    schema = db._reactor.nodes["t"].schema  # what a reading actor's connector produces
+    schema = db.engine.reactor.nodes["t"].schema  # what a reading actor's connector produces
     batches = [pa.RecordBatch.from_arrays(b.columns, schema=schema) for b in batches]
     polls = []
     for a, b in enumerate(batches):
         routed = {}
         for q in plan_queries:
-            parts = route_rows(db._reactor.nodes[q].op.plan, b, db.cluster.routing.owner, db.cluster.n_actors)
+            parts = route_rows(db.engine.reactor.nodes[q].op.plan, b, db.engine.backend.cluster.routing.owner, db.engine.backend.cluster.n_actors)
             routed[q] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
-        polls.append((a % db.cluster.n_actors, {"rows": b.num_rows, "max_event_time": int(b["ts"].to_numpy().max()),
+        polls.append((a % db.engine.backend.cluster.n_actors, {"rows": b.num_rows, "max_event_time": int(b["ts"].to_numpy().max()),
                                                 "whole": ray.put(to_ipc_array(b)), "routed": routed}))
-    return RemoteRows.merge(schema, polls, db.cluster.n_actors)
+    return RemoteRows.merge(schema, polls, db.engine.backend.cluster.n_actors)
 
 
 def _run(db, remote: bool) -> dict[str, list]:
@@ -62,11 +62,11 @@ def _run(db, remote: bool) -> dict[str, list]:
             db.execute(LATE_DDL)
             subs["late_q"] = db.subscribe_stream("late_q")
         if remote:
-            keyed = [n for n in ("per_key",) if db._reactor.nodes[n].op.mode == "keyed"]
+            keyed = [n for n in ("per_key",) if db.engine.reactor.nodes[n].op.mode == "keyed"]
             rows = _remote(db, pair, keyed)  # late_q: not planned when these rows were read
-            node = db._reactor.nodes["t"]
-            with db._reactor.lock:
-                db._reactor.ingest(node, rows, watermark=int(max(b["ts"].to_numpy().max() for b in pair)))
+            node = db.engine.reactor.nodes["t"]
+            with db.engine.reactor.lock:
+                db.engine.reactor.ingest(node, rows, watermark=int(max(b["ts"].to_numpy().max() for b in pair)))
         else:  # the same rows as one batch: EMIT CHANGES emits once per batch
             db.insert("t", pa.Table.from_batches(pair))
     db.finish()
@@ -75,13 +75,13 @@ def _run(db, remote: bool) -> dict[str, list]:
 
 @pytest.mark.integration
 def test_remote_rows_give_the_embedded_answer(clusters):
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
     expected = _run(laminardb.open(), remote=False)
-    db = ClusterConnection(clusters[2], shutdown_on_close=False)
+    db = cluster_connection(clusters[2], shutdown_on_close=False)
     try:
         got = _run(db, remote=True)
-        ops = {n: db._reactor.nodes[n].op for n in ("per_key", "windows", "big", "late_q")}
+        ops = {n: db.engine.reactor.nodes[n].op for n in ("per_key", "windows", "big", "late_q")}
         assert ops["per_key"].mode == "keyed" and ops["windows"].mode == "local_global"
         assert ops["per_key"].fetched_to_client == 0  # routed actor → actor
         assert ops["late_q"].fetched_to_client > 0  # created after its rows were read

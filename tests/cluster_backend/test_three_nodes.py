@@ -25,7 +25,7 @@ def three_nodes():
 @pytest.mark.integration
 def test_three_node_cluster_matches_embedded(three_nodes):
     import laminardb
-    from tests.actors.test_cluster_equivalence import STREAMS, _sorted, run_script
+    from tests.cluster_backend.test_cluster_equivalence import STREAMS, _sorted, run_script
 
     expected, view_e, _ = run_script(laminardb.open())
     db = laminardb.connect("ray://auto", actors=3)

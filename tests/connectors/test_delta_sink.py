@@ -320,9 +320,9 @@ def test_a_skipped_checkpoint_never_has_its_epoch_reused(tmp_path: Path) -> None
         db.insert("ev", [{"id": i, "ts": i} for i in range(lo, lo + 100)])
         db.checkpoint()
     db.insert("ev", [{"id": i, "ts": i} for i in range(300, 350)])
-    db._durable._stop.set()  # abandoned as a crash would: no close, no checkpoint
-    os.close(db._lock_fd)
-    db._durable.wal.close()
+    db.engine.durable._stop.set()  # abandoned as a crash would: no close, no checkpoint
+    db.engine._release_directory()
+    db.engine.durable.wal.close()
     newest = sorted((tmp_path / "db" / "checkpoints").glob("ckpt-*"))[-1]
     (newest / "MANIFEST").write_bytes((newest / "MANIFEST").read_bytes()[:-30] + b"damaged")
     db = open_db()

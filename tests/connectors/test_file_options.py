@@ -37,7 +37,7 @@ def test_into_file_refuses_unknown_key_as_a_second_execute(tmp_path):
         db.execute(STREAM)
         with pytest.raises(UnknownOptionError, match="'bogus'"):
             db.execute(f"CREATE SINK k INTO FILE (path = '{tmp_path / 'o.jsonl'}', bogus = 1) AS SELECT id FROM s")
-        assert "k__query" not in db._reactor.nodes
+        assert "k__query" not in db.engine.reactor.nodes
         db.execute(f"CREATE SINK k INTO FILE (path = '{tmp_path / 'o.jsonl'}') AS SELECT id FROM s")
 
 

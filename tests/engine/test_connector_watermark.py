@@ -22,13 +22,13 @@ def test_unplaced_connector_watermark_holds():
     db = laminardb.open()
     db.execute(DDL)
     sub = db.subscribe_stream("w")
-    node = db._reactor.nodes["t"]
-    with db._reactor.lock:
+    node = db.engine.reactor.nodes["t"]
+    with db.engine.reactor.lock:
         # partition 0 runs ahead; partition 1 has not delivered yet: the connector says None
-        db._reactor.ingest(node, _rows("p0", 0, 3000), watermark=None)
-        assert node.wm == db._reactor.nodes["w"].wm  # nothing advanced
+        db.engine.reactor.ingest(node, _rows("p0", 0, 3000), watermark=None)
+        assert node.wm == db.engine.reactor.nodes["w"].wm  # nothing advanced
         # partition 1 arrives with older rows: none of them is late
-        db._reactor.ingest(node, _rows("p1", 0, 3000), watermark=2890)
+        db.engine.reactor.ingest(node, _rows("p1", 0, 3000), watermark=2890)
     db.finish()
     assert db.metrics()["late_events_dropped"] == 0
     got = sorted((r["k"], r["window_start"], r["n"]) for r in sub.to_arrow().to_pylist())

@@ -93,7 +93,7 @@ def test_implicit_watermark_makes_the_column_event_time():
     assert "implicit watermark on trades.ts (zero delay)" in plan
     assert db.metrics()["watermarks"] == {"trades": None}  # EXPLAIN changed nothing
     db.execute("CREATE STREAM s AS SELECT sym, count(*) AS n FROM trades GROUP BY sym, tumble(ts, INTERVAL '1' SECOND)")
-    assert db._reactor.event_time_notes("trades") == {
+    assert db.engine.reactor.event_time_notes("trades") == {
         "ts": "max event time (implicit, zero delay: placed by the window of 's')"}
     with pytest.raises(laminardb.LaminarError) as e:  # from now on rows need their event time
         db.insert("trades", {"ts": None, "sym": "A"})

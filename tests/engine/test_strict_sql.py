@@ -165,7 +165,7 @@ def test_flink_kafka_table_reads_the_topic(kafka_broker):  # noqa: F811 - the fi
         db.start()
         db.flush(timeout_s=30)
         assert sorted(r["id"] for r in sub.to_arrow().to_pylist()) == [2, 3, 4]  # read from the topic
-        assert db._reactor.nodes["orders"].source_connector == "kafka"
+        assert db.engine.reactor.nodes["orders"].source_connector == "kafka"
     finally:
         db.close()
 

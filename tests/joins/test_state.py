@@ -68,7 +68,7 @@ def test_interval_join_state_is_empty_once_the_watermark_has_passed():
 def test_regular_join_keeps_state_and_state_ttl_bounds_it():
     batches = make_rows(13)
     _, db = run_db("SELECT l.k, r.w FROM l JOIN r ON l.k = r.k", batches)
-    op = db._reactor.nodes["j"].op
+    op = db.engine.reactor.nodes["j"].op
     assert sum(op.joins()[0].state_rows()) > 500  # without a time bound every row stays
     db.close()
     import laminardb
@@ -76,7 +76,7 @@ def test_regular_join_keeps_state_and_state_ttl_bounds_it():
     db = laminardb.open()
     db.execute(SOURCES)
     db.execute("CREATE STREAM j WITH (state_ttl = INTERVAL '3' SECOND) AS SELECT l.k, r.w FROM l JOIN r ON l.k = r.k")
-    join = db._reactor.nodes["j"].op.joins()[0]
+    join = db.engine.reactor.nodes["j"].op.joins()[0]
     assert join.join.ttl == 3000
     for src, b in batches:
         db.insert(src, b)

@@ -177,7 +177,7 @@ def test_lookup_join_against_a_view_follows_its_changelog():
     # each left row sees the count as it was when it came: the old counts were retracted
     assert sorted(seen, key=repr) == sorted([{"k": 1, "v": str(n), "w": n} for n in range(1, 4)] +
                                             [{"k": 2, "v": str(n), "w": None} for n in range(1, 4)], key=repr)
-    assert sum(db._reactor.nodes["j"].op.joins()[0].state_rows()) == 1  # one live row of counts
+    assert sum(db.engine.reactor.nodes["j"].op.joins()[0].state_rows()) == 1  # one live row of counts
     db.close()
 
 
@@ -186,7 +186,7 @@ def test_lookup_join_state_survives_a_snapshot():
     db.execute(VERSIONED)
     db.execute(f"CREATE STREAM j AS {_LOOKUP.format(kind='', table='r')}")
     db.insert("r", [{"k": k, "w": k * 10, "ts": 1} for k in range(50)])
-    op = db._reactor.nodes["j"].op
+    op = db.engine.reactor.nodes["j"].op
     fresh = PlanOperator(op.plan)
     image = op.snapshot()
     fresh.restore(image.encode(range(DEFAULT_VNODES // 2)))

@@ -181,7 +181,7 @@ def test_failing_sink_is_counted_and_raised(tmp_path: Path, caplog):
     db = laminardb.open()
     try:
         db.execute(PIPELINE.format(path=tmp_path / "bars.jsonl"))
-        sink = db._reactor.nodes["out"].sinks[0]
+        sink = db.engine.reactor.nodes["out"].sinks[0]
 
         def broken(batch):
             raise OSError("disk full")

@@ -83,7 +83,7 @@ def _run(make_db, side_path: str) -> tuple[dict[str, pa.Table | BaseException], 
         assert m["late_events_dropped"] == 0
         info["rows_per_actor"] = m.get("cluster", {}).get("rows_per_actor")
         info["placement"] = {n.name: (type(n.op).__name__, getattr(n.op, "mode", None))
-                             for n in db._reactor.nodes.values() if n.op is not None}
+                             for n in db.engine.reactor.nodes.values() if n.op is not None}
         for name, sub in subs.items():
             out[name] = _fold(sub.to_arrow())
     finally:
@@ -114,9 +114,9 @@ def pool():
 
 
 def _connect(pool, config=None):
-    from laminardb.cluster.backend import ClusterConnection
+    from laminardb.cluster.backend import cluster_connection
 
-    return ClusterConnection(pool, config=config, shutdown_on_close=False)
+    return cluster_connection(pool, config=config, shutdown_on_close=False)
 
 
 @pytest.fixture(scope="module")
@@ -203,13 +203,13 @@ def test_udfs_on_the_cluster_registered_after_connecting_or_refused_by_name(pool
         with pytest.raises(laminardb.LaminarError) as err:
             db.execute("CREATE STREAM l AS SELECT local_only(price) AS x FROM bid")
         assert err.value.code == "LDB-1012" and "local_only" in str(err.value) and "module level" in str(err.value)
-        assert "l" not in db._reactor.nodes  # refused whole: neither here nor on an actor
+        assert "l" not in db.engine.reactor.nodes  # refused whole: neither here nor on an actor
         db.execute("CREATE STREAM l AS SELECT price AS x FROM bid")  # so the name is free again
         db.register_udf("elsewhere", _not_installed, "BIGINT")
         with pytest.raises(laminardb.LaminarError) as err:
             db.execute("CREATE STREAM e AS SELECT elsewhere(price) AS x FROM bid")
         assert err.value.code == "LDB-1012" and "laminardb_tests_no_such_module" in str(err.value)
-        assert "e" not in db._reactor.nodes
+        assert "e" not in db.engine.reactor.nodes
         sub = db.subscribe_stream("c")
         bids = tables(2_000, seed=1, config=SLOW)["bid"]
         db.insert("bid", bids)

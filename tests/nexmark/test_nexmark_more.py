@@ -84,7 +84,7 @@ def test_group_by_both_window_bounds_closes_with_the_window(rows):
     m, s = db.subscribe_stream("m"), db.subscribe_stream("s")
     for stream, batch in _batches():
         db.insert(stream, batch)
-    assert db._reactor.nodes["m"].op.agg.state_groups <= 10  # closed windows are gone
+    assert db.engine.reactor.nodes["m"].op.agg.state_groups <= 10  # closed windows are gone
     db.finish()
     got_m = m.to_arrow()
     assert "__weight" not in got_m.column_names
@@ -102,7 +102,7 @@ def test_window_join_state_stays_bounded(name):
     db = laminardb.open()
     db.execute(SOURCES_DDL)
     db.execute(QUERIES[name].statement())
-    op = db._reactor.nodes[name].op
+    op = db.engine.reactor.nodes[name].op
     (join,) = op.joins()
     assert join.join.interval is not None  # equal window bounds bound the state
     peak = 0

@@ -5,7 +5,6 @@ exactly once through a crash of a durable database; the partitioned sink's phase
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import duckdb
@@ -116,9 +115,9 @@ def test_durable_q10_is_exactly_once_through_a_crash(tmp_path, bid):
     # ... and more rows through the WAL only: a crash leaves them in progress, never visible
     extra = tables(EVENTS + 4_000, seed=11, config=SLOW)["bid"].slice(bid.num_rows)
     db.insert("bid", extra)
-    db._durable._stop.set()  # abandon the connection as a crash would (no close, no checkpoint)
-    os.close(db._lock_fd)
-    db._durable.wal.close()
+    db.engine.durable._stop.set()  # abandon the connection as a crash would (no close, no checkpoint)
+    db.engine._release_directory()
+    db.engine.durable.wal.close()
     assert _written(out, "parquet") == _want(bid)
     db2 = laminardb.open(tmp_path / "db", config=cfg)  # its catalog has the sources and the sink
     db2.finish()

@@ -38,7 +38,7 @@ def test_q13_runs_as_published_and_equals_duckdb(tmp_path):
     db.finish()
     got = sub.to_arrow()
     assert "__weight" not in got.column_names  # append-only
-    assert db._reactor.nodes["q13"].op.joins()[0].state_rows() == (0, 7000)  # bids are not kept
+    assert db.engine.reactor.nodes["q13"].op.joins()[0].state_rows() == (0, 7000)  # bids are not kept
     db.close()
     want = duck('SELECT B.auction, B.bidder, B.price, epoch_ms(B."dateTime"), S.value FROM bid B '
                 "JOIN side_input S ON B.auction % 10000 = S.key", side_input=side, **tables(EVENTS, seed=3, config=SLOW))

@@ -212,7 +212,7 @@ def run_join(query: str, inputs) -> tuple[pa.Table, object]:
     db = laminardb.open()
     db.execute(JOIN_SOURCES)
     db.execute(f"CREATE STREAM j AS {query}")
-    (join,) = db._reactor.nodes["j"].op.joins()
+    (join,) = db.engine.reactor.nodes["j"].op.joins()
     sub = db.subscribe_stream("j")
     for src, b in inputs:
         db.insert(src, b)
