@@ -3,9 +3,9 @@
 Entry points: ``record(catalog, stmt, text, existed)`` keeps ``Reactor.catalog`` — each live
 object's creating DDL (after ``${VAR}`` substitution), in creation order — in step with a
 statement that succeeded; durable databases checkpoint it and recover from it.
-``rehearse(engine, statements)`` runs a multi-statement script first against a scratch
-catalog rebuilt from that DDL (no connectors, no sink files), so a script that would fail
-half-way fails before it changes anything. ``undo(engine, created)`` drops what a script had
+``Engine.rehearse`` runs a multi-statement script first against a scratch catalog rebuilt
+from that DDL (no connectors, no sink files), so a script that would fail half-way fails
+before it changes anything. ``undo(engine, created)`` drops what a script had
 created when a statement fails for a reason the rehearsal could not see (a broker down).
 """
 
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from laminardb.sql import ddl
 
-_CATALOG_KINDS = (ddl.CreateSource, ddl.CreateStream, ddl.CreateSink, ddl.Drop)
+CATALOG_KINDS = (ddl.CreateSource, ddl.CreateStream, ddl.CreateSink, ddl.Drop)
 
 
 def record(catalog: dict[str, str], stmt, text: str, existed: bool) -> bool:
     """Update ``catalog`` for a statement that succeeded; True when it changed the catalog."""
-    if not isinstance(stmt, _CATALOG_KINDS):
+    if not isinstance(stmt, CATALOG_KINDS):
         return False
     if isinstance(stmt, ddl.Drop):
         if not existed:
@@ -30,21 +30,6 @@ def record(catalog: dict[str, str], stmt, text: str, existed: bool) -> bool:
     catalog.pop(stmt.name, None)
     catalog[stmt.name] = text
     return True
-
-
-def rehearse(engine, statements: list[tuple[object, str]]) -> None:
-    """Raise what applying ``statements`` would raise, without touching ``engine``."""
-    from laminardb.engine.engine import Engine
-    from laminardb.engine.local_backend import RehearsalBackend
-
-    shadow = Engine(":memory:", config=engine.config, backend=RehearsalBackend(), variables=engine.variables)
-    shadow.udfs = engine.udfs
-    for text in engine.reactor.catalog.values():
-        for stmt, t in ddl.parse_script_with_text(text, {}):
-            shadow.apply_ddl(stmt, t)
-    for stmt, text in statements:
-        if isinstance(stmt, _CATALOG_KINDS):
-            shadow.apply_ddl(stmt, text)
 
 
 def undo(engine, created: list[tuple[str, str]]) -> None:

@@ -151,7 +151,7 @@ class Engine:
         with self.lock, self.udfs.active():
             self.backend.settle()  # a new query may read a stream whose outputs are still deferred
             if len(statements) > 1:
-                catalog.rehearse(self, statements)
+                self._rehearse(statements)
             results: list[ExecuteResult] = []
             created: list[tuple[str, str]] = []
             logged: list[str] = []
@@ -173,6 +173,20 @@ class Engine:
         last = results[-1]
         last.statements = results
         return last
+
+    def _rehearse(self, statements: list[tuple[object, str]]) -> None:
+        """Raise what applying ``statements`` would raise, without touching this engine: they
+        run on a scratch engine rebuilt from this catalog (no connectors polled, no sink files)."""
+        from laminardb.engine.local_backend import RehearsalBackend
+
+        shadow = Engine(":memory:", config=self.config, backend=RehearsalBackend(), variables=self.variables)
+        shadow.udfs = self.udfs
+        for text in self.reactor.catalog.values():
+            for stmt, t in ddl.parse_script_with_text(text, {}):
+                shadow.apply_ddl(stmt, t)
+        for stmt, text in statements:
+            if isinstance(stmt, catalog.CATALOG_KINDS):
+                shadow.apply_ddl(stmt, text)
 
     def apply_ddl(self, stmt, text: str, *, log: list[str] | None = None) -> ExecuteResult:
         """Run one statement (through the backend, which may mirror it on its workers) and keep
