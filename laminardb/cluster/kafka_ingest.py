@@ -135,6 +135,10 @@ class ClusterKafkaSource:
     def lag(self) -> int:
         return sum(self.cluster.call_each(self._actors, "kafka_lag", self.name))
 
+    def fetch_failure(self) -> tuple[float, str] | None:
+        """Never set here: an actor's failing fetch raises from ``poll`` (``contracts.Source``)."""
+        return None
+
     def metrics(self) -> dict:
         return {"assignment": {str(a): ps for a, ps in self.assignment.items()}}
 
