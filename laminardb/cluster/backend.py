@@ -20,6 +20,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from laminardb.cluster.actor_pool import _CALL_TIMEOUT_S, _METRICS_TIMEOUT_S, Cluster
 from laminardb.cluster.distributed_operator import (
     COALESCE_MAX,
@@ -396,7 +398,7 @@ class _AtClient(QueryOperator):
     left on the actors that read them (``RemoteRows``) are fetched first."""
 
     def process(self, batch, wm_before: int = NO_WATERMARK, **kwargs):
-        if hasattr(batch, "materialize"):
+        if not isinstance(batch, pa.RecordBatch):  # contracts.DeferredRows
             batch = batch.materialize()
         return super().process(batch, wm_before, **kwargs)
 
