@@ -1,6 +1,7 @@
 """A streaming writer into one source: small inserts batched, explicit watermarks.
 
-Entry point: ``Connection.writer(source)`` → ``Writer``::
+Entry point: ``Connection.writer(source)`` → ``Writer`` (the same class for a cluster
+database's ``RemoteConnection.writer``)::
 
     with db.writer("trades") as w:
         for tick in feed:
@@ -10,24 +11,63 @@ Entry point: ``Connection.writer(source)`` → ``Writer``::
 
 Rows buffered in a writer reach the engine as one insert at ``flush()`` — one batch for
 lateness, like one ``insert()`` call — and row indexes in errors count from the last flush.
+
+A writer needs of its connection only ``insert``, ``_advance_watermark`` and ``_closed``
+(``WriterConnection``), plus where the source's schema and watermark are read: in this process
+from the embedded engine (``_reactor``), or from ``_writer_source``/``_source_watermark`` when
+the connection has them (the cluster client asks its database's head).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
-from laminardb.engine.insert_batch import check_on_error
+from laminardb.engine.insert_batch import OnError, check_on_error
 from laminardb.errors import EngineError
-
-if TYPE_CHECKING:
-    from laminardb.connection import Connection
 
 # Rows a writer buffers before it flushes by itself: large enough to amortize the per-insert
 # cost of the engine (~50 µs), small enough that subscribers see output within ~1 ms of rows.
 _FLUSH_ROWS = 4096
+
+
+class WriterConnection(Protocol):
+    """What a ``Writer`` calls on its connection (``Connection`` and ``RemoteConnection``)."""
+
+    _closed: bool
+
+    def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int: ...
+
+    def _advance_watermark(self, source: str, timestamp: Any) -> int | None: ...
+
+
+def not_a_source(source: str, kind: str) -> EngineError:
+    """The error of a writer asked for a stream, view or sink (LDB-3003)."""
+    return EngineError(f"{source!r} is a {kind}; a writer writes to a source", code="LDB-3003")
+
+
+def _source_of(conn: WriterConnection, source: str) -> tuple[str, pa.Schema]:
+    """The source's name as the catalog spells it, and its schema."""
+    remote = getattr(conn, "_writer_source", None)
+    if remote is not None:
+        return remote(source)
+    reactor = conn._reactor  # type: ignore[attr-defined]  # the embedded engine, in this process
+    with reactor.lock:
+        node = reactor._node(source)
+        if node.kind != "source":
+            raise not_a_source(source, node.kind)
+        return node.name, node.schema
+
+
+def _watermark_of(conn: WriterConnection, name: str) -> int | None:
+    remote = getattr(conn, "_source_watermark", None)
+    if remote is not None:
+        return remote(name)
+    reactor = conn._reactor  # type: ignore[attr-defined]
+    with reactor.lock:
+        return reactor.watermarks().get(name)
 
 
 class Writer:
@@ -37,15 +77,10 @@ class Writer:
     threads may feed one writer.
     """
 
-    def __init__(self, conn: Connection, source: str, *, on_error: str = "raise",
+    def __init__(self, conn: WriterConnection, source: str, *, on_error: str = "raise",
                  flush_rows: int = _FLUSH_ROWS) -> None:
         check_on_error(on_error)
-        with conn._reactor.lock:
-            node = conn._reactor._node(source)
-            if node.kind != "source":
-                raise EngineError(f"{source!r} is a {node.kind}; a writer writes to a source", code="LDB-3003")
-            self.name: str = node.name
-            self.schema: pa.Schema = node.schema
+        self.name, self.schema = _source_of(conn, source)
         self.on_error = on_error
         self.rows_written = 0  # rows accepted so far, over every flush
         self.rows_rejected = 0  # rows refused so far (on_error='skip' | 'dead_letter')
@@ -103,8 +138,7 @@ class Writer:
     @property
     def current_watermark(self) -> int | None:
         """The source's watermark (ticks of its event-time column; None before any)."""
-        with self._conn._reactor.lock:
-            return self._conn._reactor.watermarks().get(self.name)
+        return _watermark_of(self._conn, self.name)
 
     @property
     def pending(self) -> int:
