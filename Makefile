@@ -2,7 +2,8 @@
 #   make demo      live market-data demo in the terminal (core dependencies, pandas and polars)
 #   make test      the whole test suite (installs the dev extras once)
 #   make fuzz      the SQL differential test with many more random expressions (minutes)
-#   make lint      ruff over the package and the tests
+#   make lint      ruff over the package and the tests, mypy (both connections against
+#                  laminardb.api.ConnectionAPI: [tool.mypy]) and the import contracts (.importlinter)
 #   make upgrade   move uv.lock to the newest releases the ranges in pyproject.toml allow, then test
 # Installs come from uv.lock (exact versions with hashes), so a fresh machine gets what CI last
 # passed with. uv itself is pinned and lives in .tools/; the project's virtualenv is .venv.
@@ -44,6 +45,8 @@ fuzz: $(VENV)/.stamp-dev
 
 lint: $(VENV)/.stamp-dev
 	$(BIN)/ruff check laminardb tests
+	$(BIN)/python -m mypy
+	$(BIN)/lint-imports
 
 upgrade: | $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)

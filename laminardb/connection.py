@@ -144,6 +144,22 @@ class Connection:
     def _advance_watermark(self, source: str, timestamp: Any) -> int | None:
         return self.engine.advance_watermark(source, timestamp)
 
+    def _writer_source(self, source: str) -> tuple[str, pa.Schema]:
+        from laminardb.engine.writer import not_a_source
+
+        with self.engine.lock:
+            node = self.engine.node(source)
+            if node.kind != "source":
+                raise not_a_source(source, node.kind)
+            return node.name, node.schema
+
+    def _source_watermark(self, source: str) -> int | None:
+        return self.engine.watermark(source)
+
+    @property
+    def _closed(self) -> bool:
+        return self.engine.closed
+
     def offset(self, source: str) -> int:
         """Rows durably accepted into ``source`` so far, across restarts: resume from here."""
         return self.engine.offset(source)

@@ -9,6 +9,10 @@ errors re-raised as the same ``LaminarError`` class and code. ``close()`` only d
 Subscriptions pull: the head queues a stream's batches for each subscription, and the
 client takes them on ``try_next``/``next_timeout``/iteration/``to_arrow`` (it keeps the
 ``to_arrow`` history, as the embedded ``Subscription`` does).
+
+Both connections satisfy ``laminardb.api.ConnectionAPI``; mypy checks it
+(``tests/typing_checks/connection_api.py``), so a method added to one and not the other fails
+``make lint`` and ``tests/test_architecture.py``.
 """
 
 from __future__ import annotations
@@ -18,18 +22,21 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from laminardb.cluster.exceptions import ClusterStartError
 from laminardb.cluster.ray_env import init_ray
 from laminardb.cluster.wire import encode_rows, from_ipc, from_ipc_table, schema_from_ipc
-from laminardb.connection import ExecuteResult, QueryResult
-from laminardb.engine.insert_batch import InsertResult, check_on_error
-from laminardb.engine.subscriptions import _HISTORY_ROWS, Subscription
+from laminardb.engine.insert_batch import InsertResult, OnError, check_on_error
+from laminardb.engine.subscriptions import _HISTORY_ROWS, CallbackSubscription, Subscription
 from laminardb.errors import ConnectionClosedError, LaminarError
+from laminardb.results import ExecuteResult, QueryResult
+
+if TYPE_CHECKING:
+    from laminardb.engine.writer import Writer
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +50,7 @@ def raise_remote(answer: dict) -> Any:
     if "ok" in answer:
         return answer["ok"]
     err = answer["error"]
-    cls: type = LaminarError
+    cls: type[LaminarError] = LaminarError
     try:
         found = importlib.import_module(err["module"])
         for part in err["class"].split("."):
@@ -58,13 +65,16 @@ def raise_remote(answer: dict) -> Any:
 
 
 class RemoteConnection:
-    """A ``Connection`` to a named database in the cluster; same methods, same results."""
+    """A ``Connection`` to a named database in the cluster; same methods, same results
+    (``laminardb.api.ConnectionAPI``), plus the cluster's own: ``status``, ``scale``,
+    ``drop_database``."""
 
     def __init__(self, head, database: str, *, config: dict[str, Any] | None = None) -> None:
         self._head = head
         self.database = database
         self.config = dict(config or {})
         self._closed = False
+        self._callbacks: list[CallbackSubscription] = []
         self._client = self._call("attach")
         # a Connection dropped without close() still detaches (its subscriptions end)
         self._finalizer = weakref.finalize(self, _detach, head, self._client)
@@ -90,20 +100,47 @@ class RemoteConnection:
     sql = query
 
     # ------------------------------------------------------------------ data
-    def insert(self, source: str, data: Any, *, on_error: str = "raise") -> int:
+    def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int:
         check_on_error(on_error)
         return _insert_result(self._call("insert", source, encode_rows(data), on_error))
 
-    def insert_json(self, source: str, data, *, on_error: str = "raise") -> int:
+    def insert_json(self, source: str, data: str | bytes | list[str], *, on_error: OnError = "raise") -> int:
         check_on_error(on_error)
         return _insert_result(self._call("insert_text", "json", source, data, on_error))
 
-    def insert_csv(self, source: str, data, *, on_error: str = "raise") -> int:
+    def insert_csv(self, source: str, data: str | bytes, *, on_error: OnError = "raise") -> int:
         check_on_error(on_error)
         return _insert_result(self._call("insert_text", "csv", source, data, on_error))
 
+    def writer(self, source: str, *, on_error: OnError = "raise") -> Writer:
+        """A ``Writer`` into ``source``, as ``Connection.writer``: rows buffered here, each
+        ``flush()`` one insert call to the head; ``watermark(ts)`` raises the source's watermark
+        in the database."""
+        from laminardb.engine.writer import Writer
+
+        return Writer(self, source, on_error=on_error)
+
     def _advance_watermark(self, source: str, timestamp: Any) -> int | None:
         return self._call("advance_watermark", source, timestamp)
+
+    def _writer_source(self, source: str) -> tuple[str, pa.Schema]:
+        """For ``Writer``: the source's name as the catalog spells it and its schema; the same
+        errors as the embedded writer (an unknown name, LDB-3003 for a stream, view or sink)."""
+        from laminardb.engine.writer import not_a_source
+
+        shown = self.execute("SHOW ALL").table.select(["name", "kind"]).to_pylist()
+        found = next((r for r in shown if r["name"] == source), None) or next(
+            (r for r in shown if r["name"].lower() == source.lower()), None)
+        if found is not None and found["kind"] != "source":
+            raise not_a_source(source, found["kind"])
+        got = self._call("describe_source", source if found is None else found["name"])
+        if found is None:  # not shown, yet it exists: the hidden stream of a sink's query
+            raise not_a_source(source, "stream")
+        return found["name"], schema_from_ipc(got["schema"])
+
+    def _source_watermark(self, name: str) -> int | None:
+        """For ``Writer.current_watermark``: as the embedded engine reports it (``metrics()``)."""
+        return self.metrics()["watermarks"].get(name)
 
     def offset(self, source: str) -> int:
         return self._call("offset", source)
@@ -126,12 +163,13 @@ class RemoteConnection:
 
     subscribe = subscribe_stream
 
-    def subscribe_callback(self, name: str, on_data, on_error=None):
-        from laminardb.engine.subscriptions import CallbackSubscription
-
+    def subscribe_callback(self, name: str, on_data: Callable[[pa.RecordBatch], object],
+                           on_error: Callable[[BaseException], object] | None = None) -> CallbackSubscription:
         sub = self.subscribe_stream(name, history_rows=0)
         sub.start_pump()  # a thread moves the head's batches into the local queue
-        return CallbackSubscription(sub, on_data, on_error)
+        cb = CallbackSubscription(sub, on_data, on_error)
+        self._callbacks = [c for c in self._callbacks if c.is_active] + [cb]
+        return cb
 
     subscribe_stream_callback = subscribe_callback
 
@@ -147,6 +185,25 @@ class RemoteConnection:
 
     def finish(self) -> None:
         self._call("finish")
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """As ``Connection.shutdown`` for this client: the database processes all input so far
+        (``flush``), this client's callback subscriptions hand over every batch and end, then
+        ``close()`` detaches. The database keeps running (``drop_database`` stops it)."""
+        if self._closed:
+            raise ConnectionClosedError("this connection is closed; call laminardb.connect() again")
+        try:
+            self.flush(timeout_s)
+            for cb in list(self._callbacks):
+                sub = cb._sub
+                if isinstance(sub, RemoteSubscription):
+                    sub._pull(0)  # what the head queued up to the flush
+                cb._drain(timeout_s)
+        finally:
+            self.close()
+            for cb in self._callbacks:  # detached: their streams end here, after what is queued
+                cb._sub._end()
+                cb._join(timeout_s)
 
     def metrics(self) -> dict[str, Any]:
         return self._call("metrics")
@@ -228,12 +285,12 @@ class RemoteSubscription(Subscription):
         """Move what the head has queued (waiting up to ``timeout_ms`` for it) into the queue."""
         if self._cancelled or self._ended or self._conn._closed:
             return
-        with self._pull_lock:
+        with self._pull_lock:  # delivered under it too: two readers never reorder batches
             got = self._conn._call("sub_read", self._sid, timeout_ms)
-        for data in got["batches"]:
-            self._deliver(from_ipc(data))
-        if got["ended"]:
-            self._end()
+            for data in got["batches"]:
+                self._deliver(from_ipc(data))
+            if got["ended"]:
+                self._end()
 
     def _sync(self) -> None:
         self._pull(0)
@@ -312,6 +369,7 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
         if raft_spec is not None:
             require("pysyncobj", extra="cluster", for_what="connect(…, raft=…)")
     ray = init_ray(address, actors)
+    directory: str | None
     if root is None:
         directory = SESSION_DIR  # the head resolves it: the Ray session's directory on its node
     else:

@@ -130,14 +130,6 @@ class Engine:
         """The catalog entry ``name`` (case-insensitive); ``UnknownObjectError`` lists the known ones."""
         return self.reactor._node(name)
 
-    def source_schema(self, source: str) -> pa.Schema:
-        """The schema rows inserted into ``source`` must fit (``LDB-3003`` for a non-source)."""
-        with self.lock:
-            node = self.node(source)
-            if node.kind != "source":
-                raise EngineError(f"{source!r} is a {node.kind}; rows are written to sources", code="LDB-3003")
-            return node.schema
-
     def list_streams(self) -> list[str]:
         """Names of the streams, materialized views and late-data streams."""
         return [n.name for n in self.reactor.nodes.values() if n.kind in ("stream", "view", "late")]

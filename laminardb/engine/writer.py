@@ -1,6 +1,7 @@
 """A streaming writer into one source: small inserts batched, explicit watermarks.
 
-Entry point: ``Connection.writer(source)`` → ``Writer``::
+Entry point: ``Connection.writer(source)`` → ``Writer`` (the same class for a cluster
+database's ``RemoteConnection.writer``)::
 
     with db.writer("trades") as w:
         for tick in feed:
@@ -10,24 +11,47 @@ Entry point: ``Connection.writer(source)`` → ``Writer``::
 
 Rows buffered in a writer reach the engine as one insert at ``flush()`` — one batch for
 lateness, like one ``insert()`` call — and row indexes in errors count from the last flush.
+
+A writer needs of its connection only what ``WriterConnection`` names: ``insert``,
+``_advance_watermark``, ``_closed``, and where the source's schema and watermark are read
+(``_writer_source``/``_source_watermark``: the embedded engine in this process, or the cluster
+client asking its database's head).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
-from laminardb.engine.insert_batch import check_on_error
+from laminardb.engine.insert_batch import OnError, check_on_error
 from laminardb.errors import EngineError
-
-if TYPE_CHECKING:
-    from laminardb.connection import Connection
 
 # Rows a writer buffers before it flushes by itself: large enough to amortize the per-insert
 # cost of the engine (~50 µs), small enough that subscribers see output within ~1 ms of rows.
 _FLUSH_ROWS = 4096
+
+
+class WriterConnection(Protocol):
+    """What a ``Writer`` calls on its connection (``Connection`` and ``RemoteConnection``)."""
+
+    _closed: bool
+
+    def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int: ...
+
+    def _advance_watermark(self, source: str, timestamp: Any) -> int | None: ...
+
+    def _writer_source(self, source: str) -> tuple[str, pa.Schema]:
+        """The source's name as the catalog spells it and its schema (LDB-3003: not a source)."""
+        ...
+
+    def _source_watermark(self, source: str) -> int | None: ...
+
+
+def not_a_source(source: str, kind: str) -> EngineError:
+    """The error of a writer asked for a stream, view or sink (LDB-3003)."""
+    return EngineError(f"{source!r} is a {kind}; a writer writes to a source", code="LDB-3003")
 
 
 class Writer:
@@ -37,15 +61,10 @@ class Writer:
     threads may feed one writer.
     """
 
-    def __init__(self, conn: Connection, source: str, *, on_error: str = "raise",
+    def __init__(self, conn: WriterConnection, source: str, *, on_error: str = "raise",
                  flush_rows: int = _FLUSH_ROWS) -> None:
         check_on_error(on_error)
-        with conn.engine.lock:
-            node = conn.engine.node(source)
-            if node.kind != "source":
-                raise EngineError(f"{source!r} is a {node.kind}; a writer writes to a source", code="LDB-3003")
-            self.name: str = node.name
-            self.schema: pa.Schema = node.schema
+        self.name, self.schema = conn._writer_source(source)
         self.on_error = on_error
         self.rows_written = 0  # rows accepted so far, over every flush
         self.rows_rejected = 0  # rows refused so far (on_error='skip' | 'dead_letter')
@@ -103,7 +122,7 @@ class Writer:
     @property
     def current_watermark(self) -> int | None:
         """The source's watermark (ticks of its event-time column; None before any)."""
-        return self._conn.engine.watermark(self.name)
+        return self._conn._source_watermark(self.name)
 
     @property
     def pending(self) -> int:
@@ -117,7 +136,7 @@ class Writer:
             if self._closed:
                 return
             try:
-                if not self._conn.engine.closed:
+                if not self._conn._closed:
                     self.flush()
             finally:
                 self._closed = True
