@@ -48,7 +48,10 @@ class ConnectionAPI(Protocol):
     through the base class's methods only.
     """
 
-    config: dict[str, Any]
+    @property
+    def config(self) -> dict[str, Any]:
+        """The configuration the connection was opened with."""
+        ...
 
     # ------------------------------------------------------------------ SQL
     def execute(self, sql: str) -> ExecuteResult:

@@ -36,7 +36,8 @@ _FLUSH_ROWS = 4096
 class WriterConnection(Protocol):
     """What a ``Writer`` calls on its connection (``Connection`` and ``RemoteConnection``)."""
 
-    _closed: bool
+    @property
+    def _closed(self) -> bool: ...
 
     def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int: ...
 
