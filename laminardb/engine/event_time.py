@@ -45,7 +45,7 @@ from laminardb.engine.convert_columns import (
     dateless_text,
     unit_hints,
 )
-from laminardb.operators._buffers import numeric_view
+from laminardb.sql.arrays import numeric_view
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.intervals import unit_ms
 from laminardb.sql.types import ticks_per_ms

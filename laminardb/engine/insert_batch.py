@@ -48,7 +48,7 @@ from laminardb.errors import (
     NullViolationError,
     SchemaMismatchError,
 )
-from laminardb.operators._buffers import numeric_view
+from laminardb.sql.arrays import numeric_view
 
 OnError = Literal["raise", "skip", "dead_letter"]
 ON_ERROR_CHOICES = ("raise", "skip", "dead_letter")

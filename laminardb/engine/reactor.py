@@ -24,25 +24,19 @@ from laminardb.engine.insert_batch import InsertResult, combine_rejected, prepar
 from laminardb.engine.subscriptions import Subscription
 from laminardb.engine.views import ViewStore, consolidate
 from laminardb.errors import ConversionError, DataError, EngineError, NotQueryableError
-from laminardb.operators._buffers import numeric_view
 from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK
 from laminardb.operators.plan_operator import PlanOperator
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.sql import ddl
+from laminardb.sql.arrays import numeric_view
 from laminardb.sql.exceptions import (
     DependentObjectsError,
     DuplicateObjectError,
     UnknownObjectError,
     UnsupportedSqlError,
 )
-from laminardb.sql.planner import (
-    WEIGHT,
-    QueryPlan,
-    RelationInfo,
-    follows_processing_time,
-    lookup_from,
-    plan_query,
-)
+from laminardb.sql.plan import WEIGHT, QueryPlan, RelationInfo
+from laminardb.sql.planner import follows_processing_time, lookup_from, plan_query
 from laminardb.sql.types import ticks_per_ms
 
 _sink_log = logging.getLogger("laminardb.sink")

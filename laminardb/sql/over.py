@@ -93,7 +93,8 @@ def _uses(nodes: list[exp.Expression], rn: str) -> bool:
 def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
     """(outer SELECT, RelationInfo, TopN) for ``SELECT … FROM (SELECT …, ROW_NUMBER() OVER (…)
     AS rn …) WHERE rn <= N``; None when the subquery selects no OVER window."""
-    from laminardb.sql.planner import RelationInfo, _plan_subquery
+    from laminardb.sql.plan import RelationInfo
+    from laminardb.sql.planner import _plan_subquery
 
     inner = subquery.this
     if not isinstance(inner, exp.Select):
@@ -226,8 +227,8 @@ def plan_window_functions(sel: exp.Select, query, ctx, *, top: bool):
     list (``upper``); None when the SELECT has no OVER window or one that is neither."""
     from dataclasses import replace
 
-    from laminardb.sql.plan import Over, OverFunc
-    from laminardb.sql.planner import RelationInfo, _is_agg, _output_name, _plan_block, _plan_select
+    from laminardb.sql.plan import Over, OverFunc, RelationInfo
+    from laminardb.sql.planner import _is_agg, _output_name, _plan_block, _plan_select
 
     wins = _over_funcs_only(sel)
     if wins is None or (sel.args.get("from_") or sel.args.get("from")) is None:

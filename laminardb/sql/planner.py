@@ -27,14 +27,12 @@ them follow the clock.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import pyarrow as pa
 from sqlglot import exp
 
-from laminardb.operators.aggregates import INVERTIBLE, AggSpec, result_type
-from laminardb.operators.group_aggregate import WindowSpec, group_schema
 from laminardb.sql._agg_filter import filtered_argument
 from laminardb.sql._checks import check_supported
 from laminardb.sql._dialect import parse_select
@@ -49,7 +47,18 @@ from laminardb.sql.exceptions import (
 )
 from laminardb.sql.expressions import Expr, Scope, compile_expr
 from laminardb.sql.intervals import interval_ms
-from laminardb.sql.plan import Scan, UnionAll, explain_node, leaves
+from laminardb.sql.plan import (
+    INVERTIBLE,
+    AggregatePlan,
+    AggSpec,
+    QueryPlan,
+    RelationInfo,
+    Scan,
+    UnionAll,
+    WindowSpec,
+    group_schema,
+    result_type,
+)
 from laminardb.sql.types import ticks_per_ms, type_name
 from laminardb.sql.watermarks import (
     IDENTITY,
@@ -58,132 +67,6 @@ from laminardb.sql.watermarks import (
     WindowEdge,
     on_processing_time,
 )
-
-WEIGHT = "__weight"
-
-
-@dataclass(frozen=True)
-class RelationInfo:
-    """What a query needs to know about its input: schema, event time, changelog or not.
-
-    ``time_cols``: every event-time column → how its watermark follows from the root source's
-    (None: just ``time_col``, with the source's own watermark). ``kind`` "source" with no
-    ``time_col`` lets a window place the implicit watermark; ``connector`` names a source's
-    connector (then it cannot).
-    """
-
-    name: str
-    schema: pa.Schema
-    time_col: str | None = None
-    changelog: bool = False
-    time_cols: dict[str, WatermarkMap] | None = None
-    kind: str = "relation"
-    connector: str | None = None
-    primary_key: tuple[str, ...] = ()  # a source's PRIMARY KEY (…) NOT ENFORCED: a versioned table
-
-    def event_time(self) -> dict[str, WatermarkMap]:
-        if self.time_cols is not None:
-            return dict(self.time_cols)
-        return {} if self.time_col is None else {self.time_col: IDENTITY}
-
-
-@dataclass
-class AggregatePlan:
-    keys: list[Expr]
-    specs: list[AggSpec]
-    args: list[Expr | None]
-    window: WindowSpec | None
-    time_index: int | None
-    time_type: pa.DataType
-    group_schema: pa.Schema
-    lateness: int = 0  # allowed lateness in ticks of the window's time column
-    closes_with: str = ""  # GROUP BY the input's window bounds: the window-end column groups close with
-
-
-@dataclass
-class QueryPlan:
-    input: str
-    input_schema: pa.Schema
-    where: Expr | None
-    aggregate: AggregatePlan | None
-    projections: list[Expr]
-    names: list[str]
-    having: Expr | None
-    output_schema: pa.Schema
-    emit: str  # "append" | "changes" | "close"
-    input_changelog: bool
-    time_col: str | None
-    late_data_to: str | None
-    order_by: list[tuple[int, bool]] = field(default_factory=list)  # (output column, descending)
-    limit: int | None = None
-    # the output's event-time columns → their watermark from the root source's (time_col among them)
-    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
-    # the root source's watermark → the watermark of the column the window reads; the reactor
-    # applies it before the operator sees a watermark
-    input_watermark: WatermarkMap = IDENTITY
-    # a window over a source with no declared watermark: the source column that becomes its event time
-    implicit_watermark: str | None = None
-    # the input subtree (plan.py): a Scan of ``input``, or joins / UNION ALL / subqueries
-    child: object | None = None
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The visible output columns (a plan-tree node's ``schema``; no ``__weight``)."""
-        return self.output_schema
-
-    @property
-    def tree(self) -> bool:
-        """Whether the input is more than one relation read as is (a join, union or subquery)."""
-        return self.child is not None and not isinstance(self.child, Scan)
-
-    @property
-    def inputs(self) -> list[str]:
-        """The relations this query reads, each once."""
-        return leaves(self.child) if self.tree else [self.input]
-
-    @property
-    def children(self) -> list:
-        return [self.child] if self.child is not None else [Scan(self.input, self.input_schema, self.input_changelog)]
-
-    @property
-    def late_updates(self) -> bool:
-        """EMIT ON WINDOW CLOSE with allowed lateness: late rows re-fire closed windows."""
-        return self.emit == "close" and self.aggregate is not None and self.aggregate.lateness > 0
-
-    @property
-    def changelog(self) -> bool:
-        """Whether the output carries ``__weight`` (a Z-set changelog)."""
-        return self.emit == "changes" or self.input_changelog or self.late_updates
-
-    def explain(self) -> list[str]:
-        lines = []
-        if self.limit is not None or self.order_by:
-            lines.append(f"Sort/Limit: order={self.order_by} limit={self.limit}")
-        lines.append(f"Project: {', '.join(f'{e.sql} AS {n}' for e, n in zip(self.projections, self.names, strict=True))}")
-        if self.having is not None:
-            lines.append(f"  Having: {self.having.sql}")
-        if self.aggregate is not None:
-            a = self.aggregate
-            w = "none" if a.window is None else f"{a.window}"
-            if a.closes_with:
-                w = f"the input's windows (each group closes when the watermark passes its {a.closes_with})"
-            late = f" allowed_lateness={a.lateness}" if a.lateness else ""
-            lines.append(f"  Aggregate[emit={self.emit}]: keys=[{', '.join(k.sql for k in a.keys)}] "
-                         f"aggs=[{', '.join(s.kind for s in a.specs)}] window={w}{late}")
-        if self.where is not None:
-            lines.append(f"    Filter: {self.where.sql}")
-        if self.tree:
-            lines += explain_node(self.child, 3)
-        else:
-            lines.append(f"      Scan: {self.input}{' (changelog)' if self.input_changelog else ''}")
-        if self.implicit_watermark:
-            lines.append(f"  implicit watermark on {self.input}.{self.implicit_watermark} (zero delay)")
-        for name, wm in self.time_cols.items():
-            lines.append(f"  event time {name}: {wm.describe()}")
-        if self.late_data_to:
-            lines.append(f"  late rows → {self.late_data_to}")
-        return lines
-
 
 _AGG_KINDS: dict[type, str] = {
     exp.Sum: "sum",
