@@ -36,6 +36,14 @@ from sqlglot import exp
 from laminardb.sql._agg_filter import filtered_argument
 from laminardb.sql._checks import check_supported
 from laminardb.sql._dialect import parse_select
+from laminardb.sql._select_items import (
+    AGG_KINDS,
+    WINDOW_FUNCS,
+    WINDOW_REFS,
+    aggregates,
+    is_agg,
+    output_name,
+)
 from laminardb.sql._window_groups import WindowGroups, window_attribute_grouping
 from laminardb.sql._window_tvf import expand_window_tvf, window_spec
 from laminardb.sql.ddl import Query
@@ -68,24 +76,6 @@ from laminardb.sql.watermarks import (
     on_processing_time,
 )
 
-_AGG_KINDS: dict[type, str] = {
-    exp.Sum: "sum",
-    exp.Avg: "avg",
-    exp.Min: "min",
-    exp.Max: "max",
-    exp.FirstValue: "first_value",
-    exp.LastValue: "last_value",
-    exp.First: "first_value",
-    exp.Last: "last_value",
-}
-_WINDOW_FUNCS = {"TUMBLE", "HOP", "SLIDE", "HOPPING", "SESSION"}
-_WINDOW_REFS = {
-    "WINDOW_START": "__ws", "WINDOW_END": "__we", "WINDOW_TIME": "__wt",
-    "TUMBLE_START": "__ws", "TUMBLE_END": "__we", "HOP_START": "__ws", "HOP_END": "__we",
-    "SESSION_START": "__ws", "SESSION_END": "__we", "TUMBLE_ROWTIME": "__wt",
-    "HOP_ROWTIME": "__wt", "SESSION_ROWTIME": "__wt",
-}
-
 
 def plan_query(query: Query, lookup: Callable[[str], RelationInfo], *, batch: bool = False) -> QueryPlan:
     """Plan one SELECT. ``batch`` plans an ad-hoc query() (ORDER BY/LIMIT allowed, no watermark needed)."""
@@ -104,6 +94,16 @@ class _Context:
     batch: bool
     tvf: list  # [the query's untagged window TVF, until the block reading its table takes it]
     tvfs: tuple = ()  # the query's window TVFs, by the index their exp.Table carries (meta["tvf"])
+
+    # the planner's steps, passed to the OVER planner (over.py) that plans the blocks around a window
+    def plan_subquery(self, node: exp.Expression):
+        return _plan_subquery(node, self)
+
+    def plan_select(self, sel, query: Query | None, *, top: bool) -> QueryPlan:
+        return _plan_select(sel, query, self, top=top)
+
+    def plan_block(self, sel, query: Query, rel: RelationInfo, child) -> QueryPlan:
+        return _plan_block(sel, query, rel, child, self.batch)
 
 
 def _tagged_tvf(sel, ctx: _Context):
@@ -240,7 +240,7 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
                 query = replace(query, tvf=_tagged_tvf(sel, ctx) if ctx.tvfs else ctx.tvf[0])
             outer, rel, node = over
             return _plan_block(outer, query, rel, node, batch)
-    expand = bool(joins and ctx.tvfs) and not _aggregates(sel)  # window TVFs joined as rows
+    expand = bool(joins and ctx.tvfs) and not aggregates(sel)  # window TVFs joined as rows
     planned = [_plan_item(source, ctx, expand)] + [_plan_item(j.this, ctx, expand) for j in joins]
     if top:  # an inner block that reads the window TVF's table has taken it
         query = replace(query, tvf=_tagged_tvf(sel, ctx) if ctx.tvfs else ctx.tvf[0])
@@ -250,7 +250,8 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
         node, alias, _, schema, time_col, time_cols = planned[0]
         rel = RelationInfo(alias, schema, time_col, node.changelog, time_cols, kind="subquery")
         return _plan_block(sel, query, rel, node, batch)
-    from laminardb.sql.binder import FromItem, bind_joins
+    from laminardb.sql._join_inputs import FromItem
+    from laminardb.sql.binder import bind_joins
 
     items = [FromItem(a, q, n, s, tc, tcs) for n, a, q, s, tc, tcs in planned]
 
@@ -262,7 +263,7 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
 
 
 def _plan_block(sel, query: Query, rel: RelationInfo, child, batch: bool) -> QueryPlan:
-    if query.tvf is not None and isinstance(child, Scan) and not _aggregates(sel):
+    if query.tvf is not None and isinstance(child, Scan) and not aggregates(sel):
         # a window TVF with no aggregate: its rows with their windows, read like a subquery
         child, rel = expand_window_tvf(query.tvf, rel, child)
         query = replace(query, tvf=None)
@@ -275,7 +276,7 @@ def _plan_block(sel, query: Query, rel: RelationInfo, child, batch: bool) -> Que
         raise UnsupportedSqlError("ORDER BY and LIMIT are only supported in query(); a stream has no end to sort")
 
     win = _find_window(sel, query, rel, scope, batch)
-    has_aggs = any(_is_agg(n) for e in sel.expressions for n in e.walk())
+    has_aggs = any(is_agg(n) for e in sel.expressions for n in e.walk())
     distinct = bool(sel.args.get("distinct"))
     if win.group_items or win.spec is not None or has_aggs or sel.args.get("having") is not None or distinct:
         plan = _plan_aggregate(sel, query, rel, scope, where, win, distinct)
@@ -323,7 +324,7 @@ def _find_window(sel, query: Query, rel: RelationInfo, scope: Scope, batch: bool
     found: list[tuple[str, list[exp.Expression], str | None]] = []
     rest = []
     for it in items:
-        if isinstance(it, exp.Anonymous) and it.name.upper() in _WINDOW_FUNCS:
+        if isinstance(it, exp.Anonymous) and it.name.upper() in WINDOW_FUNCS:
             found.append((it.name.upper(), list(it.expressions), it.sql()))
         elif isinstance(it, exp.Column) and it.name.upper() in ("WINDOW_START", "WINDOW_END", "WINDOW_TIME") and query.tvf:
             continue
@@ -391,29 +392,6 @@ def _event_time(kind: str, col: pa.Field, rel: RelationInfo) -> tuple[WatermarkM
     raise SqlTypeError(f"{call} needs an event-time column, but in {rel.name!r} {col.name!r} is none: {has}")
 
 
-def _is_agg(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Count) or type(node) in _AGG_KINDS
-
-
-def _aggregates(sel) -> bool:
-    """Whether a SELECT block groups (GROUP BY, aggregates, HAVING, DISTINCT): a window TVF it
-    reads is then its window aggregate, else the TVF's rows (``_window_tvf``)."""
-    return bool(sel.args.get("group") or sel.args.get("having") or sel.args.get("distinct")
-                or any(_is_agg(n) for e in sel.expressions for n in e.walk()))
-
-
-def _output_name(e: exp.Expression, i: int) -> str:
-    if isinstance(e, exp.Alias):
-        return e.alias
-    if isinstance(e, exp.Column):
-        return e.name
-    if isinstance(e, exp.Anonymous) and e.name.upper() in _WINDOW_REFS:
-        return _WINDOW_REFS[e.name.upper()].replace("__ws", "window_start").replace("__we", "window_end").replace("__wt", "window_time")
-    if isinstance(e, exp.Anonymous) and e.name.upper() in _WINDOW_FUNCS:
-        return "window_start"  # LaminarDB: tumble(ts, …) in SELECT is the window's start
-    return e.sql().lower() if len(e.sql()) < 64 else f"expr{i}"
-
-
 def _primary(time_cols: dict[str, WatermarkMap], prefer: str | None) -> str | None:
     """The output's main event-time column: ``prefer`` if it is one, else the first."""
     if prefer is not None and prefer in time_cols:
@@ -436,10 +414,10 @@ def _plan_project(sel, query: Query, rel: RelationInfo, scope: Scope, where) -> 
                     carried = carried or (f.name if f.name == rel.time_col else None)
             continue
         inner = e.this if isinstance(e, exp.Alias) else e
-        if isinstance(inner, exp.Column) and inner.name.upper() in _WINDOW_REFS and inner.name.lower() not in [f.name.lower() for f in rel.schema]:
+        if isinstance(inner, exp.Column) and inner.name.upper() in WINDOW_REFS and inner.name.lower() not in [f.name.lower() for f in rel.schema]:
             raise UnsupportedSqlError(f"{inner.name} needs a window in GROUP BY")
         ex = compile_expr(inner, scope)
-        name = _output_name(e, i)
+        name = output_name(e, i)
         if isinstance(inner, exp.Column):
             src = rel.schema.field(scope.resolve(inner.name, inner.this.args.get("quoted", False))).name
             if src in times:
@@ -485,7 +463,7 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
             g = g.this if isinstance(g, exp.Alias) else g
         key_nodes.append(g)
     if distinct:
-        if group_items or any(_is_agg(n) for e in sel.expressions for n in e.walk()):
+        if group_items or any(is_agg(n) for e in sel.expressions for n in e.walk()):
             raise UnsupportedSqlError("SELECT DISTINCT with GROUP BY or aggregates is not supported")
         key_nodes = [e.this if isinstance(e, exp.Alias) else e for e in sel.expressions]
     keys = [compile_expr(k, scope) for k in key_nodes]
@@ -517,13 +495,13 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
             else:
                 kind, arg = "count", inner
         else:
-            kind, arg = _AGG_KINDS[type(node)], node.this
+            kind, arg = AGG_KINDS[type(node)], node.this
             if isinstance(arg, exp.Distinct):
                 if kind in ("min", "max"):
                     arg = arg.expressions[0]
                 else:
                     raise UnsupportedSqlError(f"{kind.upper()}(DISTINCT …) is not supported; only COUNT(DISTINCT …)")
-        if any(_is_agg(n) for n in (arg.walk() if arg is not None else [])):
+        if any(is_agg(n) for n in (arg.walk() if arg is not None else [])):
             raise UnsupportedSqlError(f"nested aggregate in {text}")
         arg_expr = compile_expr(arg, scope) if arg is not None else None
         at = arg_expr.type if arg_expr is not None else None
@@ -549,9 +527,9 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
     def rewrite(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Identifier | exp.Star):
             return node
-        if _is_agg(node) or (isinstance(node, exp.Filter) and _is_agg(node.this)):
+        if is_agg(node) or (isinstance(node, exp.Filter) and is_agg(node.this)):
             return exp.column(f"__a{register(node)}", quoted=True)
-        if isinstance(node, exp.Anonymous | exp.Column) and node.name.upper() in _WINDOW_REFS:
+        if isinstance(node, exp.Anonymous | exp.Column) and node.name.upper() in WINDOW_REFS:
             # with a window, window_start/window_end are its bounds, also over an input that has
             # such columns (a cascade: tumble(window_start, …) over bars); without, a plain column
             bare = window is None or win.hidden is not None  # a hidden window has no visible bounds
@@ -560,8 +538,8 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
             else:
                 if bare:
                     raise UnsupportedSqlError(f"{node.name} needs a window in GROUP BY")
-                return exp.column(_WINDOW_REFS[node.name.upper()], quoted=True)
-        if isinstance(node, exp.Anonymous) and node.name.upper() in _WINDOW_FUNCS:
+                return exp.column(WINDOW_REFS[node.name.upper()], quoted=True)
+        if isinstance(node, exp.Anonymous) and node.name.upper() in WINDOW_FUNCS:
             # LaminarDB writes the GROUP BY window call in SELECT for the window's start
             if window is None or win.hidden is not None or (win.call_sql is not None and node.sql() != win.call_sql):
                 group = f"the GROUP BY window {win.call_sql}" if win.call_sql else "a window in GROUP BY"
@@ -589,7 +567,7 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
         gschema = gschema.append(pa.field("__wt", ts_type))
     gscope = Scope(gschema)
     projections = [compile_expr(n, gscope) for n in rewritten]
-    names = [_output_name(e, i) for i, e in enumerate(sel.expressions)]
+    names = [output_name(e, i) for i, e in enumerate(sel.expressions)]
     _check_unique(names)
     having = compile_expr(having_node, gscope) if having_node is not None else None
     if emit == "close" and rel.changelog:
