@@ -45,8 +45,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from laminardb.sql import ddl, options
-from laminardb.sql import udf as udfs
+from laminardb.sql import ddl, function_registry, options
 from laminardb.sql._dialect import parse_select, tokenize
 from laminardb.sql._lexer import close_paren
 from laminardb.sql.exceptions import (
@@ -58,6 +57,7 @@ from laminardb.sql.exceptions import (
     UnsupportedSqlError,
 )
 from laminardb.sql.types import parse_type, type_name
+from laminardb.sql.udf import UdfRegistry
 
 __all__ = ["FlinkTable", "InsertInto", "CreateFunction", "is_flink_table", "parse_table", "parse_statement",
            "translate", "flink_type", "source_connectors"]
@@ -400,7 +400,7 @@ def _inserted(stmt: object) -> str | None:
 def translate(statements: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
     """Replace the Flink statements of a script by laminardb's (see the module docstring)."""
     flinkish = (FlinkTable, InsertInto, CreateFunction)
-    registry = udfs.current()
+    registry = function_registry.current()
     declared = registry.flink_tables if registry is not None else {}
     if not any(isinstance(s, flinkish) or isinstance(getattr(s, "statement", None), flinkish)
                or (isinstance(s, ddl.Drop) and s.name in declared) for s, _ in statements):
@@ -487,7 +487,7 @@ def _sink_options(table: FlinkTable) -> dict[str, str]:
     return opts
 
 
-def _check_function(stmt: CreateFunction, registry: udfs.UdfRegistry | None) -> None:
+def _check_function(stmt: CreateFunction, registry: UdfRegistry | None) -> None:
     if registry is not None and stmt.name in registry:
         return  # the Python UDF registered under that name stands in for the class
     what = "a Java class" if stmt.language in ("JAVA", "SCALA") else f"a {stmt.language.title()} function"

@@ -54,6 +54,7 @@ from laminardb.sql.exceptions import (
     UnsupportedSqlError,
 )
 from laminardb.sql.expressions import Expr, Scope, compile_expr
+from laminardb.sql.function_registry import processing_clock
 from laminardb.sql.intervals import interval_ms
 from laminardb.sql.plan import (
     INVERTIBLE,
@@ -425,8 +426,6 @@ def _plan_project(sel, query: Query, rel: RelationInfo, scope: Scope, where) -> 
                 carried = carried or (name if src == rel.time_col else None)
         elif isinstance(inner, exp.Anonymous) and inner.name.upper() == "PROCTIME":
             # a processing-time attribute: windows over it follow the connection's clock (q12)
-            from laminardb.sql.functions import processing_clock
-
             time_cols.setdefault(name, WatermarkMap((ProcessingTime(processing_clock()),)))
         projections.append(ex)
         names.append(name)
