@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from laminardb.connectors import flink_tables
 from laminardb.engine import catalog
 from laminardb.engine.clock import ProcessingClock
 from laminardb.engine.insert_batch import OnError, check_on_error
@@ -23,7 +24,7 @@ from laminardb.engine.source_runner import SourceRunner
 from laminardb.engine.subscriptions import CallbackSubscription, Subscription
 from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
 from laminardb.results import ExecuteResult, QueryResult
-from laminardb.sql import ddl, flink_ddl
+from laminardb.sql import ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.planner import plan_query
 from laminardb.sql.types import type_name
@@ -84,7 +85,7 @@ class Connection:
         self._udfs = UdfRegistry.from_config(self.config.get("udfs"))
         # processing time (PROCTIME(), q12): config["clock"] returns epoch ms; stamped per ingested batch
         self._udfs.clock = self._reactor.clock = ProcessingClock(self.config.get("clock"))
-        self._reactor.make_source_connector = flink_ddl.source_connectors(self._reactor.make_source_connector)
+        self._reactor.make_source_connector = flink_tables.source_connectors(self._reactor.make_source_connector)
         self._closed = False
         self._started = False
         self._runners: dict[str, SourceRunner] = {}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from laminardb.engine.convert_columns import REJECTED_SCHEMA
+from laminardb.connectors.polled import FROM_DATA
 from laminardb.engine.event_time import OPTION_KEYS as EVENT_TIME_OPTIONS
 from laminardb.engine.event_time import EventTimeRules
 from laminardb.engine.insert_batch import InsertResult, combine_rejected, prepare, raise_rejected
@@ -29,6 +29,7 @@ from laminardb.operators.plan_operator import PlanOperator
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.sql import ddl
 from laminardb.sql.arrays import numeric_view
+from laminardb.sql.convert import REJECTED_SCHEMA
 from laminardb.sql.exceptions import (
     DependentObjectsError,
     DuplicateObjectError,
@@ -58,7 +59,6 @@ def make_source_connector(kind: str, node: Node, options: dict[str, str],
                        delay_ticks=node.delay_ticks, **extra)
 
 
-FROM_DATA = object()  # ingest(): the watermark follows the batch's max event time
 REJECTED_SUFFIX = "__rejected"  # <source>__rejected: the rows insert(on_error='dead_letter') refused
 
 
@@ -381,7 +381,7 @@ class Reactor:
         """Raise ``source`` 's watermark to ``wm`` (never back): the explicit watermark of
         ``Writer.watermark``. ``wm`` is in the time column's ticks, or text/datetime for
         TIMESTAMP columns. Returns the watermark now in force (None: none yet)."""
-        from laminardb.engine.convert_columns import convert
+        from laminardb.sql.convert import convert
 
         node = self._node(source)
         if node.kind != "source":
