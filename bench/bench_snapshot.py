@@ -35,7 +35,8 @@ from laminardb.operators import snapshot as snap  # noqa: E402
 from laminardb.operators.group_aggregate import NO_WATERMARK  # noqa: E402
 from laminardb.operators.query_operator import QueryOperator  # noqa: E402
 from laminardb.sql import ddl  # noqa: E402
-from laminardb.sql.planner import RelationInfo, plan_query  # noqa: E402
+from laminardb.sql.plan import RelationInfo  # noqa: E402
+from laminardb.sql.planner import plan_query  # noqa: E402
 
 _BATCH_ROWS = 65_536  # rows per process() call while building the state, like a bulk insert()
 SQL = ("CREATE STREAM g AS SELECT k, window_start, count(*) AS n, sum(v) AS sv, max(v) AS mx "

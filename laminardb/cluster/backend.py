@@ -415,7 +415,7 @@ def _reads_processing_time(plan) -> bool:
 
 def _tree_reads_processing_time(node) -> bool:
     """``_reads_processing_time`` over every SELECT block, filter and join condition of a tree."""
-    from laminardb.sql.planner import QueryPlan
+    from laminardb.sql.plan import QueryPlan
 
     if isinstance(node, QueryPlan) and _reads_processing_time(node):
         return True

@@ -40,7 +40,7 @@ from laminardb.cluster.routing import partition_mode, route_rows
 from laminardb.cluster.shm_ring import ShmRing
 from laminardb.cluster.wire import from_ipc, to_ipc_array
 from laminardb.operators.query_operator import output_schema
-from laminardb.sql.planner import QueryPlan
+from laminardb.sql.plan import QueryPlan
 
 DEFAULT_MAX_IN_FLIGHT = 4
 #: batches sent in one call per actor while the actors are busy (fewer Ray calls per batch)

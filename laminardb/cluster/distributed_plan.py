@@ -30,7 +30,7 @@ from laminardb.cluster.distributed_operator import CLUSTER_FORMAT, ClusterImage,
 from laminardb.cluster.routing import split_by_owner
 from laminardb.cluster.wire import from_ipc, to_ipc
 from laminardb.operators.plan_operator import PlanOperator, _Join, _Node, _Stage, _TopN
-from laminardb.sql.planner import QueryPlan
+from laminardb.sql.plan import QueryPlan
 from laminardb.sql.watermarks import NO_WATERMARK
 
 

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from laminardb.operators.group_aggregate import END_OF_TIME, GroupAggregate, GroupRows
-from laminardb.sql.planner import QueryPlan
+from laminardb.sql.plan import QueryPlan
 
 _MERGEABLE = frozenset({"count_star", "count", "sum", "avg", "min", "max"})
 

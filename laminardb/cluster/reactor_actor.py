@@ -167,7 +167,7 @@ class ReactorActorImpl:
         rows, the partials of the groups touched and (with ``wm_next``) of the windows that
         closes."""
         from laminardb.cluster.partial import PartialState
-        from laminardb.operators._buffers import numeric_view
+        from laminardb.sql.arrays import numeric_view
 
         with self._busy():
             op = self._op(node)
@@ -287,7 +287,7 @@ class ReactorActorImpl:
         position right after this poll — what a checkpoint taken after these rows keeps)."""
         import ray
 
-        from laminardb.operators._buffers import numeric_view
+        from laminardb.sql.arrays import numeric_view
 
         src = self.kafka[source]
         c0 = time.thread_time()  # CPU only: a poll that waits for records is not busy

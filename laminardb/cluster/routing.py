@@ -16,8 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from laminardb.operators import _kernels as K
-from laminardb.operators._buffers import _fixed_buffer, encode_rows, string_view
-from laminardb.sql.planner import QueryPlan
+from laminardb.operators._buffers import encode_rows, string_view
+from laminardb.sql.arrays import fixed_buffer
+from laminardb.sql.plan import QueryPlan
 
 DEFAULT_VNODES = 256
 
@@ -83,7 +84,7 @@ def gather(batch: pa.RecordBatch, order: np.ndarray) -> pa.RecordBatch:
         t = col.type
         width = _byte_width(t)
         if col.null_count == 0 and width:  # ints, floats, timestamps, dates: move the raw bytes
-            values = _fixed_buffer(col, np.dtype(f"u{width}"))
+            values = fixed_buffer(col, np.dtype(f"u{width}"))
             cols.append(pa.Array.from_buffers(t, len(order), [None, pa.py_buffer(values[order])]))
         elif col.null_count == 0 and (pa.types.is_string(t) or pa.types.is_binary(t)):
             offsets, data = string_view(col)

@@ -1,8 +1,9 @@
 """Flink's ``datagen`` connector: a polled source that generates rows (``sql/flink_ddl.py``).
 
-Entry points: ``check_options(name, schema, options)`` (at CREATE TABLE) and
-``DatagenSource`` (built by the reactor's source-connector factory, polled by
-``Connection.start()``). The subset of Flink's options it takes:
+Entry points: ``DatagenSource`` (built by ``flink_tables.source_connectors``, the reactor's
+source-connector factory, polled by ``Connection.start()``) and ``DatagenSource.from_spec``; its
+options are checked at CREATE TABLE (``sql/table_specs.py``: ``datagen_spec``). The subset of
+Flink's options it takes:
 
 * ``'rows-per-second'`` (default 10000): the pace; rows are generated as they fall due;
 * ``'number-of-rows'``: the source ends after that many rows (default: unbounded, unless a
@@ -24,113 +25,21 @@ from __future__ import annotations
 
 import time
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laminardb.sql.exceptions import UnknownOptionError, UnsupportedSqlError
+from laminardb.connectors.polled import FROM_DATA
+from laminardb.sql.table_specs import DatagenField, DatagenSpec, datagen_spec
 
-__all__ = ["DatagenSource", "check_options"]
+__all__ = ["DatagenSource"]
 
 _BLOCK = 8192  # rows drawn per generator seed: large enough to amortize, small enough to slice cheaply
 _MAX_BATCH = 65_536  # rows per poll at most, so a fast pace still yields bounded batches
 _STATE_VERSION = 1
-_FIELD_KEYS = ("kind", "min", "max", "length", "start", "end", "max-past", "null-rate")
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-
-
-@dataclass(frozen=True)
-class _Field:
-    name: str
-    type: pa.DataType
-    kind: str  # "random" | "sequence"
-    lo: float = 0
-    hi: float = 0
-    length: int = 100
-    max_past_ms: int = 0
-    null_rate: float = 0.0
-
-
-def _number(name: str, key: str, value: str, integer: bool) -> float | int:
-    try:
-        return int(value) if integer else float(value)
-    except ValueError:
-        raise UnknownOptionError(f"table {name!r}: {key} = {value!r} is not a number") from None
-
-
-def check_options(name: str, schema: pa.Schema, opts: dict[str, str]) -> dict[str, str]:
-    """Check a datagen table's WITH options (raises on an unknown key or value); returns them."""
-    _spec(name, schema, opts)
-    return {k: v for k, v in opts.items() if k != "connector"}
-
-
-def _spec(name: str, schema: pa.Schema, opts: dict[str, str]) -> tuple[list[_Field], float, int | None]:
-    from laminardb.sql.options import lateness_ms
-
-    cols = {f.name.lower(): f for f in schema}
-    per: dict[str, dict[str, str]] = {}
-    rps, total = 10_000.0, None
-    for key, value in opts.items():
-        if key == "connector":
-            continue
-        if key == "rows-per-second":
-            rps = float(_number(name, key, value, False))
-            if rps <= 0:
-                raise UnknownOptionError(f"table {name!r}: 'rows-per-second' must be positive")
-        elif key == "number-of-rows":
-            total = int(_number(name, key, value, True))
-        elif key.startswith("fields."):
-            col, _, prop = key[len("fields."):].rpartition(".")
-            if col.lower() not in cols or prop not in _FIELD_KEYS:
-                what = f"no column {col!r}" if col.lower() not in cols else f"no field option {prop!r}"
-                raise UnknownOptionError(f"table {name!r}: {key!r}: {what}; datagen takes fields.<column>."
-                                         f"{{{', '.join(_FIELD_KEYS)}}}")
-            per.setdefault(cols[col.lower()].name, {})[prop] = value
-        else:
-            raise UnknownOptionError(f"unknown option {key!r} for datagen table {name!r}; known options: "
-                                     f"rows-per-second, number-of-rows, fields.<column>.{{{', '.join(_FIELD_KEYS)}}}")
-    fields = []
-    for f in schema:
-        o = per.get(f.name, {})
-        kind = o.get("kind", "random").lower()
-        t = f.type
-        integer = pa.types.is_integer(t)
-        if kind == "sequence":
-            if not (integer or pa.types.is_string(t)):
-                raise UnsupportedSqlError(f"table {name!r}: a sequence field is an integer or VARCHAR; "
-                                          f"{f.name!r} is {t}")
-            if "start" not in o or "end" not in o:
-                raise UnknownOptionError(f"table {name!r}: sequence field {f.name!r} needs "
-                                         f"'fields.{f.name}.start' and 'fields.{f.name}.end'")
-            lo, hi = _number(name, "start", o["start"], True), _number(name, "end", o["end"], True)
-            if hi < lo:
-                raise UnknownOptionError(f"table {name!r}: fields.{f.name}: end < start")
-            fields.append(_Field(f.name, t, kind, lo, hi))
-            rows = int(hi) - int(lo) + 1
-            total = rows if total is None else min(total, rows)
-            continue
-        if kind != "random":
-            raise UnknownOptionError(f"table {name!r}: fields.{f.name}.kind = {kind!r}; use 'random' or 'sequence'")
-        if not (integer or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
-                or pa.types.is_timestamp(t)):
-            raise UnsupportedSqlError(f"table {name!r}: datagen cannot generate {f.name!r} of type {t}")
-        if integer:
-            info = np.iinfo(t.to_pandas_dtype())
-            lo, hi = int(o.get("min", info.min)), int(o.get("max", info.max))
-        else:
-            lo = float(_number(name, "min", o["min"], False)) if "min" in o else 0.0
-            hi = float(_number(name, "max", o["max"], False)) if "max" in o else float(np.finfo(np.float64).max)
-        if lo > hi:
-            raise UnknownOptionError(f"table {name!r}: fields.{f.name}: min > max")
-        rate = float(_number(name, "null-rate", o.get("null-rate", "0"), False))
-        if not 0.0 <= rate <= 1.0:
-            raise UnknownOptionError(f"table {name!r}: fields.{f.name}.null-rate must be within 0 … 1")
-        past = lateness_ms(o["max-past"], f"table {name!r}: fields.{f.name}.max-past") if "max-past" in o else 0
-        fields.append(_Field(f.name, t, kind, lo, hi, int(o.get("length", 100)), past, rate))
-    return fields, rps, total
 
 
 def _hex_strings(rng: np.random.Generator, n: int, length: int) -> pa.Array:
@@ -142,14 +51,22 @@ def _hex_strings(rng: np.random.Generator, n: int, length: int) -> pa.Array:
 class DatagenSource:
     """A polled source of generated rows; ``poll(timeout_ms) -> (batch | None, watermark)``."""
 
+    @classmethod
+    def from_spec(cls, spec: DatagenSpec, restore_state: dict[str, Any] | None = None) -> DatagenSource:
+        """The source of a checked spec (``sql/table_specs.py``)."""
+        src = cls.__new__(cls)
+        src._start(spec, restore_state)
+        return src
+
     def __init__(self, *, name: str, schema: pa.Schema, options: dict[str, str],
                  restore_state: dict[str, Any] | None = None) -> None:
-        from laminardb.engine.reactor import FROM_DATA
+        self._start(datagen_spec(name, schema, options), restore_state)
 
-        self.name = name
-        self.schema = schema
-        self.fields, self.rows_per_second, self.total = _spec(name, schema, options)
-        self._seed = zlib.crc32(name.encode())
+    def _start(self, spec: DatagenSpec, restore_state: dict[str, Any] | None) -> None:
+        self.name = spec.name
+        self.schema = spec.schema
+        self.fields, self.rows_per_second, self.total = list(spec.fields), spec.rows_per_second, spec.total
+        self._seed = zlib.crc32(spec.name.encode())
         self.emitted = int(restore_state["rows"]) if restore_state else 0
         self._base = self.emitted  # rows already generated when the pace clock started
         self._t0: float | None = None
@@ -247,7 +164,7 @@ class DatagenSource:
         return out
 
     @staticmethod
-    def _column(f: _Field, drawn: Any, first: int, off: int, n: int, now_ms: int) -> pa.Array:
+    def _column(f: DatagenField, drawn: Any, first: int, off: int, n: int, now_ms: int) -> pa.Array:
         values, nulls = drawn
         mask = None if nulls is None else nulls[off : off + n]
         t = f.type

@@ -1,7 +1,8 @@
 """Flink's ``filesystem`` table as a source: a bounded, polled read of a file or a directory of
 files (``sql/flink_ddl.py``).
 
-Entry point: ``FileTableSource`` (built by the reactor's source-connector factory, polled by
+Entry point: ``FileTableSource`` (built from a ``sql/table_specs.py`` ``FileTableSpec`` by
+``flink_tables.source_connectors``, the reactor's source-connector factory; polled by
 ``Connection.start()``). ``path`` is a file or a directory (its files in name order, hidden
 and ``_``-prefixed ones skipped, as Flink does); ``format`` is csv (with a header row, as
 laminardb's FILE sink writes it), json (one object per line) or parquet. Rows are read and
@@ -19,6 +20,8 @@ from typing import Any
 import pyarrow as pa
 
 from laminardb.connectors.exceptions import SourceFileNotFoundError
+from laminardb.connectors.polled import FROM_DATA
+from laminardb.sql.table_specs import FileTableSpec, file_table_spec
 
 __all__ = ["FileTableSource"]
 
@@ -39,14 +42,22 @@ def _files(path: str) -> list[str]:
 class FileTableSource:
     """Reads the files once, a batch per poll; ``poll(timeout_ms) -> (batch | None, watermark)``."""
 
+    @classmethod
+    def from_spec(cls, spec: FileTableSpec, restore_state: dict[str, Any] | None = None) -> FileTableSource:
+        """The source of a filesystem table's spec (``sql/table_specs.py``)."""
+        src = cls.__new__(cls)
+        src._start(spec, restore_state)
+        return src
+
     def __init__(self, *, name: str, schema: pa.Schema, options: dict[str, str],
                  restore_state: dict[str, Any] | None = None) -> None:
-        from laminardb.engine.reactor import FROM_DATA
+        self._start(file_table_spec(name, schema, options), restore_state)
 
-        self.name = name
-        self.schema = schema
-        self.path = options["path"]
-        self.format = options.get("format")
+    def _start(self, spec: FileTableSpec, restore_state: dict[str, Any] | None) -> None:
+        self.name = spec.name
+        self.schema = spec.schema
+        self.path = spec.path
+        self.format = spec.format
         self._files = _files(self.path)
         self._next = 0
         self._reader: Any = None

@@ -11,7 +11,7 @@ record's 0-based position in the file (blank lines and the CSV header not counte
 without blank lines, JSONL line = index + 1 and CSV line = index + 2); ``raw`` is the line as
 text when it did not parse, else the parsed record as a JSON object in text. TIMESTAMP columns
 accept ISO-8601 text (optional ``Z`` / ``+01:00`` offset, converted to UTC) and epoch
-milliseconds; values convert exactly as in ``insert()`` (:mod:`laminardb.engine.convert_columns`).
+milliseconds; values convert exactly as in ``insert()`` (:mod:`laminardb.sql.convert`).
 
 Conversion is vectorized (text validated with Arrow regex kernels, then Arrow casts). Python
 loops over rows only on error paths: the CSV parser's invalid-row callback, and the bisection
@@ -42,7 +42,7 @@ from laminardb.connectors.exceptions import (
     SinkWriteError,
     SourceFileNotFoundError,
 )
-from laminardb.engine.convert_columns import (  # noqa: F401 - _conform, _convert, json_lines: imported from here too
+from laminardb.sql.convert import (  # noqa: F401 - _conform, _convert, json_lines: imported from here too
     REJECTED_SCHEMA,
     _conform,
     _convert,

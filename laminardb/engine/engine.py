@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from laminardb.connectors import flink_tables
 from laminardb.engine import catalog
 from laminardb.engine.clock import ProcessingClock
 from laminardb.engine.insert_batch import OnError, check_on_error
@@ -30,7 +31,7 @@ from laminardb.engine.source_runner import SourceRunner
 from laminardb.engine.subscriptions import CallbackSubscription, Subscription
 from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
 from laminardb.results import ExecuteResult, QueryResult
-from laminardb.sql import ddl, flink_ddl
+from laminardb.sql import ddl
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.planner import plan_query
 from laminardb.sql.types import type_name
@@ -63,11 +64,11 @@ class Engine:
         self.reactor.make_operator = self.backend.make_operator
         self.reactor.make_plan_operator = self.backend.make_plan_operator
         # Python UDFs (register_udf) and Flink table declarations: what parsing and planning of this
-        # engine see (sql/udf.py); datagen/filesystem tables are polled sources (flink_ddl.py)
+        # engine see (sql/udf.py); datagen/filesystem tables are polled sources (connectors/flink_tables.py)
         self.udfs = UdfRegistry.from_config(self.config.get("udfs"))
         # processing time (PROCTIME(), q12): config["clock"] returns epoch ms; stamped per ingested batch
         self.udfs.clock = self.reactor.clock = ProcessingClock(self.config.get("clock"))
-        self.reactor.make_source_connector = flink_ddl.source_connectors(self.backend.make_source)
+        self.reactor.make_source_connector = flink_tables.source_connectors(self.backend.make_source)
         self.closed = False
         self.started = False
         self.runners: dict[str, SourceRunner] = {}

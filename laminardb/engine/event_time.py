@@ -38,14 +38,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from laminardb.engine.convert_columns import (
+from laminardb.sql.arrays import numeric_view
+from laminardb.sql.convert import (
     CODE_FUTURE,
     CODE_RANGE,
     DEFAULT_RANGE_MS,
     dateless_text,
     unit_hints,
 )
-from laminardb.operators._buffers import numeric_view
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.intervals import unit_ms
 from laminardb.sql.types import ticks_per_ms

@@ -8,7 +8,7 @@ Accepts a dict (one row, or — when every value is a list/array — a dict of c
 of dicts, a pyarrow RecordBatch or Table, a pandas or polars DataFrame (the text of
 ``insert_json()``/``insert_csv()`` is parsed in :mod:`laminardb.engine.text_rows`). Columns are matched by
 name (case-insensitively when unambiguous) and converted with the conversion ``laminardb run``
-uses for files (:mod:`laminardb.engine.convert_columns`): ISO-8601 text with ``Z``/offsets and aware
+uses for files (:mod:`laminardb.sql.convert`): ISO-8601 text with ``Z``/offsets and aware
 ``datetime`` s are UTC, numbers into TIMESTAMP are epoch milliseconds. The source's
 event-time rules (:mod:`laminardb.engine.event_time`) refuse implausible event times.
 
@@ -28,7 +28,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laminardb.engine.convert_columns import (
+from laminardb.errors import (
+    ConfigError,
+    ConversionError,
+    DataError,
+    NullViolationError,
+    SchemaMismatchError,
+)
+from laminardb.sql.arrays import numeric_view
+from laminardb.sql.convert import (
     CODE_CONVERSION,
     CODE_FUTURE,
     CODE_NULL,
@@ -41,14 +49,6 @@ from laminardb.engine.convert_columns import (
     rejected_batch,
     undated,
 )
-from laminardb.errors import (
-    ConfigError,
-    ConversionError,
-    DataError,
-    NullViolationError,
-    SchemaMismatchError,
-)
-from laminardb.operators._buffers import numeric_view
 
 OnError = Literal["raise", "skip", "dead_letter"]
 ON_ERROR_CHOICES = ("raise", "skip", "dead_letter")

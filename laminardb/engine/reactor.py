@@ -17,32 +17,27 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from laminardb.engine.convert_columns import REJECTED_SCHEMA
+from laminardb.connectors.polled import FROM_DATA
 from laminardb.engine.event_time import OPTION_KEYS as EVENT_TIME_OPTIONS
 from laminardb.engine.event_time import EventTimeRules
 from laminardb.engine.insert_batch import InsertResult, combine_rejected, prepare, raise_rejected
 from laminardb.engine.subscriptions import Subscription
 from laminardb.engine.views import ViewStore, consolidate
 from laminardb.errors import ConversionError, DataError, EngineError, NotQueryableError
-from laminardb.operators._buffers import numeric_view
 from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK
 from laminardb.operators.plan_operator import PlanOperator
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.sql import ddl
+from laminardb.sql.arrays import numeric_view
+from laminardb.sql.convert import REJECTED_SCHEMA
 from laminardb.sql.exceptions import (
     DependentObjectsError,
     DuplicateObjectError,
     UnknownObjectError,
     UnsupportedSqlError,
 )
-from laminardb.sql.planner import (
-    WEIGHT,
-    QueryPlan,
-    RelationInfo,
-    follows_processing_time,
-    lookup_from,
-    plan_query,
-)
+from laminardb.sql.plan import WEIGHT, QueryPlan, RelationInfo
+from laminardb.sql.planner import follows_processing_time, lookup_from, plan_query
 from laminardb.sql.types import ticks_per_ms
 
 _sink_log = logging.getLogger("laminardb.sink")
@@ -64,7 +59,6 @@ def make_source_connector(kind: str, node: Node, options: dict[str, str],
                        delay_ticks=node.delay_ticks, **extra)
 
 
-FROM_DATA = object()  # ingest(): the watermark follows the batch's max event time
 REJECTED_SUFFIX = "__rejected"  # <source>__rejected: the rows insert(on_error='dead_letter') refused
 
 
@@ -387,7 +381,7 @@ class Reactor:
         """Raise ``source`` 's watermark to ``wm`` (never back): the explicit watermark of
         ``Writer.watermark``. ``wm`` is in the time column's ticks, or text/datetime for
         TIMESTAMP columns. Returns the watermark now in force (None: none yet)."""
-        from laminardb.engine.convert_columns import convert
+        from laminardb.sql.convert import convert
 
         node = self._node(source)
         if node.kind != "source":

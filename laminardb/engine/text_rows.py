@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from laminardb.engine.convert_columns import rejected_batch
 from laminardb.errors import SchemaMismatchError
+from laminardb.sql.convert import rejected_batch
 
 
 @dataclass

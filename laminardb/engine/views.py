@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from laminardb.operators.snapshot import StateImage, decode, mismatch
-from laminardb.sql.planner import WEIGHT
+from laminardb.sql.plan import WEIGHT
 
 _COMPACT_FACTOR = 2  # compact when the log is this many times its last consolidated size
 _COMPACT_MIN_ROWS = 65_536  # …and at least this long, so small views never pay for it

@@ -1,8 +1,8 @@
 """Zero-copy numpy views of Arrow arrays for the numba kernels, and the row encoding of keys.
 
-Entry points: ``numeric_view`` (values as int64 or float64 plus validity), ``string_view``
-(offsets, data, validity) and ``encode_rows`` (any key columns → one byte string per row,
-the unit that is hashed and interned).
+Entry points: ``string_view`` (offsets, data), ``validity`` and ``encode_rows`` (any key columns
+→ one byte string per row, the unit that is hashed and interned). Numeric values as numpy:
+``numeric_view`` in ``laminardb/sql/arrays.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laminardb.operators import _kernels as K
+from laminardb.sql.arrays import numeric_view
 
 _NO_VALID = np.zeros(0, dtype=np.bool_)
 _EMPTY_BYTES = np.zeros(1, dtype=np.uint8)
@@ -26,31 +27,6 @@ def validity(arr: pa.Array) -> tuple[np.ndarray, bool]:
 
 def is_float_type(t: pa.DataType) -> bool:
     return pa.types.is_floating(t)
-
-
-def numeric_view(arr: pa.Array) -> np.ndarray:
-    """Values as int64 (ints, bools, timestamps) or float64; NULL slots hold arbitrary values."""
-    t = arr.type
-    if pa.types.is_boolean(t):
-        return arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64)
-    if pa.types.is_floating(t):
-        if t != pa.float64():
-            arr = arr.cast(pa.float64())
-        return _fixed_buffer(arr, np.float64)
-    if pa.types.is_timestamp(t) or pa.types.is_date64(t):
-        return _fixed_buffer(arr, np.int64)
-    if pa.types.is_integer(t):
-        if t != pa.int64():
-            arr = arr.cast(pa.int64())
-        return _fixed_buffer(arr, np.int64)
-    raise TypeError(f"not a numeric Arrow type: {t}")
-
-
-def _fixed_buffer(arr: pa.Array, dtype) -> np.ndarray:
-    buf = arr.buffers()[1]
-    if buf is None:
-        return np.zeros(len(arr), dtype=dtype)
-    return np.frombuffer(buf, dtype=dtype)[arr.offset : arr.offset + len(arr)]
 
 
 def string_view(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:

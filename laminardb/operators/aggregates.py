@@ -10,47 +10,20 @@ planner folds it into the argument as NULLs (``sql/_agg_filter.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from laminardb.operators import _accumulate as A
-from laminardb.operators._buffers import is_string_type, numeric_view, validity
+from laminardb.operators._buffers import is_string_type, validity
 from laminardb.operators._interner import Interner
 from laminardb.operators.snapshot import Column
-
-AggKind = Literal[
-    "count_star", "count", "count_distinct", "sum", "avg", "min", "max", "first_value", "last_value"
-]
-#: aggregates that stay correct when input rows are retracted (weight −1)
-INVERTIBLE: frozenset[str] = frozenset({"count_star", "count", "sum", "avg"})
+from laminardb.sql.arrays import is_flat_type, numeric_view
+from laminardb.sql.plan import AggSpec
 
 _DISTINCT_INITIAL = 1024
-
-
-@dataclass(frozen=True)
-class AggSpec:
-    """One aggregate call: its kind, the Arrow type of its argument and of its result."""
-
-    kind: AggKind
-    arg_type: pa.DataType | None
-    out_type: pa.DataType
-
-
-def result_type(kind: AggKind, arg_type: pa.DataType | None) -> pa.DataType:
-    if kind in ("count_star", "count", "count_distinct"):
-        return pa.int64()
-    if kind == "avg":
-        return pa.float64()
-    if kind == "sum":
-        assert arg_type is not None
-        return pa.float64() if pa.types.is_floating(arg_type) else pa.int64()
-    assert arg_type is not None
-    return arg_type
 
 
 def _grow(arr: np.ndarray, cap: int, fill=0) -> np.ndarray:
@@ -416,18 +389,6 @@ def fold(rows: Accumulator, accs: list[Accumulator], slots: np.ndarray, args: li
             acc.update_ids(slots, arr, _value_ids(acc.interner, arr, interned))
         else:
             acc.update(slots, arr, weights, ts, seqs)
-
-
-_FLAT_TYPES = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_timestamp,
-               pa.types.is_date, pa.types.is_string, pa.types.is_large_string, pa.types.is_binary,
-               pa.types.is_large_binary)
-
-
-def is_flat_type(t: pa.DataType) -> bool:
-    """Whether an array of ``t`` is its validity bitmap then buffers holding the values themselves
-    (no child arrays, no dictionary): a new bitmap over the same buffers is the same values with
-    other NULLs, and arrays with the same value buffers hold the same values wherever valid."""
-    return any(is_t(t) for is_t in _FLAT_TYPES)
 
 
 def _value_ids(interner: Interner, arr: pa.Array, interned: dict[tuple, tuple[pa.Array, np.ndarray]]) -> np.ndarray:

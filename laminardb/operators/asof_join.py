@@ -34,10 +34,10 @@ import numpy as np
 import pyarrow as pa
 
 from laminardb.operators import _asof_kernels as A
-from laminardb.operators._buffers import numeric_view
 from laminardb.operators._interner import Interner
 from laminardb.operators.join import _Side, _visible, side_tables, snapshot_sides
 from laminardb.operators.snapshot import StateImage, checked_snapshot
+from laminardb.sql.arrays import numeric_view
 from laminardb.sql.plan import AsofJoin
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
 

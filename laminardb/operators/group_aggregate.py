@@ -27,8 +27,9 @@ import pyarrow as pa
 from laminardb.operators import _agg_state
 from laminardb.operators import _kernels as K
 from laminardb.operators._interner import GroupTable, Interner
-from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulators
+from laminardb.operators.aggregates import CountAcc, fold, make_accumulators
 from laminardb.operators.snapshot import Snapshot, StateImage
+from laminardb.sql.plan import AggSpec, WindowSpec, group_schema
 
 EmitMode = Literal["changes", "close"]
 #: (row, window) pairs a hop expands at once (``_process_in_parts``): 4M pairs, ~200 MB of arrays
@@ -36,17 +37,6 @@ _MAX_PAIRS = 1 << 22
 NO_WATERMARK = np.iinfo(np.int64).min
 _INT64 = pa.int64()
 END_OF_TIME = np.iinfo(np.int64).max
-
-
-@dataclass(frozen=True)
-class WindowSpec:
-    """A window in ticks of the event-time column (ms for TIMESTAMP(3)/BIGINT, µs for (6))."""
-
-    kind: Literal["tumble", "hop", "session"]
-    size: int = 0
-    slide: int = 0
-    gap: int = 0
-    offset: int = 0
 
 
 @dataclass
@@ -62,17 +52,6 @@ class GroupRows:
     @property
     def n_rows(self) -> int:
         return len(self.new_valid)
-
-
-def group_schema(
-    key_types: list[pa.DataType], specs: list[AggSpec], windowed: bool, time_type: pa.DataType
-) -> pa.Schema:
-    fields = []
-    if windowed:
-        fields += [pa.field("__ws", time_type), pa.field("__we", time_type)]
-    fields += [pa.field(f"__k{i}", t) for i, t in enumerate(key_types)]
-    fields += [pa.field(f"__a{j}", s.out_type) for j, s in enumerate(specs)]
-    return pa.schema(fields)
 
 
 class GroupAggregate:

@@ -32,9 +32,10 @@ import numpy as np
 import pyarrow as pa
 
 from laminardb.operators import _join_kernels as J
-from laminardb.operators._buffers import hash_rows, numeric_view
+from laminardb.operators._buffers import hash_rows
 from laminardb.operators._interner import Interner
 from laminardb.operators.snapshot import DEFAULT_VNODES, StateImage, checked_snapshot
+from laminardb.sql.arrays import numeric_view
 from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.plan import Join
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK

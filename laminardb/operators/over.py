@@ -32,11 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from laminardb.operators._buffers import numeric_view
 from laminardb.operators._interner import Interner
 from laminardb.operators.join import gather
 from laminardb.operators.snapshot import StateImage, checked_snapshot
 from laminardb.operators.topn import _Pending, _Store, _with_vnode
+from laminardb.sql.arrays import numeric_view
 from laminardb.sql.plan import Over
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
 

@@ -48,12 +48,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from laminardb.operators._buffers import hash_rows, numeric_view
+from laminardb.operators._buffers import hash_rows
 from laminardb.operators._interner import Interner
 from laminardb.operators.join import gather
 from laminardb.operators.over import fold_value
 from laminardb.operators.snapshot import StateImage, checked_snapshot
 from laminardb.operators.topn import _Pending, _with_vnode
+from laminardb.sql.arrays import numeric_view
 from laminardb.sql.plan import Over
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
 

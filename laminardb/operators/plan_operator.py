@@ -40,8 +40,18 @@ from laminardb.operators.snapshot import (
 )
 from laminardb.operators.topn import TopNOperator
 from laminardb.sql.expressions import evaluate_mask
-from laminardb.sql.plan import AsofJoin, Filter, Join, LookupJoin, Over, Scan, TopN, UnionAll
-from laminardb.sql.planner import WEIGHT, QueryPlan
+from laminardb.sql.plan import (
+    WEIGHT,
+    AsofJoin,
+    Filter,
+    Join,
+    LookupJoin,
+    Over,
+    QueryPlan,
+    Scan,
+    TopN,
+    UnionAll,
+)
 from laminardb.sql.watermarks import NO_WATERMARK
 
 

@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laminardb.operators import _agg_state
-from laminardb.operators._buffers import numeric_view
 from laminardb.operators.group_aggregate import NO_WATERMARK, GroupAggregate, GroupRows
 from laminardb.operators.session import SessionAggregate
 from laminardb.operators.snapshot import StateImage
+from laminardb.sql.arrays import numeric_view
 from laminardb.sql.expressions import evaluate_mask
-from laminardb.sql.planner import WEIGHT, QueryPlan
+from laminardb.sql.plan import WEIGHT, QueryPlan
 
 
 def output_schema(plan: QueryPlan) -> pa.Schema:

@@ -24,16 +24,10 @@ from numba import njit
 from laminardb.operators import _agg_state
 from laminardb.operators._interner import Interner
 from laminardb.operators._kernels import take_slot
-from laminardb.operators.aggregates import AggSpec, CountAcc, fold, make_accumulator
-from laminardb.operators.group_aggregate import (
-    END_OF_TIME,
-    NO_WATERMARK,
-    EmitMode,
-    GroupRows,
-    WindowSpec,
-    group_schema,
-)
+from laminardb.operators.aggregates import CountAcc, fold, make_accumulator
+from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK, EmitMode, GroupRows
 from laminardb.operators.snapshot import Snapshot, StateImage
+from laminardb.sql.plan import AggSpec, WindowSpec, group_schema
 
 _INITIAL = 1024
 

@@ -47,10 +47,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numba import njit
 
-from laminardb.operators._buffers import hash_rows, numeric_view
+from laminardb.operators._buffers import hash_rows
 from laminardb.operators._interner import Interner
 from laminardb.operators.join import gather
 from laminardb.operators.snapshot import DEFAULT_VNODES, StateImage, checked_snapshot
+from laminardb.sql.arrays import numeric_view
 from laminardb.sql.plan import TopN
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
 

@@ -12,9 +12,9 @@ import threading
 import numpy as np
 import pyarrow as pa
 
-from laminardb.operators.aggregates import AggSpec, result_type
-from laminardb.operators.group_aggregate import NO_WATERMARK, GroupAggregate, WindowSpec
+from laminardb.operators.group_aggregate import NO_WATERMARK, GroupAggregate
 from laminardb.operators.session import SessionAggregate
+from laminardb.sql.plan import AggSpec, WindowSpec, result_type
 
 _done = False
 _lock = threading.Lock()

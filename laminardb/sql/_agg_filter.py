@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from laminardb.operators.aggregates import is_flat_type
+from laminardb.sql.arrays import is_flat_type
 from laminardb.sql.exceptions import SqlTypeError, UnsupportedSqlError
 from laminardb.sql.expressions import Expr, Scope, compile_expr
 from laminardb.sql.types import type_name

@@ -21,9 +21,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from laminardb.sql import function_registry
 from laminardb.sql._casts import MAX_MS, MIN_MS, TIMESTAMP_TEXT, floor_div, text_to_time
 from laminardb.sql.exceptions import SqlTypeError, UnsupportedSqlError
-from laminardb.sql.functions import _broadcast, java_pattern, processing_clock
+from laminardb.sql.function_registry import processing_clock
+from laminardb.sql.functions import _broadcast, java_pattern
 from laminardb.sql.types import type_name
 
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
@@ -31,6 +33,7 @@ Fn = Callable[[pa.RecordBatch], Value]
 CompileArg = Callable[[exp.Expression], Fn]
 
 FUNCTIONS = ("CURRENT_DATE", "CURRENT_TIMESTAMP", "DATE_TRUNC", "EXTRACT", "NOW", "TIMESTAMPDIFF", "TO_TIMESTAMP")
+function_registry.register_builtins("datetime", FUNCTIONS)
 
 EXTRACT_UNITS = ("YEAR", "QUARTER", "MONTH", "WEEK", "DAY", "DOY", "DOW", "ISODOW", "HOUR", "MINUTE",
                  "SECOND", "MILLISECOND", "MICROSECOND", "EPOCH")

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from laminardb.sql import function_registry
 from laminardb.sql._casts import cast_value
 from laminardb.sql.exceptions import SqlTypeError, UnsupportedSqlError
 from laminardb.sql.types import type_name
@@ -26,6 +27,7 @@ Fn = Callable[[pa.RecordBatch], Value]
 CompileArg = Callable[[exp.Expression], Fn]
 
 FUNCTIONS = ("CONCAT_WS", "LPAD", "REGEXP_REPLACE", "RPAD")
+function_registry.register_builtins("string", FUNCTIONS)
 _MAX_PAD = 1 << 16  # LPAD/RPAD lengths above this are refused (a table of prefixes is built)
 
 

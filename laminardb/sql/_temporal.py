@@ -22,6 +22,7 @@ from __future__ import annotations
 import pyarrow as pa
 from sqlglot import exp
 
+from laminardb.sql._join_inputs import and_all, cast_to, key_type, side_schema, side_times
 from laminardb.sql.exceptions import SqlTypeError, UnknownColumnError, UnsupportedJoinError
 from laminardb.sql.expressions import Expr, Scope, compile_expr
 from laminardb.sql.plan import AsofJoin, LookupJoin, Scan
@@ -33,8 +34,6 @@ _FLIP = {">=": "<=", ">": "<", "<=": ">=", "<": ">"}
 
 
 def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expression]):
-    from laminardb.sql.binder import _and, _cast, _key_type, _side_schema, _side_times
-
     b = builder.b
     items = b.items
     it = items[k]
@@ -43,9 +42,9 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
     if kind not in ("inner", "left"):
         raise UnsupportedJoinError(f"{kind.upper()} {what}: only inner and LEFT joins pick rows by time; "
                                    f"write {what.replace('JOIN', 'LEFT JOIN', 1)} or swap the inputs")
-    lschema, rschema = _side_schema(items[:k]), _side_schema([it])
-    ltimes, lprimary = _side_times(items[:k])
-    rtimes, rprimary = _side_times([it])
+    lschema, rschema = side_schema(items[:k]), side_schema([it])
+    ltimes, lprimary = side_times(items[:k])
+    rtimes, rprimary = side_times([it])
     lscope, rscope = Scope(lschema), Scope(rschema)
     lkeys: list[Expr] = []
     rkeys: list[Expr] = []
@@ -57,9 +56,9 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
             if rx and ry and (max(rx) < k and ry == {k} or rx == {k} and max(ry) < k):
                 lx, rx_ = (c.this, c.expression) if ry == {k} else (c.expression, c.this)
                 le, re_ = compile_expr(b.rewrite(lx), lscope), compile_expr(b.rewrite(rx_), rscope)
-                t = _key_type(le.type, re_.type, c.sql())
-                lkeys.append(_cast(le, t))
-                rkeys.append(_cast(re_, t))
+                t = key_type(le.type, re_.type, c.sql())
+                lkeys.append(cast_to(le, t))
+                rkeys.append(cast_to(re_, t))
                 if isinstance(rx_, exp.Column):
                     right_key_cols.append(it.schema.field(b.resolve(rx_)[1]).name)
                 continue
@@ -86,7 +85,7 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
             # processing time: the right input as it is when each left row arrives
             res = None
             if rest:
-                res = builder._compile_bool(b.rewrite(_and(rest)), Scope(schema))
+                res = builder._compile_bool(b.rewrite(and_all(rest)), Scope(schema))
             times = dict(ltimes)
             return LookupJoin(kind, left, right, lkeys, rkeys, res, schema, lprimary if lprimary in times else None,
                               times, f"AS OF {col.sql()} ON {cond_sql}")

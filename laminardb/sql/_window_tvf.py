@@ -23,13 +23,12 @@ import numpy as np
 import pyarrow as pa
 from sqlglot import exp
 
-from laminardb.operators._buffers import numeric_view
-from laminardb.operators.group_aggregate import WindowSpec
 from laminardb.sql._dialect import parse_select
+from laminardb.sql.arrays import numeric_view
 from laminardb.sql.exceptions import SqlTypeError, UnsupportedSqlError
 from laminardb.sql.expressions import Expr, Scope
 from laminardb.sql.intervals import interval_ms
-from laminardb.sql.plan import Scan, UnionAll
+from laminardb.sql.plan import QueryPlan, RelationInfo, Scan, UnionAll, WindowSpec
 from laminardb.sql.types import ticks_per_ms, type_name
 from laminardb.sql.watermarks import WindowEdge
 
@@ -60,8 +59,6 @@ def window_spec(kind: str, sizes: list[int]) -> WindowSpec:
 
 def expand_window_tvf(tvf, rel, scan: Scan):
     """The TVF's rows over ``rel`` (read by ``scan``): a plan node and the relation it gives."""
-    from laminardb.sql.planner import QueryPlan, RelationInfo
-
     if tvf.kind == "CUMULATE":
         raise UnsupportedSqlError("CUMULATE windows are not supported yet; use HOP")
     if tvf.kind not in ("TUMBLE", "HOP"):

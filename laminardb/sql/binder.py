@@ -20,12 +20,20 @@ that bounds state; the rest is a residual condition over the joined row.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from sqlglot import exp
 
+from laminardb.sql._join_inputs import (
+    FromItem,
+    and_all,
+    cast_to,
+    conjuncts,
+    key_type,
+    side_schema,
+    side_times,
+)
+from laminardb.sql._temporal import special_join
 from laminardb.sql.exceptions import (
     SqlTypeError,
     UnknownColumnError,
@@ -38,22 +46,6 @@ from laminardb.sql.options import lateness_ms
 from laminardb.sql.plan import Filter, IntervalBounds, Join, JoinKind, Shift
 from laminardb.sql.types import ticks_per_ms, type_name
 from laminardb.sql.watermarks import WatermarkMap
-
-
-@dataclass
-class FromItem:
-    """One input of a FROM: its plan, the name it is referred to by, and its visible columns."""
-
-    alias: str
-    quoted: bool
-    node: object  # a plan node (plan.py) or a QueryPlan
-    schema: pa.Schema  # visible columns (no __weight)
-    time_col: str | None
-    time_cols: dict[str, WatermarkMap]
-    offset: int = 0
-
-    def internal(self, j: int) -> str:
-        return f"{self.alias}.{self.schema.field(j).name}"
 
 
 class _Binder:
@@ -128,25 +120,6 @@ class _Binder:
         return node.copy().transform(fn)
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    if node is None:
-        return []
-    while isinstance(node, exp.Paren):
-        node = node.this
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
-def _and(parts: list[exp.Expression]) -> exp.Expression | None:
-    if not parts:
-        return None
-    out = parts[0]
-    for p in parts[1:]:
-        out = exp.and_(out, p)
-    return out
-
-
 def _kind(j: exp.Join) -> JoinKind:
     method = (j.args.get("method") or "").upper()
     if method and method != "ASOF" or j.args.get("using"):
@@ -154,44 +127,6 @@ def _kind(j: exp.Join) -> JoinKind:
         raise UnsupportedJoinError(f"{what} is not supported yet; write the condition out: JOIN b ON a.k = b.k")
     side = (j.args.get("side") or "").upper()
     return {"LEFT": "left", "RIGHT": "right", "FULL": "full"}.get(side, "inner")  # type: ignore[return-value]
-
-
-def _side_schema(items: list[FromItem]) -> pa.Schema:
-    return pa.schema([pa.field(it.internal(j), f.type) for it in items for j, f in enumerate(it.schema)])
-
-
-def _side_times(items: list[FromItem]) -> tuple[dict[str, WatermarkMap], str | None]:
-    times: dict[str, WatermarkMap] = {}
-    primary = None
-    for it in items:
-        for c, m in it.time_cols.items():
-            j = it.schema.get_field_index(c)
-            if j >= 0:
-                times[it.internal(j)] = m
-                if c == it.time_col and primary is None:
-                    primary = it.internal(j)
-    return times, primary
-
-
-def _cast(e: Expr, t: pa.DataType) -> Expr:
-    if e.type == t:
-        return e
-    return Expr(lambda b, e=e: pc.cast(e.evaluate(b), t), t, e.sql)
-
-
-def _key_type(a: pa.DataType, b: pa.DataType, text: str) -> pa.DataType:
-    if a == b:
-        return a
-    num = pa.types.is_integer
-    if num(a) and num(b):
-        return pa.int64()
-    if (num(a) or pa.types.is_floating(a)) and (num(b) or pa.types.is_floating(b)):
-        return pa.float64()
-    if pa.types.is_string(a) and pa.types.is_large_string(b) or pa.types.is_large_string(a) and pa.types.is_string(b):
-        return pa.large_string()
-    if pa.types.is_timestamp(a) and pa.types.is_timestamp(b) and a.unit == b.unit:
-        return a
-    raise SqlTypeError(f"join condition {text}: cannot compare {type_name(a)} with {type_name(b)}")
 
 
 def _time_term(node: exp.Expression) -> tuple[exp.Column, int] | None:
@@ -309,12 +244,10 @@ class _JoinBuilder:
                     residual.append(c)
             left = node
             if left_filters[k]:
-                lscope = Scope(_side_schema(items[:k]))
-                left = Filter(left, self._compile_bool(self.b.rewrite(_and(left_filters[k])), lscope))
+                lscope = Scope(side_schema(items[:k]))
+                left = Filter(left, self._compile_bool(self.b.rewrite(and_all(left_filters[k])), lscope))
             right = self._item_node(k, pushed[k])
             if k in self.special:
-                from laminardb.sql._temporal import special_join
-
                 node = special_join(self, k, kinds[k], left, right, residual)
                 continue
             node = self._join(k, kinds[k], left, right, residual)
@@ -324,8 +257,8 @@ class _JoinBuilder:
         it = self.b.items[i]
         if not conjuncts:
             return it.node
-        scope = Scope(_side_schema([it]))
-        return Filter(it.node, self._compile_bool(self.b.rewrite(_and(conjuncts)), scope))
+        scope = Scope(side_schema([it]))
+        return Filter(it.node, self._compile_bool(self.b.rewrite(and_all(conjuncts)), scope))
 
     @staticmethod
     def _compile_bool(node: exp.Expression, scope: Scope) -> Expr:
@@ -336,9 +269,9 @@ class _JoinBuilder:
 
     def _join(self, k: int, kind: JoinKind, left, right, conds: list[exp.Expression]) -> Join:
         items = self.b.items
-        lschema, rschema = _side_schema(items[:k]), _side_schema([items[k]])
-        ltimes, lprimary = _side_times(items[:k])
-        rtimes, rprimary = _side_times([items[k]])
+        lschema, rschema = side_schema(items[:k]), side_schema([items[k]])
+        ltimes, lprimary = side_times(items[:k])
+        rtimes, rprimary = side_times([items[k]])
         lscope, rscope = Scope(lschema), Scope(rschema)
         lkeys: list[Expr] = []
         rkeys: list[Expr] = []
@@ -352,9 +285,9 @@ class _JoinBuilder:
                     lx, rx_ = (c.this, c.expression) if ry == {k} else (c.expression, c.this)
                     le = compile_expr(self.b.rewrite(lx), lscope)
                     re_ = compile_expr(self.b.rewrite(rx_), rscope)
-                    t = _key_type(le.type, re_.type, c.sql())
-                    lkeys.append(_cast(le, t))
-                    rkeys.append(_cast(re_, t))
+                    t = key_type(le.type, re_.type, c.sql())
+                    lkeys.append(cast_to(le, t))
+                    rkeys.append(cast_to(re_, t))
                     # equal event times (a window join: a.window_end = b.window_end) also bound
                     # state, as the interval [0, 0]
                     same = self.interval(exp.Between(this=c.this, low=c.expression, high=c.expression), k,
@@ -376,7 +309,7 @@ class _JoinBuilder:
         schema = pa.schema(list(lschema) + list(rschema))
         res = None
         if residual:
-            res = self._compile_bool(self.b.rewrite(_and(residual)), Scope(schema))
+            res = self._compile_bool(self.b.rewrite(and_all(residual)), Scope(schema))
         interval = None
         time_cols: dict[str, WatermarkMap] = {}
         time_col = None
@@ -391,7 +324,7 @@ class _JoinBuilder:
             if lo <= -_UNBOUNDED or hi >= _UNBOUNDED:
                 # one-sided: a time bound, but state on one side never expires — keep it a residual
                 res_parts = residual + [c for c in conds if self.interval(c, k, ltimes, rtimes, lschema, rschema)]
-                res = self._compile_bool(self.b.rewrite(_and(res_parts)), Scope(schema))
+                res = self._compile_bool(self.b.rewrite(and_all(res_parts)), Scope(schema))
             else:
                 lmap, rmap = ltimes[lc], rtimes[rc]
                 interval = IntervalBounds(lschema.get_field_index(lc), rschema.get_field_index(rc), lo, hi,
@@ -429,7 +362,7 @@ def bind_joins(sel: exp.Select, items: list[FromItem], joins: list[exp.Join], op
         offset += len(it.schema)
     binder = _Binder(items)
     kinds: list[JoinKind] = ["inner"] + [_kind(j) for j in joins]
-    on = [[]] + [_conjuncts(j.args.get("on")) for j in joins]
+    on = [[]] + [conjuncts(j.args.get("on")) for j in joins]
     ttl = options.get("state_ttl")
     ttl_ms = lateness_ms(ttl, "state_ttl") if ttl is not None else None
     where = sel.args.get("where")
@@ -440,12 +373,12 @@ def bind_joins(sel: exp.Select, items: list[FromItem], joins: list[exp.Join], op
         elif isinstance(j.this, exp.Table) and j.this.args.get("version") is not None:
             special[k] = ("as_of", j.this.args["version"])
     builder = _JoinBuilder(binder, ttl_ms, special)
-    root, remaining = builder.build(kinds, on, _conjuncts(where.this if where else None))
+    root, remaining = builder.build(kinds, on, conjuncts(where.this if where else None))
 
     out = sel.copy()
     out.set("joins", None)
     out.set("from_" if "from_" in out.args else "from", exp.From(this=exp.to_table("__join")))
-    out.set("where", exp.Where(this=binder.rewrite(_and(remaining))) if remaining else None)
+    out.set("where", exp.Where(this=binder.rewrite(and_all(remaining))) if remaining else None)
     out.set("expressions", _select_list(sel.expressions, binder))
     for clause in ("group", "having"):
         node = out.args.get(clause)

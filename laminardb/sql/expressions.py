@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
+from laminardb.sql import function_registry
 from laminardb.sql._casts import compile_cast
-from laminardb.sql._datetime_functions import FUNCTIONS as TIME_FUNCTIONS
 from laminardb.sql._datetime_functions import compile_datetime
 from laminardb.sql._numeric import (
     _broadcast,
@@ -37,10 +37,8 @@ from laminardb.sql._numeric import (
     _untyped_null,
     to_common,
 )
-from laminardb.sql._string_functions import FUNCTIONS as STRING_FUNCTIONS
 from laminardb.sql._string_functions import compile_string
 from laminardb.sql.exceptions import SqlTypeError, UnknownColumnError, UnsupportedSqlError
-from laminardb.sql.functions import FUNCTIONS as MORE_FUNCTIONS
 from laminardb.sql.functions import compile_function
 from laminardb.sql.intervals import interval_ms
 from laminardb.sql.types import type_name
@@ -282,7 +280,7 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
         raise UnsupportedSqlError(f"aggregate {node.sql()} is not allowed here (WHERE, GROUP BY or a non-aggregating query)")
     if isinstance(node, exp.Func):
         name = node.name.upper() if isinstance(node, exp.Anonymous) else node.sql_name()
-        known = ", ".join(sorted(FUNCTIONS + MORE_FUNCTIONS + TIME_FUNCTIONS + STRING_FUNCTIONS))
+        known = ", ".join(sorted(function_registry.builtin_names()))
         raise UnsupportedSqlError(f"function {name} is not supported; supported functions: {known}; or register "
                                   f"a Python UDF: conn.register_udf('{name.lower()}', fn, 'VARCHAR')")
     raise UnsupportedSqlError(f"unsupported expression: {node.sql()}")
@@ -292,6 +290,7 @@ def _compile(node: exp.Expression, scope: Scope) -> Fn:  # noqa: C901 - one disp
 FUNCTIONS = ("ABS", "CAST", "CEIL", "COALESCE", "CONCAT", "COS", "EXP", "FLOOR", "GREATEST", "IF", "LEAST",
              "LENGTH", "LN", "LOG", "LOG10", "LOG2", "LOWER", "MOD", "NULLIF", "POWER", "REPLACE",
              "ROUND", "SIGN", "SIN", "SQRT", "SUBSTRING", "TAN", "TRIM", "TRUNC", "TRY_CAST", "UPPER")
+function_registry.register_builtins("expressions", FUNCTIONS)
 
 
 # --------------------------------------------------------------------------- helpers

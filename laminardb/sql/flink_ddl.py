@@ -12,7 +12,8 @@ connector and on how the script uses it:
 ============================  =====================================================================
 kafka / filesystem / datagen   ``CREATE SOURCE t`` — unless the script only ``INSERT``s INTO t (then
                                it is only a sink). datagen and filesystem are polled by
-                               ``Connection.start()`` (``connectors/datagen.py``, ``file_source.py``)
+                               ``Connection.start()`` (``connectors/flink_tables.py`` builds them from
+                               the specs of ``sql/table_specs.py``)
 blackhole                      nothing until ``INSERT INTO t SELECT …`` = ``CREATE STREAM t AS SELECT …``
                                (rows go nowhere unless subscribed: ``subscribe('t')``)
 ``INSERT INTO t SELECT …``     kafka/filesystem: ``CREATE SINK t_insert INTO KAFKA|FILE (…) AS SELECT …``
@@ -45,8 +46,7 @@ import pyarrow as pa
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from laminardb.sql import ddl, options
-from laminardb.sql import udf as udfs
+from laminardb.sql import function_registry, options
 from laminardb.sql._dialect import parse_select, tokenize
 from laminardb.sql._lexer import close_paren
 from laminardb.sql.exceptions import (
@@ -57,10 +57,28 @@ from laminardb.sql.exceptions import (
     UnknownOptionError,
     UnsupportedSqlError,
 )
+from laminardb.sql.options import FILE_LIFECYCLE
+from laminardb.sql.statements import (
+    IDENT,
+    CreateSink,
+    CreateSource,
+    CreateStream,
+    Drop,
+    Explain,
+    Query,
+    parse_query,
+    position,
+    read_table,
+    source_from_options,
+    unquote,
+    with_stream_options,
+)
+from laminardb.sql.table_specs import check_datagen_options
 from laminardb.sql.types import parse_type, type_name
+from laminardb.sql.udf import UdfRegistry
 
 __all__ = ["FlinkTable", "InsertInto", "CreateFunction", "is_flink_table", "parse_table", "parse_statement",
-           "translate", "flink_type", "source_connectors"]
+           "translate", "flink_type"]
 
 CONNECTORS = ("kafka", "filesystem", "datagen", "blackhole")
 _SOURCE_CONNECTORS = ("kafka", "filesystem", "datagen")
@@ -68,18 +86,11 @@ _SOURCE_CONNECTORS = ("kafka", "filesystem", "datagen")
 _KAFKA_READ_ONLY = ("scan.", "properties.group.id", "group.id")
 _KAFKA_WRITE_ONLY = ("sink.",)
 _FILE_FORMATS = {"csv": "csv", "json": "jsonl", "parquet": "parquet"}
-# filesystem sink options of Flink's file lifecycle (rolling, compaction, partition commit):
-# accepted in an INSERT's table and not applied (see _sink_options)
-_FILE_LIFECYCLE = ("sink.rolling-policy.", "sink.partition-commit.", "partition.time-extractor.", "auto-compaction",
-                   "compaction.", "sink.parallelism", "sink.shuffle-by-partition.")
-# every key a filesystem table takes (besides the lifecycle prefixes above): anything else —
-# 'formt', 'csv.field-delimiter', 'source.monitor-interval' — is refused, not silently ignored
-_FILE_TABLE_KEYS = ("connector", "path", "format", "partition.default-name")
-_IDENT = ddl._IDENT
+_IDENT = IDENT
 
 
 @dataclass(frozen=True)
-class FlinkTable(ddl.CreateSource):
+class FlinkTable(CreateSource):
     """``CREATE [TEMPORARY] TABLE … WITH ('connector' = …)``: as a CreateSource (what reading it
     creates), with the Flink connector, its raw options and each column's declared type."""
 
@@ -88,8 +99,8 @@ class FlinkTable(ddl.CreateSource):
     declared_types: tuple[str, ...] = ()
     partitioned_by: tuple[str, ...] = ()
 
-    def as_source(self) -> ddl.CreateSource:
-        return ddl.CreateSource(self.name, self.columns, self.watermark_col, self.watermark_delay_ms, self.options,
+    def as_source(self) -> CreateSource:
+        return CreateSource(self.name, self.columns, self.watermark_col, self.watermark_delay_ms, self.options,
                                 self.if_not_exists, self.connector, self.connector_options, self.primary_key)
 
 
@@ -99,7 +110,7 @@ class InsertInto:
 
     table: str
     columns: tuple[str, ...] | None
-    query: ddl.Query
+    query: Query
     select_text: str
     line: int = 0
     col: int = 0
@@ -146,7 +157,7 @@ def _with_options(rest: str, name: str) -> tuple[dict[str, str], tuple[str, ...]
     pm = re.match(r"(?is)\s*PARTITIONED\s+BY\s*\(", rest)
     if pm:
         close = close_paren(rest, pm.end() - 1, "PARTITIONED BY (…)")
-        partitioned = tuple(ddl.unquote(c) for c in rest[pm.end() : close].split(",") if c.strip())
+        partitioned = tuple(unquote(c) for c in rest[pm.end() : close].split(",") if c.strip())
         rest = rest[close + 1 :]
     om = re.match(r"(?is)\s*WITH\s*\(", rest)
     if not om:
@@ -172,7 +183,7 @@ def is_flink_table(text: str) -> bool:
 
 def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
     """``CREATE [TEMPORARY] TABLE name (…) [PARTITIONED BY (…)] WITH ('connector' = …, …)``."""
-    head = ddl.read_table(text, line, col, parse=flink_type)
+    head = read_table(text, line, col, parse=flink_type)
     name = head.name
     opts, partitioned, rest = _with_options(head.rest, name)
     if rest:
@@ -187,16 +198,14 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
     wm_col, wm_delay = head.watermark_col, head.watermark_delay_ms
     if connector == "kafka":  # the Kafka source of CREATE SOURCE … WITH ('connector' = 'kafka'), checked alike
         kafka = {k: v for k, v in opts.items() if not k.startswith(_KAFKA_WRITE_ONLY)}
-        src = ddl.source_from_options(head, kafka)
+        src = source_from_options(head, kafka)
         src_connector, src_opts, laminar_opts = src.connector, src.connector_options, src.options
         wm_col, wm_delay = src.watermark_col, src.watermark_delay_ms
     elif connector == "datagen":
-        from laminardb.connectors.datagen import check_options
-
         schema = pa.schema([pa.field(c.name, c.type) for c in head.columns])
-        src_opts = check_options(name, schema, opts)
+        src_opts = check_datagen_options(name, schema, opts)
         src_connector = "datagen"
-    elif connector == "filesystem":  # its keys: check_file_table_keys, when the statement is written
+    elif connector == "filesystem":  # its keys: options.check_file_table_keys, when the statement is written
         src_connector, src_opts = "filesystem", _file_source_options(name, opts)
     if partitioned and connector != "filesystem":
         raise UnsupportedSqlError(f"table {name!r}: PARTITIONED BY applies to filesystem tables")
@@ -220,15 +229,6 @@ def _file_path(name: str, opts: dict[str, str]) -> str:
     return re.sub(r"^file://", "", path)
 
 
-def check_file_table_keys(name: str, opts: dict[str, str]) -> None:
-    """Refuse a key a filesystem table does not take (``UnknownOptionError``, LDB-1002)."""
-    for key in opts:
-        if key not in _FILE_TABLE_KEYS and not key.startswith(_FILE_LIFECYCLE):
-            known = [*_FILE_TABLE_KEYS, *(p + "*" if p.endswith(".") else p for p in _FILE_LIFECYCLE)]
-            raise UnknownOptionError(f"unknown option {key!r} for filesystem table {name!r}; known options: "
-                                     f"{', '.join(known)} (the lifecycle ones are accepted and not applied)")
-
-
 def _file_source_options(name: str, opts: dict[str, str]) -> dict[str, str]:
     fmt = (opts.get("format") or "").lower()
     if fmt not in _FILE_FORMATS:
@@ -247,7 +247,7 @@ def parse_statement(text: str, line: int = 0, col: int = 0) -> InsertInto | Crea
     if not m:
         raise SqlParseError("expected CREATE FUNCTION name AS 'class.Name' [LANGUAGE JAVA|SCALA|PYTHON]",
                             line=line + 1, col=col + 1)
-    name = ddl.unquote(re.split(r"\.(?=[^.]*$)", m.group(1))[-1])
+    name = unquote(re.split(r"\.(?=[^.]*$)", m.group(1))[-1])
     return CreateFunction(name, m.group(2), (m.group(3) or "JAVA").upper())
 
 
@@ -258,12 +258,12 @@ def _parse_insert(text: str, line: int, col: int) -> InsertInto:
     if m.group(1).upper() == "OVERWRITE":
         raise UnsupportedSqlError("INSERT OVERWRITE replaces a table's content, which a stream never ends to do; "
                                   "use INSERT INTO")
-    table = ddl.unquote(re.split(r"\.(?=[^.]*$)", m.group(2))[-1])
+    table = unquote(re.split(r"\.(?=[^.]*$)", m.group(2))[-1])
     pos = m.end()
     columns = None
     if text[pos : pos + 1] == "(" and not re.match(r"(?is)\(\s*(SELECT|WITH)\b", text[pos:]):
         close = close_paren(text, pos, f"column list of INSERT INTO {table}")
-        columns = tuple(ddl.unquote(c) for c in text[pos + 1 : close].split(",") if c.strip())
+        columns = tuple(unquote(c) for c in text[pos + 1 : close].split(",") if c.strip())
         pos = close + 1
         pos += len(text[pos:]) - len(text[pos:].lstrip())
     rest = text[pos:]
@@ -274,8 +274,8 @@ def _parse_insert(text: str, line: int, col: int) -> InsertInto:
             "insert rows into a source with conn.insert() (or INSERT … VALUES in the `laminardb sql` shell)")
     if not re.match(r"(?is)(SELECT|WITH|\()", rest):
         raise SqlParseError(f"expected SELECT after INSERT INTO {table}", line=line + 1, col=col + 1)
-    qline, qcol = ddl._position(text, pos, line, col)
-    query = ddl._query(rest, qline, qcol)
+    qline, qcol = position(text, pos, line, col)
+    query = parse_query(rest, qline, qcol)
     return InsertInto(table, columns, query, rest, qline, qcol)
 
 
@@ -370,21 +370,21 @@ def fit_select(ins: InsertInto, table: FlinkTable) -> str:
 def _reads(stmt: object) -> set[str]:
     """Names of the relations a statement's query reads (FROM, TVFs, CREATE SINK … FROM)."""
     queries = []
-    if isinstance(stmt, ddl.Query):
+    if isinstance(stmt, Query):
         queries.append(stmt)
-    elif isinstance(stmt, ddl.CreateStream | InsertInto):
+    elif isinstance(stmt, CreateStream | InsertInto):
         queries.append(stmt.query)
-    elif isinstance(stmt, ddl.CreateSink):
+    elif isinstance(stmt, CreateSink):
         if stmt.query is not None:
             queries.append(stmt.query)
         if stmt.from_name:
             return {stmt.from_name.lower()}
-    elif isinstance(stmt, ddl.Explain):
+    elif isinstance(stmt, Explain):
         return _reads(stmt.statement)
     out: set[str] = set()
     for q in queries:
         if q.tvf is not None:
-            out.add(ddl.unquote(q.tvf.table).lower())
+            out.add(unquote(q.tvf.table).lower())
         for t in q.select.find_all(exp.Table):
             if t.name:
                 out.add(t.name.lower())
@@ -392,7 +392,7 @@ def _reads(stmt: object) -> set[str]:
 
 
 def _inserted(stmt: object) -> str | None:
-    if isinstance(stmt, ddl.Explain):
+    if isinstance(stmt, Explain):
         return _inserted(stmt.statement)
     return stmt.table.lower() if isinstance(stmt, InsertInto) else None
 
@@ -400,10 +400,10 @@ def _inserted(stmt: object) -> str | None:
 def translate(statements: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
     """Replace the Flink statements of a script by laminardb's (see the module docstring)."""
     flinkish = (FlinkTable, InsertInto, CreateFunction)
-    registry = udfs.current()
+    registry = function_registry.current()
     declared = registry.flink_tables if registry is not None else {}
     if not any(isinstance(s, flinkish) or isinstance(getattr(s, "statement", None), flinkish)
-               or (isinstance(s, ddl.Drop) and s.name in declared) for s, _ in statements):
+               or (isinstance(s, Drop) and s.name in declared) for s, _ in statements):
         return statements
     tables: dict[str, FlinkTable] = dict(registry.flink_tables) if registry is not None else {}
     reads = set().union(*(_reads(s) for s, _ in statements))
@@ -417,18 +417,18 @@ def translate(statements: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
                 out.append((stmt.as_source(), text))
         elif isinstance(stmt, InsertInto):
             out.append(_translate_insert(stmt, tables))
-        elif isinstance(stmt, ddl.Explain) and isinstance(stmt.statement, InsertInto):
+        elif isinstance(stmt, Explain) and isinstance(stmt.statement, InsertInto):
             new, _ = _translate_insert(stmt.statement, tables)
             assert new.query is not None  # an INSERT always has its query
-            out.append((ddl.Explain(ddl.CreateStream(new.name, new.query)), text))
+            out.append((Explain(CreateStream(new.name, new.query)), text))
         elif isinstance(stmt, CreateFunction):
             _check_function(stmt, registry)
-        elif isinstance(stmt, ddl.CreateStream) and stmt.materialized and re.match(
+        elif isinstance(stmt, CreateStream) and stmt.materialized and re.match(
                 r"(?is)\s*CREATE\s+(OR\s+REPLACE\s+)?VIEW\b", text):
             # a Flink script's CREATE VIEW is a named query: our stream
             new_text = re.sub(r"(?is)^(\s*CREATE\s+(?:OR\s+REPLACE\s+)?)VIEW\b", r"\1STREAM", text, count=1)
             out.append((replace(stmt, materialized=False), new_text))
-        elif isinstance(stmt, ddl.Drop) and stmt.kind == "SOURCE" and stmt.name in tables:
+        elif isinstance(stmt, Drop) and stmt.kind == "SOURCE" and stmt.name in tables:
             table = tables.pop(stmt.name)
             if table.flink_connector in _SOURCE_CONNECTORS:
                 out.append((stmt, text))  # a table read as a source; one only written to has no object
@@ -440,7 +440,7 @@ def translate(statements: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
     return out
 
 
-def _translate_insert(ins: InsertInto, tables: dict[str, FlinkTable]) -> tuple[ddl.CreateStream | ddl.CreateSink, str]:
+def _translate_insert(ins: InsertInto, tables: dict[str, FlinkTable]) -> tuple[CreateStream | CreateSink, str]:
     table = tables.get(ins.table) or next((t for k, t in tables.items() if k.lower() == ins.table.lower()), None)
     if table is None:
         known = ", ".join(sorted(tables)) or "none"
@@ -449,20 +449,20 @@ def _translate_insert(ins: InsertInto, tables: dict[str, FlinkTable]) -> tuple[d
             f"…) on this connection (declared: {known}); INSERT INTO … SELECT feeds such a table (blackhole: a "
             "stream, kafka/filesystem: a sink). Rows go into a source with conn.insert()")
     body = fit_select(ins, table)
-    query = ddl._query(body, ins.line, ins.col)
+    query = parse_query(body, ins.line, ins.col)
     if table.flink_connector == "blackhole":
         name = table.name
-        query = ddl._with_stream_options(query, name, {})
-        return ddl.CreateStream(name, query), f"CREATE STREAM {_quote(name)} AS {body}"
+        query = with_stream_options(query, name, {})
+        return CreateStream(name, query), f"CREATE STREAM {_quote(name)} AS {body}"
     if table.flink_connector == "datagen":
         raise UnsupportedSqlError(f"INSERT INTO {table.name}: a datagen table generates rows; it cannot be "
                                   "written to (use 'blackhole', 'kafka' or 'filesystem')")
     name = f"{table.name}_insert"
     native, opts = options.sink_with_options(name, _sink_options(table))
-    query = ddl._with_stream_options(query, name, {})
+    query = with_stream_options(query, name, {})
     listed = ", ".join(f"{_quote_key(k)} = '{v.replace(chr(39), chr(39) * 2)}'" for k, v in opts.items())
     text = f"CREATE SINK {_quote(name)} INTO {native.upper()} ({listed}) AS {body}"
-    return ddl.CreateSink(name, native, opts, query=query), text
+    return CreateSink(name, native, opts, query=query), text
 
 
 def _quote_key(key: str) -> str:
@@ -481,13 +481,13 @@ def _sink_options(table: FlinkTable) -> dict[str, str]:
             opts["format"] = _FILE_FORMATS[fmt]
         # how Flink rolls files and when it declares a partition complete: laminardb rolls and
         # makes files visible per checkpoint (exactly-once), so these are accepted, not applied
-        opts = {k: v for k, v in opts.items() if not k.startswith(_FILE_LIFECYCLE)}
+        opts = {k: v for k, v in opts.items() if not k.startswith(FILE_LIFECYCLE)}
         if table.partitioned_by:
             opts["partitioned_by"] = ", ".join(table.partitioned_by)
     return opts
 
 
-def _check_function(stmt: CreateFunction, registry: udfs.UdfRegistry | None) -> None:
+def _check_function(stmt: CreateFunction, registry: UdfRegistry | None) -> None:
     if registry is not None and stmt.name in registry:
         return  # the Python UDF registered under that name stands in for the class
     what = "a Java class" if stmt.language in ("JAVA", "SCALA") else f"a {stmt.language.title()} function"
@@ -496,26 +496,3 @@ def _check_function(stmt: CreateFunction, registry: udfs.UdfRegistry | None) -> 
         f"a Python UDF under that name before running the script: conn.register_udf('{stmt.name}', fn, "
         "'BIGINT'), where fn takes pyarrow Arrays and returns a pyarrow Array (docs/sql.md, Python UDFs); "
         "this statement is then accepted and names it")
-
-
-# --------------------------------------------------------------------------- source connectors
-
-
-def source_connectors(fallback):
-    """``Reactor.make_source_connector`` extended with the datagen and filesystem tables'
-    polled connectors; other kinds (kafka) go to ``fallback``."""
-
-    def make(kind: str, node, options: dict[str, str], restore_state: dict | None = None):
-        if kind == "datagen":
-            from laminardb.connectors.datagen import DatagenSource
-
-            return DatagenSource(name=node.name, schema=node.schema, options=options, restore_state=restore_state)
-        if kind == "filesystem":
-            from laminardb.connectors.file_source import FileTableSource
-
-            return FileTableSource(name=node.name, schema=node.schema, options=options,
-                                   restore_state=restore_state)
-        return fallback(kind, node, options) if restore_state is None else fallback(kind, node, options,
-                                                                                       restore_state)
-
-    return make

@@ -18,7 +18,8 @@ arithmetic), never a Python loop over rows:
 * ``PROCTIME()`` — the processing time of the batch (the connection's clock, ``config["clock"]``;
   the wall clock by default, UTC), TIMESTAMP(3).
 * ``YEAR``, ``MONTH``, ``DAYOFMONTH``/``DAY``, ``HOUR``, ``MINUTE``, ``SECOND`` of a time.
-* a Python UDF registered on the connection (``laminardb/sql/udf.py``).
+* a Python UDF registered on the connection (``laminardb/sql/udf.py``), looked up in
+  ``function_registry``.
 """
 
 from __future__ import annotations
@@ -31,17 +32,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlglot import exp
 
-from laminardb.sql import udf as udfs
+from laminardb.sql import function_registry
 from laminardb.sql.exceptions import SqlTypeError, UnsupportedSqlError
+from laminardb.sql.function_registry import processing_clock
 from laminardb.sql.types import type_name
 
 Value: TypeAlias = pa.Array | pa.ChunkedArray | pa.Scalar
 Fn: TypeAlias = Callable[[pa.RecordBatch], Value]
 CompileArg: TypeAlias = Callable[[exp.Expression], Fn]
 
-#: the functions of this module, for error messages (expressions.FUNCTIONS has the rest)
+#: the functions of this module (registered in ``function_registry``; expressions.FUNCTIONS has the rest)
 FUNCTIONS = ("DATE_FORMAT", "DAYOFMONTH", "DAY", "HOUR", "MINUTE", "MONTH", "PROCTIME",
              "REGEXP_EXTRACT", "SECOND", "SPLIT_INDEX", "YEAR")
+function_registry.register_builtins("functions", FUNCTIONS)
 
 _TIME_PARTS: dict[type, str] = {
     exp.Year: "year", exp.Month: "month", exp.Day: "day", exp.DayOfMonth: "day",
@@ -74,7 +77,7 @@ def compile_function(node: exp.Expression, scope, compile_arg: CompileArg) -> Fn
     if name in _NAMED_PARTS:
         _arity(node, args, 1, 1)
         return _time_part(node.sql(), _NAMED_PARTS[name], compile_arg(args[0]))
-    udf = udfs.lookup(node.name)
+    udf = function_registry.lookup(node.name)
     if udf is not None:
         return _udf_call(udf, node.sql(), [compile_arg(a) for a in args])
     return None
@@ -109,17 +112,6 @@ def _as_string(v: pa.Array, sql: str) -> pa.Array:
 
 
 # --------------------------------------------------------------------------- time
-
-
-def processing_clock():
-    """The processing-time clock of the connection planning now (``laminardb/engine/clock.py``); the
-    wall clock outside one."""
-    from laminardb.engine.clock import ProcessingClock
-
-    reg = udfs.current()
-    if reg is not None and getattr(reg, "clock", None) is not None:
-        return reg.clock
-    return ProcessingClock()
 
 
 def _proctime(clock) -> Fn:
@@ -407,7 +399,8 @@ def _split_index(node: exp.Expression, arg: Fn, delim_node: exp.Expression, inde
 # --------------------------------------------------------------------------- UDFs
 
 
-def _udf_call(udf: udfs.ScalarUdf, sql: str, args: list[Fn]) -> Fn:
+def _udf_call(udf, sql: str, args: list[Fn]) -> Fn:
+    """A call of ``udf`` (a ``udf.ScalarUdf``) over each batch."""
     def fn(b):
         n = b.num_rows
         return udf.call([_broadcast(a(b), n) for a in args], n, sql)

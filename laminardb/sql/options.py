@@ -29,6 +29,7 @@ __all__ = [
     "SOURCE_OPTIONS",
     "STREAM_OPTIONS",
     "SourceOptions",
+    "check_file_table_keys",
     "check_new_statement",
     "check_sink_options",
     "known_sink_options",
@@ -303,6 +304,22 @@ def check_new_statement(stmt: object) -> None:
     if connector == "file" and hasattr(stmt, "from_name"):  # a CreateSink
         check_sink_options(stmt.name, "file", stmt.options)  # type: ignore[attr-defined]
     if getattr(stmt, "flink_connector", None) == "filesystem":
-        from laminardb.sql.flink_ddl import check_file_table_keys
-
         check_file_table_keys(stmt.name, stmt.flink_options)  # type: ignore[attr-defined]
+
+
+# filesystem sink options of Flink's file lifecycle (rolling, compaction, partition commit):
+# accepted in an INSERT's table and not applied (flink_ddl._sink_options)
+FILE_LIFECYCLE = ("sink.rolling-policy.", "sink.partition-commit.", "partition.time-extractor.", "auto-compaction",
+                  "compaction.", "sink.parallelism", "sink.shuffle-by-partition.")
+# every key a Flink filesystem table takes (besides the lifecycle prefixes above): anything else —
+# 'formt', 'csv.field-delimiter', 'source.monitor-interval' — is refused, not silently ignored
+FILE_TABLE_KEYS = ("connector", "path", "format", "partition.default-name")
+
+
+def check_file_table_keys(name: str, opts: dict[str, str]) -> None:
+    """Refuse a key a filesystem table does not take (``UnknownOptionError``, LDB-1002)."""
+    for key in opts:
+        if key not in FILE_TABLE_KEYS and not key.startswith(FILE_LIFECYCLE):
+            known = [*FILE_TABLE_KEYS, *(p + "*" if p.endswith(".") else p for p in FILE_LIFECYCLE)]
+            raise UnknownOptionError(f"unknown option {key!r} for filesystem table {name!r}; known options: "
+                                     f"{', '.join(known)} (the lifecycle ones are accepted and not applied)")

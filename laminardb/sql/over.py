@@ -2,7 +2,8 @@
 above it, LAG/LEAD, aggregates.
 
 Entry points: ``plan_over(sel, subquery, ctx, batch)`` and ``plan_window_functions(sel, query,
-ctx, top=…)``, both called by the planner's ``_plan_select``. ``plan_over`` takes a SELECT
+ctx, top=…)``, both called by the planner's ``_plan_select``, which passes its steps in ``ctx`` (``plan_subquery``,
+``plan_select``, ``plan_block``). ``plan_over`` takes a SELECT
 whose FROM is one subquery: ``None`` when that subquery selects no OVER window, else the outer
 SELECT (its ``rn`` bound taken out of WHERE), the relation it reads and the ``plan.TopN`` node.
 
@@ -26,13 +27,16 @@ with no bound.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from sqlglot import exp
 
-from laminardb.sql.binder import _and, _conjuncts
+from laminardb.sql._join_inputs import and_all, conjuncts
+from laminardb.sql._select_items import is_agg, output_name
+from laminardb.sql.ddl import Query
 from laminardb.sql.exceptions import UnsupportedSqlError
-from laminardb.sql.plan import TopN
+from laminardb.sql.plan import Over, OverFunc, RelationInfo, TopN
 
 _BOUND_OPS = (exp.LTE, exp.LT, exp.EQ, exp.GTE, exp.GT)
 _RANKINGS: dict[type, Literal["row_number", "rank", "dense_rank"]] = {
@@ -93,8 +97,6 @@ def _uses(nodes: list[exp.Expression], rn: str) -> bool:
 def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
     """(outer SELECT, RelationInfo, TopN) for ``SELECT … FROM (SELECT …, ROW_NUMBER() OVER (…)
     AS rn …) WHERE rn <= N``; None when the subquery selects no OVER window."""
-    from laminardb.sql.planner import RelationInfo, _plan_subquery
-
     inner = subquery.this
     if not isinstance(inner, exp.Select):
         return None
@@ -135,14 +137,14 @@ def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
     where = sel.args.get("where")
     rest: list[exp.Expression] = []
     n = None
-    for c in _conjuncts(where.this if where else None):
+    for c in conjuncts(where.this if where else None):
         b = _bound(c, rn)
         if b is None:
             rest.append(c)
         else:
             n = b if n is None else min(n, b)
     own = inner.args.get("where")
-    if n is None and own is not None and any(_bound(c, rn) is not None for c in _conjuncts(own.this)):
+    if n is None and own is not None and any(_bound(c, rn) is not None for c in conjuncts(own.this)):
         raise UnsupportedSqlError(
             f"{text} AS {rn}: WHERE {own.this.sql()} filters the row number in the SELECT that defines it, where "
             f"{rn} does not exist yet (WHERE runs before the SELECT list; Flink refuses it too); bound it in a "
@@ -162,7 +164,7 @@ def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
     exprs += [exp.alias_(p.copy(), f"{_HIDDEN}p{i}", quoted=True) for i, p in enumerate(parts)]
     exprs += [exp.alias_(o.this.copy(), f"{_HIDDEN}o{i}", quoted=True) for i, o in enumerate(orders)]
     body.set("expressions", exprs)
-    child = _plan_subquery(body, ctx)
+    child = ctx.plan_subquery(body)
     if child.changelog:
         raise UnsupportedSqlError(f"{text} over a changelog (an input that retracts rows: EMIT CHANGES, an outer "
                                   "join) is not supported yet; apply it to an append-only input")
@@ -174,7 +176,7 @@ def plan_over(sel: exp.Select, subquery: exp.Subquery, ctx, batch: bool):
                  for j, o in enumerate(orders)],
                 n, names.index(rn), hidden, sql=f"{text} AS {rn}, {rn} <= {n}", kind=kind)
     outer = sel.copy()
-    outer.set("where", exp.Where(this=_and(rest)) if rest else None)
+    outer.set("where", exp.Where(this=and_all(rest)) if rest else None)
     node.rank_used = _uses(list(outer.expressions) + rest + [outer.args[k] for k in ("group", "having")
                                                             if outer.args.get(k) is not None], rn)
     time_of_order = child.time_cols.get(f"{_HIDDEN}o0") if len(orders) == 1 else None
@@ -224,11 +226,6 @@ def plan_window_functions(sel: exp.Select, query, ctx, *, top: bool):
     aggregates over a frame) as an ``Over`` node between the block that reads FROM (``lower``: its
     columns plus the hidden PARTITION BY / ORDER BY / argument / default columns) and the SELECT
     list (``upper``); None when the SELECT has no OVER window or one that is neither."""
-    from dataclasses import replace
-
-    from laminardb.sql.plan import Over, OverFunc
-    from laminardb.sql.planner import RelationInfo, _is_agg, _output_name, _plan_block, _plan_select
-
     wins = _over_funcs_only(sel)
     if wins is None or (sel.args.get("from_") or sel.args.get("from")) is None:
         return None
@@ -239,7 +236,7 @@ def plan_window_functions(sel: exp.Select, query, ctx, *, top: bool):
         raise UnsupportedSqlError(f"{first} over a join is not supported yet: create a stream for the join and "
                                   "apply the OVER window to it")
     if (sel.args.get("group") or sel.args.get("having") or sel.args.get("distinct")
-            or any(_is_agg(n) and not isinstance(n.parent, exp.Window) for e in sel.expressions for n in e.walk())):
+            or any(is_agg(n) and not isinstance(n.parent, exp.Window) for e in sel.expressions for n in e.walk())):
         raise UnsupportedSqlError(f"{first} with GROUP BY or aggregates is not supported yet: aggregate in a stream "
                                   "and apply the OVER window to it")
     frm = sel.args.get("from_") or sel.args.get("from")
@@ -294,7 +291,7 @@ def plan_window_functions(sel: exp.Select, query, ctx, *, top: bool):
 
     lower = sel.copy()
     lower.set("expressions", [exp.Star()] + hidden)
-    child = _plan_select(lower, query, ctx, top=top)
+    child = ctx.plan_select(lower, query, top=top)
     if child.changelog:
         _check_changelog_over(wins, first)
     names = list(child.names)
@@ -341,7 +338,7 @@ def plan_window_functions(sel: exp.Select, query, ctx, *, top: bool):
         elif isinstance(e, exp.Alias):
             upper_items.append(e.copy().transform(swap))
         else:
-            upper_items.append(exp.alias_(e.copy().transform(swap), _output_name(e, i), quoted=True))
+            upper_items.append(exp.alias_(e.copy().transform(swap), output_name(e, i), quoted=True))
     upper = sel.copy()
     upper.set("expressions", upper_items)
     upper.set("where", None)
@@ -351,10 +348,8 @@ def plan_window_functions(sel: exp.Select, query, ctx, *, top: bool):
     rel = RelationInfo(name, node.schema, node.time_col, node.changelog, node.time_cols, kind="subquery")
     upper_query = replace(query, tvf=None) if query is not None else None
     if upper_query is None:
-        from laminardb.sql.ddl import Query
-
         upper_query = Query(upper, upper.sql())
-    return _plan_block(upper, upper_query, rel, node, ctx.batch)
+    return ctx.plan_block(upper, upper_query, rel, node)
 
 
 def _check_changelog_over(wins: list[exp.Window], first: str) -> None:

@@ -1,8 +1,11 @@
 """The logical plan tree: plain dataclasses a query compiles to, below its top SELECT block.
 
-Entry points: ``Scan``, ``Filter``, ``Join``, ``AsofJoin``, ``LookupJoin``, ``UnionAll``, ``TopN`` and ``planner.QueryPlan`` (one SELECT
+Entry points: ``Scan``, ``Filter``, ``Join``, ``AsofJoin``, ``LookupJoin``, ``UnionAll``, ``TopN`` and ``QueryPlan`` (one SELECT
 block: filter → aggregate → HAVING → project, fused because it runs as one operator and the
-Delta mode partitions it by its aggregate key). ``leaves(node)`` lists the relations a tree
+Delta mode partitions it by its aggregate key), and what a block is planned from and into:
+``RelationInfo`` (an input), ``AggSpec`` (an aggregate call and its result type, ``result_type``),
+``WindowSpec`` and ``group_schema`` (the columns an aggregate's groups leave with). The operators
+(``operators/``) run these; this module imports nothing from them. ``leaves(node)`` lists the relations a tree
 reads; ``explain_node(node)`` renders it. Every node knows its output ``schema``, whether that
 output is a Z-set changelog (``changelog``: rows carry ``__weight``) or append-only, and its
 event-time columns (``time_cols``: column → ``WatermarkMap`` from the root watermark).
@@ -15,15 +18,15 @@ minimum never runs ahead of the column's true watermark.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import pyarrow as pa
 
 from laminardb.sql.expressions import Expr
-from laminardb.sql.watermarks import WatermarkMap
+from laminardb.sql.watermarks import IDENTITY, WatermarkMap
 
-if TYPE_CHECKING:
-    pass
+#: the column of a changelog's rows that carries each row's weight (+1 insert, −1 retraction)
+WEIGHT = "__weight"
 
 JoinKind = Literal["inner", "left", "right", "full"]
 
@@ -408,3 +411,179 @@ def explain_node(node, depth: int = 0) -> list[str]:
             lines += explain_node(c, depth + 1)
         return lines
     return [pad + line for line in node.explain()]  # a SELECT block (QueryPlan)
+
+
+# --------------------------------------------------------------------------- a SELECT block
+
+AggKind = Literal[
+    "count_star", "count", "count_distinct", "sum", "avg", "min", "max", "first_value", "last_value"
+]
+#: aggregates that stay correct when input rows are retracted (weight −1)
+INVERTIBLE: frozenset[str] = frozenset({"count_star", "count", "sum", "avg"})
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    """One aggregate call: its kind, the Arrow type of its argument and of its result."""
+
+    kind: AggKind
+    arg_type: pa.DataType | None
+    out_type: pa.DataType
+
+
+def result_type(kind: AggKind, arg_type: pa.DataType | None) -> pa.DataType:
+    if kind in ("count_star", "count", "count_distinct"):
+        return pa.int64()
+    if kind == "avg":
+        return pa.float64()
+    if kind == "sum":
+        assert arg_type is not None
+        return pa.float64() if pa.types.is_floating(arg_type) else pa.int64()
+    assert arg_type is not None
+    return arg_type
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """A window in ticks of the event-time column (ms for TIMESTAMP(3)/BIGINT, µs for (6))."""
+
+    kind: Literal["tumble", "hop", "session"]
+    size: int = 0
+    slide: int = 0
+    gap: int = 0
+    offset: int = 0
+
+
+def group_schema(
+    key_types: list[pa.DataType], specs: list[AggSpec], windowed: bool, time_type: pa.DataType
+) -> pa.Schema:
+    fields = []
+    if windowed:
+        fields += [pa.field("__ws", time_type), pa.field("__we", time_type)]
+    fields += [pa.field(f"__k{i}", t) for i, t in enumerate(key_types)]
+    fields += [pa.field(f"__a{j}", s.out_type) for j, s in enumerate(specs)]
+    return pa.schema(fields)
+
+
+
+@dataclass(frozen=True)
+class RelationInfo:
+    """What a query needs to know about its input: schema, event time, changelog or not.
+
+    ``time_cols``: every event-time column → how its watermark follows from the root source's
+    (None: just ``time_col``, with the source's own watermark). ``kind`` "source" with no
+    ``time_col`` lets a window place the implicit watermark; ``connector`` names a source's
+    connector (then it cannot).
+    """
+
+    name: str
+    schema: pa.Schema
+    time_col: str | None = None
+    changelog: bool = False
+    time_cols: dict[str, WatermarkMap] | None = None
+    kind: str = "relation"
+    connector: str | None = None
+    primary_key: tuple[str, ...] = ()  # a source's PRIMARY KEY (…) NOT ENFORCED: a versioned table
+
+    def event_time(self) -> dict[str, WatermarkMap]:
+        if self.time_cols is not None:
+            return dict(self.time_cols)
+        return {} if self.time_col is None else {self.time_col: IDENTITY}
+
+
+@dataclass
+class AggregatePlan:
+    keys: list[Expr]
+    specs: list[AggSpec]
+    args: list[Expr | None]
+    window: WindowSpec | None
+    time_index: int | None
+    time_type: pa.DataType
+    group_schema: pa.Schema
+    lateness: int = 0  # allowed lateness in ticks of the window's time column
+    closes_with: str = ""  # GROUP BY the input's window bounds: the window-end column groups close with
+
+
+@dataclass
+class QueryPlan:
+    input: str
+    input_schema: pa.Schema
+    where: Expr | None
+    aggregate: AggregatePlan | None
+    projections: list[Expr]
+    names: list[str]
+    having: Expr | None
+    output_schema: pa.Schema
+    emit: str  # "append" | "changes" | "close"
+    input_changelog: bool
+    time_col: str | None
+    late_data_to: str | None
+    order_by: list[tuple[int, bool]] = field(default_factory=list)  # (output column, descending)
+    limit: int | None = None
+    # the output's event-time columns → their watermark from the root source's (time_col among them)
+    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
+    # the root source's watermark → the watermark of the column the window reads; the reactor
+    # applies it before the operator sees a watermark
+    input_watermark: WatermarkMap = IDENTITY
+    # a window over a source with no declared watermark: the source column that becomes its event time
+    implicit_watermark: str | None = None
+    # the input subtree (plan.py): a Scan of ``input``, or joins / UNION ALL / subqueries
+    child: object | None = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The visible output columns (a plan-tree node's ``schema``; no ``__weight``)."""
+        return self.output_schema
+
+    @property
+    def tree(self) -> bool:
+        """Whether the input is more than one relation read as is (a join, union or subquery)."""
+        return self.child is not None and not isinstance(self.child, Scan)
+
+    @property
+    def inputs(self) -> list[str]:
+        """The relations this query reads, each once."""
+        return leaves(self.child) if self.tree else [self.input]
+
+    @property
+    def children(self) -> list:
+        return [self.child] if self.child is not None else [Scan(self.input, self.input_schema, self.input_changelog)]
+
+    @property
+    def late_updates(self) -> bool:
+        """EMIT ON WINDOW CLOSE with allowed lateness: late rows re-fire closed windows."""
+        return self.emit == "close" and self.aggregate is not None and self.aggregate.lateness > 0
+
+    @property
+    def changelog(self) -> bool:
+        """Whether the output carries ``__weight`` (a Z-set changelog)."""
+        return self.emit == "changes" or self.input_changelog or self.late_updates
+
+    def explain(self) -> list[str]:
+        lines = []
+        if self.limit is not None or self.order_by:
+            lines.append(f"Sort/Limit: order={self.order_by} limit={self.limit}")
+        lines.append(f"Project: {', '.join(f'{e.sql} AS {n}' for e, n in zip(self.projections, self.names, strict=True))}")
+        if self.having is not None:
+            lines.append(f"  Having: {self.having.sql}")
+        if self.aggregate is not None:
+            a = self.aggregate
+            w = "none" if a.window is None else f"{a.window}"
+            if a.closes_with:
+                w = f"the input's windows (each group closes when the watermark passes its {a.closes_with})"
+            late = f" allowed_lateness={a.lateness}" if a.lateness else ""
+            lines.append(f"  Aggregate[emit={self.emit}]: keys=[{', '.join(k.sql for k in a.keys)}] "
+                         f"aggs=[{', '.join(s.kind for s in a.specs)}] window={w}{late}")
+        if self.where is not None:
+            lines.append(f"    Filter: {self.where.sql}")
+        if self.tree:
+            lines += explain_node(self.child, 3)
+        else:
+            lines.append(f"      Scan: {self.input}{' (changelog)' if self.input_changelog else ''}")
+        if self.implicit_watermark:
+            lines.append(f"  implicit watermark on {self.input}.{self.implicit_watermark} (zero delay)")
+        for name, wm in self.time_cols.items():
+            lines.append(f"  event time {name}: {wm.describe()}")
+        if self.late_data_to:
+            lines.append(f"  late rows → {self.late_data_to}")
+        return lines

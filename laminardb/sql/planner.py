@@ -27,17 +27,23 @@ them follow the clock.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import pyarrow as pa
 from sqlglot import exp
 
-from laminardb.operators.aggregates import INVERTIBLE, AggSpec, result_type
-from laminardb.operators.group_aggregate import WindowSpec, group_schema
 from laminardb.sql._agg_filter import filtered_argument
 from laminardb.sql._checks import check_supported
 from laminardb.sql._dialect import parse_select
+from laminardb.sql._select_items import (
+    AGG_KINDS,
+    WINDOW_FUNCS,
+    WINDOW_REFS,
+    aggregates,
+    is_agg,
+    output_name,
+)
 from laminardb.sql._window_groups import WindowGroups, window_attribute_grouping
 from laminardb.sql._window_tvf import expand_window_tvf, window_spec
 from laminardb.sql.ddl import Query
@@ -48,8 +54,20 @@ from laminardb.sql.exceptions import (
     UnsupportedSqlError,
 )
 from laminardb.sql.expressions import Expr, Scope, compile_expr
+from laminardb.sql.function_registry import processing_clock
 from laminardb.sql.intervals import interval_ms
-from laminardb.sql.plan import Scan, UnionAll, explain_node, leaves
+from laminardb.sql.plan import (
+    INVERTIBLE,
+    AggregatePlan,
+    AggSpec,
+    QueryPlan,
+    RelationInfo,
+    Scan,
+    UnionAll,
+    WindowSpec,
+    group_schema,
+    result_type,
+)
 from laminardb.sql.types import ticks_per_ms, type_name
 from laminardb.sql.watermarks import (
     IDENTITY,
@@ -58,150 +76,6 @@ from laminardb.sql.watermarks import (
     WindowEdge,
     on_processing_time,
 )
-
-WEIGHT = "__weight"
-
-
-@dataclass(frozen=True)
-class RelationInfo:
-    """What a query needs to know about its input: schema, event time, changelog or not.
-
-    ``time_cols``: every event-time column → how its watermark follows from the root source's
-    (None: just ``time_col``, with the source's own watermark). ``kind`` "source" with no
-    ``time_col`` lets a window place the implicit watermark; ``connector`` names a source's
-    connector (then it cannot).
-    """
-
-    name: str
-    schema: pa.Schema
-    time_col: str | None = None
-    changelog: bool = False
-    time_cols: dict[str, WatermarkMap] | None = None
-    kind: str = "relation"
-    connector: str | None = None
-    primary_key: tuple[str, ...] = ()  # a source's PRIMARY KEY (…) NOT ENFORCED: a versioned table
-
-    def event_time(self) -> dict[str, WatermarkMap]:
-        if self.time_cols is not None:
-            return dict(self.time_cols)
-        return {} if self.time_col is None else {self.time_col: IDENTITY}
-
-
-@dataclass
-class AggregatePlan:
-    keys: list[Expr]
-    specs: list[AggSpec]
-    args: list[Expr | None]
-    window: WindowSpec | None
-    time_index: int | None
-    time_type: pa.DataType
-    group_schema: pa.Schema
-    lateness: int = 0  # allowed lateness in ticks of the window's time column
-    closes_with: str = ""  # GROUP BY the input's window bounds: the window-end column groups close with
-
-
-@dataclass
-class QueryPlan:
-    input: str
-    input_schema: pa.Schema
-    where: Expr | None
-    aggregate: AggregatePlan | None
-    projections: list[Expr]
-    names: list[str]
-    having: Expr | None
-    output_schema: pa.Schema
-    emit: str  # "append" | "changes" | "close"
-    input_changelog: bool
-    time_col: str | None
-    late_data_to: str | None
-    order_by: list[tuple[int, bool]] = field(default_factory=list)  # (output column, descending)
-    limit: int | None = None
-    # the output's event-time columns → their watermark from the root source's (time_col among them)
-    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
-    # the root source's watermark → the watermark of the column the window reads; the reactor
-    # applies it before the operator sees a watermark
-    input_watermark: WatermarkMap = IDENTITY
-    # a window over a source with no declared watermark: the source column that becomes its event time
-    implicit_watermark: str | None = None
-    # the input subtree (plan.py): a Scan of ``input``, or joins / UNION ALL / subqueries
-    child: object | None = None
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The visible output columns (a plan-tree node's ``schema``; no ``__weight``)."""
-        return self.output_schema
-
-    @property
-    def tree(self) -> bool:
-        """Whether the input is more than one relation read as is (a join, union or subquery)."""
-        return self.child is not None and not isinstance(self.child, Scan)
-
-    @property
-    def inputs(self) -> list[str]:
-        """The relations this query reads, each once."""
-        return leaves(self.child) if self.tree else [self.input]
-
-    @property
-    def children(self) -> list:
-        return [self.child] if self.child is not None else [Scan(self.input, self.input_schema, self.input_changelog)]
-
-    @property
-    def late_updates(self) -> bool:
-        """EMIT ON WINDOW CLOSE with allowed lateness: late rows re-fire closed windows."""
-        return self.emit == "close" and self.aggregate is not None and self.aggregate.lateness > 0
-
-    @property
-    def changelog(self) -> bool:
-        """Whether the output carries ``__weight`` (a Z-set changelog)."""
-        return self.emit == "changes" or self.input_changelog or self.late_updates
-
-    def explain(self) -> list[str]:
-        lines = []
-        if self.limit is not None or self.order_by:
-            lines.append(f"Sort/Limit: order={self.order_by} limit={self.limit}")
-        lines.append(f"Project: {', '.join(f'{e.sql} AS {n}' for e, n in zip(self.projections, self.names, strict=True))}")
-        if self.having is not None:
-            lines.append(f"  Having: {self.having.sql}")
-        if self.aggregate is not None:
-            a = self.aggregate
-            w = "none" if a.window is None else f"{a.window}"
-            if a.closes_with:
-                w = f"the input's windows (each group closes when the watermark passes its {a.closes_with})"
-            late = f" allowed_lateness={a.lateness}" if a.lateness else ""
-            lines.append(f"  Aggregate[emit={self.emit}]: keys=[{', '.join(k.sql for k in a.keys)}] "
-                         f"aggs=[{', '.join(s.kind for s in a.specs)}] window={w}{late}")
-        if self.where is not None:
-            lines.append(f"    Filter: {self.where.sql}")
-        if self.tree:
-            lines += explain_node(self.child, 3)
-        else:
-            lines.append(f"      Scan: {self.input}{' (changelog)' if self.input_changelog else ''}")
-        if self.implicit_watermark:
-            lines.append(f"  implicit watermark on {self.input}.{self.implicit_watermark} (zero delay)")
-        for name, wm in self.time_cols.items():
-            lines.append(f"  event time {name}: {wm.describe()}")
-        if self.late_data_to:
-            lines.append(f"  late rows → {self.late_data_to}")
-        return lines
-
-
-_AGG_KINDS: dict[type, str] = {
-    exp.Sum: "sum",
-    exp.Avg: "avg",
-    exp.Min: "min",
-    exp.Max: "max",
-    exp.FirstValue: "first_value",
-    exp.LastValue: "last_value",
-    exp.First: "first_value",
-    exp.Last: "last_value",
-}
-_WINDOW_FUNCS = {"TUMBLE", "HOP", "SLIDE", "HOPPING", "SESSION"}
-_WINDOW_REFS = {
-    "WINDOW_START": "__ws", "WINDOW_END": "__we", "WINDOW_TIME": "__wt",
-    "TUMBLE_START": "__ws", "TUMBLE_END": "__we", "HOP_START": "__ws", "HOP_END": "__we",
-    "SESSION_START": "__ws", "SESSION_END": "__we", "TUMBLE_ROWTIME": "__wt",
-    "HOP_ROWTIME": "__wt", "SESSION_ROWTIME": "__wt",
-}
 
 
 def plan_query(query: Query, lookup: Callable[[str], RelationInfo], *, batch: bool = False) -> QueryPlan:
@@ -221,6 +95,16 @@ class _Context:
     batch: bool
     tvf: list  # [the query's untagged window TVF, until the block reading its table takes it]
     tvfs: tuple = ()  # the query's window TVFs, by the index their exp.Table carries (meta["tvf"])
+
+    # the planner's steps, passed to the OVER planner (over.py) that plans the blocks around a window
+    def plan_subquery(self, node: exp.Expression):
+        return _plan_subquery(node, self)
+
+    def plan_select(self, sel, query: Query | None, *, top: bool) -> QueryPlan:
+        return _plan_select(sel, query, self, top=top)
+
+    def plan_block(self, sel, query: Query, rel: RelationInfo, child) -> QueryPlan:
+        return _plan_block(sel, query, rel, child, self.batch)
 
 
 def _tagged_tvf(sel, ctx: _Context):
@@ -357,7 +241,7 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
                 query = replace(query, tvf=_tagged_tvf(sel, ctx) if ctx.tvfs else ctx.tvf[0])
             outer, rel, node = over
             return _plan_block(outer, query, rel, node, batch)
-    expand = bool(joins and ctx.tvfs) and not _aggregates(sel)  # window TVFs joined as rows
+    expand = bool(joins and ctx.tvfs) and not aggregates(sel)  # window TVFs joined as rows
     planned = [_plan_item(source, ctx, expand)] + [_plan_item(j.this, ctx, expand) for j in joins]
     if top:  # an inner block that reads the window TVF's table has taken it
         query = replace(query, tvf=_tagged_tvf(sel, ctx) if ctx.tvfs else ctx.tvf[0])
@@ -367,7 +251,8 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
         node, alias, _, schema, time_col, time_cols = planned[0]
         rel = RelationInfo(alias, schema, time_col, node.changelog, time_cols, kind="subquery")
         return _plan_block(sel, query, rel, node, batch)
-    from laminardb.sql.binder import FromItem, bind_joins
+    from laminardb.sql._join_inputs import FromItem
+    from laminardb.sql.binder import bind_joins
 
     items = [FromItem(a, q, n, s, tc, tcs) for n, a, q, s, tc, tcs in planned]
 
@@ -379,7 +264,7 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
 
 
 def _plan_block(sel, query: Query, rel: RelationInfo, child, batch: bool) -> QueryPlan:
-    if query.tvf is not None and isinstance(child, Scan) and not _aggregates(sel):
+    if query.tvf is not None and isinstance(child, Scan) and not aggregates(sel):
         # a window TVF with no aggregate: its rows with their windows, read like a subquery
         child, rel = expand_window_tvf(query.tvf, rel, child)
         query = replace(query, tvf=None)
@@ -392,7 +277,7 @@ def _plan_block(sel, query: Query, rel: RelationInfo, child, batch: bool) -> Que
         raise UnsupportedSqlError("ORDER BY and LIMIT are only supported in query(); a stream has no end to sort")
 
     win = _find_window(sel, query, rel, scope, batch)
-    has_aggs = any(_is_agg(n) for e in sel.expressions for n in e.walk())
+    has_aggs = any(is_agg(n) for e in sel.expressions for n in e.walk())
     distinct = bool(sel.args.get("distinct"))
     if win.group_items or win.spec is not None or has_aggs or sel.args.get("having") is not None or distinct:
         plan = _plan_aggregate(sel, query, rel, scope, where, win, distinct)
@@ -440,7 +325,7 @@ def _find_window(sel, query: Query, rel: RelationInfo, scope: Scope, batch: bool
     found: list[tuple[str, list[exp.Expression], str | None]] = []
     rest = []
     for it in items:
-        if isinstance(it, exp.Anonymous) and it.name.upper() in _WINDOW_FUNCS:
+        if isinstance(it, exp.Anonymous) and it.name.upper() in WINDOW_FUNCS:
             found.append((it.name.upper(), list(it.expressions), it.sql()))
         elif isinstance(it, exp.Column) and it.name.upper() in ("WINDOW_START", "WINDOW_END", "WINDOW_TIME") and query.tvf:
             continue
@@ -508,29 +393,6 @@ def _event_time(kind: str, col: pa.Field, rel: RelationInfo) -> tuple[WatermarkM
     raise SqlTypeError(f"{call} needs an event-time column, but in {rel.name!r} {col.name!r} is none: {has}")
 
 
-def _is_agg(node: exp.Expression) -> bool:
-    return isinstance(node, exp.Count) or type(node) in _AGG_KINDS
-
-
-def _aggregates(sel) -> bool:
-    """Whether a SELECT block groups (GROUP BY, aggregates, HAVING, DISTINCT): a window TVF it
-    reads is then its window aggregate, else the TVF's rows (``_window_tvf``)."""
-    return bool(sel.args.get("group") or sel.args.get("having") or sel.args.get("distinct")
-                or any(_is_agg(n) for e in sel.expressions for n in e.walk()))
-
-
-def _output_name(e: exp.Expression, i: int) -> str:
-    if isinstance(e, exp.Alias):
-        return e.alias
-    if isinstance(e, exp.Column):
-        return e.name
-    if isinstance(e, exp.Anonymous) and e.name.upper() in _WINDOW_REFS:
-        return _WINDOW_REFS[e.name.upper()].replace("__ws", "window_start").replace("__we", "window_end").replace("__wt", "window_time")
-    if isinstance(e, exp.Anonymous) and e.name.upper() in _WINDOW_FUNCS:
-        return "window_start"  # LaminarDB: tumble(ts, …) in SELECT is the window's start
-    return e.sql().lower() if len(e.sql()) < 64 else f"expr{i}"
-
-
 def _primary(time_cols: dict[str, WatermarkMap], prefer: str | None) -> str | None:
     """The output's main event-time column: ``prefer`` if it is one, else the first."""
     if prefer is not None and prefer in time_cols:
@@ -553,10 +415,10 @@ def _plan_project(sel, query: Query, rel: RelationInfo, scope: Scope, where) -> 
                     carried = carried or (f.name if f.name == rel.time_col else None)
             continue
         inner = e.this if isinstance(e, exp.Alias) else e
-        if isinstance(inner, exp.Column) and inner.name.upper() in _WINDOW_REFS and inner.name.lower() not in [f.name.lower() for f in rel.schema]:
+        if isinstance(inner, exp.Column) and inner.name.upper() in WINDOW_REFS and inner.name.lower() not in [f.name.lower() for f in rel.schema]:
             raise UnsupportedSqlError(f"{inner.name} needs a window in GROUP BY")
         ex = compile_expr(inner, scope)
-        name = _output_name(e, i)
+        name = output_name(e, i)
         if isinstance(inner, exp.Column):
             src = rel.schema.field(scope.resolve(inner.name, inner.this.args.get("quoted", False))).name
             if src in times:
@@ -564,8 +426,6 @@ def _plan_project(sel, query: Query, rel: RelationInfo, scope: Scope, where) -> 
                 carried = carried or (name if src == rel.time_col else None)
         elif isinstance(inner, exp.Anonymous) and inner.name.upper() == "PROCTIME":
             # a processing-time attribute: windows over it follow the connection's clock (q12)
-            from laminardb.sql.functions import processing_clock
-
             time_cols.setdefault(name, WatermarkMap((ProcessingTime(processing_clock()),)))
         projections.append(ex)
         names.append(name)
@@ -602,7 +462,7 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
             g = g.this if isinstance(g, exp.Alias) else g
         key_nodes.append(g)
     if distinct:
-        if group_items or any(_is_agg(n) for e in sel.expressions for n in e.walk()):
+        if group_items or any(is_agg(n) for e in sel.expressions for n in e.walk()):
             raise UnsupportedSqlError("SELECT DISTINCT with GROUP BY or aggregates is not supported")
         key_nodes = [e.this if isinstance(e, exp.Alias) else e for e in sel.expressions]
     keys = [compile_expr(k, scope) for k in key_nodes]
@@ -634,13 +494,13 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
             else:
                 kind, arg = "count", inner
         else:
-            kind, arg = _AGG_KINDS[type(node)], node.this
+            kind, arg = AGG_KINDS[type(node)], node.this
             if isinstance(arg, exp.Distinct):
                 if kind in ("min", "max"):
                     arg = arg.expressions[0]
                 else:
                     raise UnsupportedSqlError(f"{kind.upper()}(DISTINCT …) is not supported; only COUNT(DISTINCT …)")
-        if any(_is_agg(n) for n in (arg.walk() if arg is not None else [])):
+        if any(is_agg(n) for n in (arg.walk() if arg is not None else [])):
             raise UnsupportedSqlError(f"nested aggregate in {text}")
         arg_expr = compile_expr(arg, scope) if arg is not None else None
         at = arg_expr.type if arg_expr is not None else None
@@ -666,9 +526,9 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
     def rewrite(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Identifier | exp.Star):
             return node
-        if _is_agg(node) or (isinstance(node, exp.Filter) and _is_agg(node.this)):
+        if is_agg(node) or (isinstance(node, exp.Filter) and is_agg(node.this)):
             return exp.column(f"__a{register(node)}", quoted=True)
-        if isinstance(node, exp.Anonymous | exp.Column) and node.name.upper() in _WINDOW_REFS:
+        if isinstance(node, exp.Anonymous | exp.Column) and node.name.upper() in WINDOW_REFS:
             # with a window, window_start/window_end are its bounds, also over an input that has
             # such columns (a cascade: tumble(window_start, …) over bars); without, a plain column
             bare = window is None or win.hidden is not None  # a hidden window has no visible bounds
@@ -677,8 +537,8 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
             else:
                 if bare:
                     raise UnsupportedSqlError(f"{node.name} needs a window in GROUP BY")
-                return exp.column(_WINDOW_REFS[node.name.upper()], quoted=True)
-        if isinstance(node, exp.Anonymous) and node.name.upper() in _WINDOW_FUNCS:
+                return exp.column(WINDOW_REFS[node.name.upper()], quoted=True)
+        if isinstance(node, exp.Anonymous) and node.name.upper() in WINDOW_FUNCS:
             # LaminarDB writes the GROUP BY window call in SELECT for the window's start
             if window is None or win.hidden is not None or (win.call_sql is not None and node.sql() != win.call_sql):
                 group = f"the GROUP BY window {win.call_sql}" if win.call_sql else "a window in GROUP BY"
@@ -706,7 +566,7 @@ def _plan_aggregate(sel, query, rel, scope, where, win: _Window, distinct) -> Qu
         gschema = gschema.append(pa.field("__wt", ts_type))
     gscope = Scope(gschema)
     projections = [compile_expr(n, gscope) for n in rewritten]
-    names = [_output_name(e, i) for i, e in enumerate(sel.expressions)]
+    names = [output_name(e, i) for i, e in enumerate(sel.expressions)]
     _check_unique(names)
     having = compile_expr(having_node, gscope) if having_node is not None else None
     if emit == "close" and rel.changelog:

@@ -1,10 +1,11 @@
 """Python scalar UDFs: the registry a connection keeps and how a call runs over a batch.
 
 Entry points: ``Connection.register_udf(name, fn, return_type)`` adds to the connection's
-``UdfRegistry`` (``conn.engine.udfs``); ``lookup(name)`` is what the expression compiler
-(``sql/functions.py``) asks while it plans, and it sees the registry of the connection that
-is planning — the connection wraps parsing and planning in ``registry.active()`` (a context
-variable, so two connections in one process never see each other's functions).
+``UdfRegistry`` (``conn.engine.udfs``); ``function_registry.lookup(name)`` is what the expression
+compiler (``sql/functions.py``) asks while it plans, and it sees the registry of the connection
+that is planning — the connection wraps parsing and planning in ``registry.active()`` (a context
+variable of ``sql/function_registry.py``, so two connections in one process never see each
+other's functions).
 
 A UDF is vectorized: ``fn(*arrays) -> pyarrow.Array``, called once per batch with one
 pyarrow Array per argument (literals repeated to the batch's length) and never on an empty
@@ -31,17 +32,21 @@ import importlib
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from sqlglot import exp
 
+from laminardb.errors import LaminarError
+from laminardb.sql import function_registry
+from laminardb.sql._dialect import parse_select
 from laminardb.sql.exceptions import UdfDefinitionError, UdfError, UdfResultError
+from laminardb.sql.expressions import FUNCTIONS
+from laminardb.sql.functions import FUNCTIONS as MORE
+from laminardb.sql.types import parse_type, type_name
 
-__all__ = ["ScalarUdf", "UdfRegistry", "lookup", "current"]
-
-_ACTIVE: ContextVar[UdfRegistry | None] = ContextVar("laminardb_udfs", default=None)
+__all__ = ["ScalarUdf", "UdfRegistry"]
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # names the planner reads as windows or window bounds (sql/planner.py): a UDF may not shadow them
@@ -101,8 +106,6 @@ class ScalarUdf:
 
 
 def _type_text(t: pa.DataType) -> str:
-    from laminardb.sql.types import type_name
-
     return type_name(t)
 
 
@@ -112,9 +115,6 @@ def _return_type(name: str, return_type: str | pa.DataType) -> pa.DataType:
     if not isinstance(return_type, str):
         raise UdfDefinitionError(f"UDF {name!r}: return_type must be a SQL type name such as 'VARCHAR' "
                                  f"or a pyarrow DataType, not {type(return_type).__name__}")
-    from laminardb.errors import LaminarError
-    from laminardb.sql.types import parse_type
-
     try:
         return parse_type(return_type)
     except LaminarError as exc:
@@ -125,12 +125,6 @@ def _check_name(name: Any) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise UdfDefinitionError(f"UDF name {name!r} is not a plain SQL identifier (letters, digits, _): "
                                  "SQL calls a UDF by that name, e.g. my_func(col)")
-    from sqlglot import exp
-
-    from laminardb.sql._dialect import parse_select
-    from laminardb.sql.expressions import FUNCTIONS
-    from laminardb.sql.functions import FUNCTIONS as MORE
-
     upper = name.upper()
     taken = upper in FUNCTIONS or upper in MORE or upper in _WINDOW_NAMES
     if not taken:
@@ -157,7 +151,7 @@ class UdfRegistry:
     def __init__(self) -> None:
         self._functions: dict[str, ScalarUdf] = {}
         self.flink_tables: dict[str, Any] = {}
-        # the connection's processing-time clock (laminardb/engine/clock.py): PROCTIME() binds it when planned
+        # the connection's processing-time clock (laminardb/sql/clock.py): PROCTIME() binds it when planned
         self.clock: Any = None
 
     def register(self, name: str, fn: Callable[..., Any], return_type: str | pa.DataType) -> ScalarUdf:
@@ -185,11 +179,8 @@ class UdfRegistry:
     @contextmanager
     def active(self) -> Iterator[UdfRegistry]:
         """Make this the registry that parsing and planning see (on this thread/context)."""
-        token = _ACTIVE.set(self)
-        try:
+        with function_registry.activate(self):
             yield self
-        finally:
-            _ACTIVE.reset(token)
 
     def describe(self) -> list[dict[str, str | None]]:
         """Each UDF as plain data: name, ``"module:qualname"`` reference (None: not importable)
@@ -228,13 +219,3 @@ class UdfRegistry:
             reg.register(name, spec[0], spec[1])
         return reg
 
-
-def current() -> UdfRegistry | None:
-    """The registry of the connection parsing or planning now (None outside one)."""
-    return _ACTIVE.get()
-
-
-def lookup(name: str) -> ScalarUdf | None:
-    """The UDF ``name`` of the active registry, if there is one."""
-    reg = _ACTIVE.get()
-    return None if reg is None else reg.get(name)

@@ -60,7 +60,7 @@ class WindowEdge:
 
 @dataclass(frozen=True, eq=False)
 class ProcessingTime:
-    """The watermark of a ``PROCTIME()`` column: the processing-time clock (``laminardb/engine/clock.py``)
+    """The watermark of a ``PROCTIME()`` column: the processing-time clock (``laminardb/sql/clock.py``)
     at the batch being processed, whatever the source's event-time watermark (q12). Equal only
     to itself: two connections' clocks are two columns' times."""
 

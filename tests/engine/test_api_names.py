@@ -263,7 +263,7 @@ def _codes_in_package() -> set[str]:
     for path in (ROOT / "laminardb").rglob("*.py"):
         text = path.read_text()
         codes |= set(re.findall(r"""code\s*=\s*f?["'](LDB-\d{4})["']""", text))
-    codes |= {f"LDB-{c}" for c in (2001, 2002, 2003, 2004, 2005)}  # per-row codes (laminardb/engine/convert_columns.py)
+    codes |= {f"LDB-{c}" for c in (2001, 2002, 2003, 2004, 2005)}  # per-row codes (laminardb/sql/convert.py)
     return codes
 
 

@@ -124,7 +124,8 @@ def test_windows_on_columns_that_cannot_be_event_time(ddl, window, message):
 
 def test_a_kafka_source_must_declare_its_watermark():
     from laminardb.sql import ddl
-    from laminardb.sql.planner import RelationInfo, plan_query
+    from laminardb.sql.plan import RelationInfo
+    from laminardb.sql.planner import plan_query
 
     schema = pa.schema([("ts", pa.int64()), ("k", pa.string())])
     rel = RelationInfo("ks", schema, kind="source", connector="kafka")

@@ -12,7 +12,8 @@ import laminardb
 from laminardb.operators.plan_operator import PlanOperator
 from laminardb.operators.snapshot import DEFAULT_VNODES
 from laminardb.sql.exceptions import SqlParseError, UnsupportedJoinError, UnsupportedSqlError
-from laminardb.sql.planner import RelationInfo, lookup_from, plan_query
+from laminardb.sql.plan import RelationInfo
+from laminardb.sql.planner import lookup_from, plan_query
 from tests.joins.harness import (
     DELAY,
     L_SCHEMA,

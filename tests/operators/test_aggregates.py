@@ -5,14 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from laminardb.operators.aggregates import AggSpec
-from laminardb.operators.group_aggregate import (
-    END_OF_TIME,
-    NO_WATERMARK,
-    GroupAggregate,
-    WindowSpec,
-)
+from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK, GroupAggregate
 from laminardb.operators.session import SessionAggregate
+from laminardb.sql.plan import AggSpec, WindowSpec
 
 SPECS = [
     AggSpec("count_star", None, pa.int64()),

@@ -27,7 +27,8 @@ from laminardb.operators.group_aggregate import END_OF_TIME, NO_WATERMARK
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.operators.snapshot import DEFAULT_VNODES, SNAPSHOT_VERSION, decode
 from laminardb.sql import ddl
-from laminardb.sql.planner import WEIGHT, RelationInfo, plan_query
+from laminardb.sql.plan import WEIGHT, RelationInfo
+from laminardb.sql.planner import plan_query
 
 SETTINGS = settings(max_examples=50, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -19,7 +19,8 @@ import pyarrow as pa
 import laminardb
 from laminardb.operators.plan_operator import PlanOperator
 from laminardb.sql.ddl import parse_statement
-from laminardb.sql.planner import RelationInfo, lookup_from, plan_query
+from laminardb.sql.plan import RelationInfo
+from laminardb.sql.planner import lookup_from, plan_query
 from laminardb.sql.watermarks import END_OF_TIME, NO_WATERMARK
 from tests.engine.oracle import duck
 

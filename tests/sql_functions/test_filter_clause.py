@@ -19,7 +19,8 @@ from laminardb.operators.query_operator import QueryOperator
 from laminardb.operators.snapshot import DEFAULT_VNODES
 from laminardb.sql import ddl
 from laminardb.sql._agg_filter import null_where_false
-from laminardb.sql.planner import RelationInfo, plan_query
+from laminardb.sql.plan import RelationInfo
+from laminardb.sql.planner import plan_query
 from tests.engine.oracle import duck
 
 DDL = ("CREATE SOURCE t (ts BIGINT NOT NULL, sym VARCHAR, tag VARCHAR, price DOUBLE, qty BIGINT, "
