@@ -118,6 +118,10 @@ class DatagenSource:
     def checkpoint_state(self) -> dict[str, Any]:
         return {"v": _STATE_VERSION, "rows": self.emitted}
 
+    def fetch_failure(self) -> tuple[float, str] | None:
+        """Never set: a failing read raises from ``poll`` (``engine.contracts.Source``)."""
+        return None
+
     def close(self) -> None:
         self._closed = True
 

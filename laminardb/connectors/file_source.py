@@ -108,6 +108,10 @@ class FileTableSource:
     def checkpoint_state(self) -> dict[str, Any]:
         return {"v": _STATE_VERSION, "rows": self.rows_read}
 
+    def fetch_failure(self) -> tuple[float, str] | None:
+        """Never set: a failing read raises from ``poll`` (``engine.contracts.Source``)."""
+        return None
+
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()

@@ -49,14 +49,12 @@ class SourceRunner:
     def _run(self) -> None:
         backoff = 0.05
         conn = self.node.connector
-        position = getattr(conn, "checkpoint_state", None)
-        failure = getattr(conn, "fetch_failure", None)
         while not self._stop.is_set():
             try:
                 batch, wm = conn.poll(_POLL_TIMEOUT_MS)
                 # the connector's position right after this poll: what a checkpoint taken
                 # after this batch is ingested resumes from (never ahead of the ingested data)
-                state = position() if position is not None else None
+                state = conn.checkpoint_state()
                 if batch is None or batch.num_rows == 0:
                     self._idle.set()
                 with self.reactor.lock:
@@ -65,10 +63,9 @@ class SourceRunner:
                     try:
                         self.reactor.ingest(self.node, batch, watermark=wm)
                     finally:  # a query's error does not un-ingest the batch
-                        if state is not None:
-                            self.node.connector_state = state
+                        self.node.connector_state = state
                 backoff = 0.05
-                failing = failure() if failure is not None else None
+                failing = conn.fetch_failure()  # contracts.Source
                 if failing is None:
                     self._ok()
                 else:
