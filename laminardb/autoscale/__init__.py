@@ -3,7 +3,7 @@
 ``AutoscaleConfig.from_config(db_config)`` reads the knobs; ``Autoscaler(config).evaluate(obs)``
 turns one ``Observation`` into a ``Decision``; ``LoadObserver`` (``observe.py``) measures the
 observations and ``AutoscaleDriver`` (``driver.py``) runs the loop inside a database head,
-which carries out the rescales (``actors/head.py``).
+which carries out the rescales (``cluster/head.py``).
 """
 
 from __future__ import annotations

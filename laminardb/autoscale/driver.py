@@ -1,7 +1,7 @@
 """The autoscaler inside a database head: every ``evaluation_interval`` observe, decide, rescale.
 
 Entry point: ``AutoscaleDriver(head, config)``; ``start()`` runs it on a thread of the head
-(``actors/head.py``), ``stop()`` ends it. Each tick:
+(``cluster/head.py``), ``stop()`` ends it. Each tick:
 
 1. ``LoadObserver.observe`` samples Kafka offsets and the actors' busy time (no engine lock);
 2. ``Autoscaler.evaluate`` decides (pure; the reason says why, in words);

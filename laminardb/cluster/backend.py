@@ -358,7 +358,7 @@ def connect_in_process(address: str = "ray://auto", *, actors: int | None = None
                        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, local_global: bool = True) -> Connection:
     """Run a database's engine in this process over reactor actors it starts and owns.
 
-    ``laminardb.connect`` (``remote.py``) is the public entry: it runs this engine inside the
+    ``laminardb.connect`` (``client.py``) is the public entry: it runs this engine inside the
     database head in the cluster. This in-process form serves the head's own tests and
     benchmarks that look at the engine's internals (pipelining, shared memory).
 

@@ -3,13 +3,13 @@
 Why: a pipeline must outlive the notebook that started it. The head runs the engine of one
 database — catalog, watermark coordination, merges, subscription fan-out, the WAL of inserts
 since the last checkpoint — as an ``Engine`` over its own reactor actors (``backend.ClusterBackend``) (it owns
-them: they die with it). Clients (``remote.RemoteConnection``) attach and detach; the head
+them: they die with it). Clients (``client.RemoteConnection``) attach and detach; the head
 stays until ``drop_database``.
 
 Entry points: ``head_name(database)``, ``get_or_create_head(database, …)``, ``list_databases()``,
 ``drop_database(name)``. Every method answers plain data — Arrow IPC bytes for rows, dicts
 for the rest — and a ``LaminarError`` comes back as ``{"error": …}`` so the client raises
-the same class with the same code (``remote.raise_remote``).
+the same class with the same code (``client.raise_remote``).
 
 Durability: the head's directory is ``<checkpoint_dir>/<database>`` (default under Ray's temp
 dir on the head node). There it keeps the catalog, the WAL and checkpoints (with every

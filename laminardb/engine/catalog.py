@@ -3,9 +3,9 @@
 Entry points: ``record(catalog, stmt, text, existed)`` keeps ``Reactor.catalog`` — each live
 object's creating DDL (after ``${VAR}`` substitution), in creation order — in step with a
 statement that succeeded; durable databases checkpoint it and recover from it.
-``Engine.rehearse`` runs a multi-statement script first against a scratch catalog rebuilt
-from that DDL (no connectors, no sink files), so a script that would fail half-way fails
-before it changes anything. ``undo(engine, created)`` drops what a script had
+``Engine.execute`` rehearses a multi-statement script first on a scratch engine rebuilt from
+that DDL (``Engine._rehearse``: no connectors, no sink files), so a script that would fail
+half-way fails before it changes anything. ``undo(engine, created)`` drops what a script had
 created when a statement fails for a reason the rehearsal could not see (a broker down).
 """
 

@@ -1,7 +1,7 @@
 """Event-time rules of a source: a plausible range, and how far ahead of the data a row may be.
 
 Entry point: ``EventTimeRules.from_options(options, …)`` (from ``CREATE SOURCE … WITH (…)``),
-then ``rules.check(values, refused, max_ts)`` per insert (used by ``ingest.to_batch``).
+then ``rules.check(values, refused, max_ts)`` per insert (used by ``insert_batch.to_batch``).
 
 Why: one event time in the wrong unit — epoch µs or ns given to a BIGINT-ms or TIMESTAMP
 column — moves the watermark to the year 56 million, and every later valid row is then late.

@@ -330,11 +330,11 @@ class Reactor:
     # ------------------------------------------------------------------ data path
     def insert(self, source: str, data, *, on_error: str = "raise", index=None,
                rejected: pa.RecordBatch | None = None, strict_text: bool = True) -> int:
-        """Convert and ingest one insert. Rows that do not fit (``ingest.prepare``) refuse the
+        """Convert and ingest one insert. Rows that do not fit (``insert_batch.prepare``) refuse the
         whole call (``on_error='raise'``) or are left out (``'skip'``; ``'dead_letter'`` also
         emits them on ``<source>__rejected``); then an ``InsertResult`` is returned. ``index``
         maps rows of ``data`` to their index in the caller's input; ``rejected``: rows of that
-        input refused before (text that did not parse); ``strict_text``: see ``ingest.prepare``."""
+        input refused before (text that did not parse); ``strict_text``: see ``insert_batch.prepare``."""
         node = self._node(source)
         if node.kind != "source":
             raise NotQueryableError(f"{source!r} is a {node.kind}; insert() writes to sources only")

@@ -146,7 +146,7 @@ class PlanOperator:
 
     def __init__(self, plan: QueryPlan, *, place=None) -> None:
         """``place(index, node) -> node | None``: a stand-in for a node (the Delta mode runs
-        stateful nodes on actors: ``actors/distributed_plan.py``); None keeps it here."""
+        stateful nodes on actors: ``cluster/distributed_plan.py``); None keeps it here."""
         self.plan = plan
         self.scans: dict[str, list[tuple[_Node, int]]] = {}
         self.nodes: list[_Node] = []  # post-order: children before parents
