@@ -70,6 +70,11 @@ def _backlog(bootstrap: str, topic: str, n: int) -> list[dict]:
     return rows
 
 
+# Rows per insert of the embedded reference: the same rows in the same order, in batches of the
+# size a Kafka poll hands the actors; one insert of 300k rows took twice as long here (8 s vs 15 s)
+REFERENCE_BATCH = 5_000
+
+
 def _sliding_reference(rows: list[dict]) -> list[tuple]:
     """The unbroken run: the embedded engine over the same rows, every window closed."""
     import laminardb
@@ -78,7 +83,8 @@ def _sliding_reference(rows: list[dict]) -> list[tuple]:
         ref.execute("CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL, "
                     "WATERMARK FOR ts AS ts - INTERVAL '0' SECOND); CREATE STREAM" + SLIDING_SQL)
         sub = ref.subscribe_stream("sliding")
-        ref.insert("trades", rows)
+        for start in range(0, len(rows), REFERENCE_BATCH):
+            ref.insert("trades", rows[start:start + REFERENCE_BATCH])
         ref.finish()
         return _windows(sub.to_arrow())
 
@@ -235,7 +241,7 @@ def test_max_actors_and_no_free_cpus_cap_the_count_with_a_clear_status(database,
     def run(name: str, **knobs) -> tuple[object, set[str]]:
         src = _topic(name)
         _topics(bootstrap, src)
-        _backlog(bootstrap, src, 150_000)
+        _backlog(bootstrap, src, CAPPED_ROWS)
         db = database(name, actors=1, autoscale=True, coordinator="local", checkpoint_interval="1s",
                       **FAST, **knobs)
         # a backlog no machine absorbs before the autoscaler sees it: 3,000 windows a row, read
@@ -250,7 +256,7 @@ def test_max_actors_and_no_free_cpus_cap_the_count_with_a_clear_status(database,
             last = m["autoscale"].get("last_capped")
             if last:
                 reasons.add(last["reason"])
-            return m["events_ingested"] >= 150_000 and bool(reasons)
+            return m["events_ingested"] >= CAPPED_ROWS and bool(reasons)
 
         db.start()
         try:
@@ -280,12 +286,21 @@ def test_max_actors_and_no_free_cpus_cap_the_count_with_a_clear_status(database,
         ray.kill(blocker)
 
 
+# The capped test's backlog: the first capped decision comes 2-4 s after start, with 4-10k rows
+# read (one actor reads 4-6k rows/s of this 3,000-windows-a-row pipeline here); 60k rows keep the
+# lag visible 6-15 times longer than the policy needs to see it, and every row must still be read
+# under the cap. (150k rows took ~28 s per run to read, twice, for the same decisions.)
+CAPPED_ROWS = 60_000
+
+
 class _Blocker:
     def ready(self) -> bool:
         return True
 
 
-def test_a_rescale_commits_a_sticky_plan_in_raft_and_fences_the_departing_owner(database, raft_cluster):  # noqa: F811
+# raft_cluster before database: the database is dropped at teardown while its voters still
+# run, not after they were killed (which made the drop wait on Raft for ~11 s)
+def test_a_rescale_commits_a_sticky_plan_in_raft_and_fences_the_departing_owner(raft_cluster, database):  # noqa: F811
     """1 → 2: the plan committed through Raft moves only the vnodes the new actor takes (about
     half), raising exactly their epochs; 2 → 1: the departing actor's tokens are refused. The
     output stays exactly-once across both."""

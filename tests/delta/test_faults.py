@@ -80,7 +80,9 @@ def test_killed_before_any_checkpoint_replays_the_whole_log(database):
     assert db.metrics()["database"]["recoveries"][0]["epoch"] == 0
 
 
-def test_a_paused_actor_is_replaced_and_its_tokens_fenced(database, raft_cluster):  # noqa: F811
+# raft_cluster before database: the database is dropped at teardown while its voters still
+# run, not after they were killed (which made the drop wait on Raft for ~11 s)
+def test_a_paused_actor_is_replaced_and_its_tokens_fenced(raft_cluster, database):  # noqa: F811
     """SIGSTOP: the actor stops answering; the head gives up on it and recovers on new actors,
     which Raft gives the vnodes with raised epochs. The old actor's tokens are refused, and
     after SIGCONT it is gone (Ray killed it): it can write nothing."""
