@@ -41,7 +41,7 @@ Spark driver (JVM start and first job excluded from every figure).
    caught up (the insert returned and ``SELECT count(*), sum(n)`` on the view answers right).
    Each size twice: the next insert sent at once (a busy client: that insert meets the dead
    actor), and sent only once ``status()`` shows the recovery (an idle database: the head's
-   watchdog detects it). Then the floor: a fresh ``Cluster`` of two actors started alone.
+   watchdog detects it). Then the floor: a fresh ``ActorPool`` of two actors started alone.
 4. PySpark Structured Streaming (``bench_spark.py``'s pieces: data, session, query, checks):
    throughput over ``--spark-rows`` rows as JSON-lines files with ``checkpointLocation`` set
    (``availableNow``), and end-to-end latency: the windowed query and a probe query with
@@ -331,12 +331,12 @@ def run_recovery(groups: int, root: Path, mode: str) -> dict:
 
 
 def actor_start_floor(samples: int) -> list[float]:
-    """Seconds to start a fresh ``Cluster`` of two reactor actors (processes, imports, numba
+    """Seconds to start a fresh ``ActorPool`` of two reactor actors (processes, imports, numba
     kernels, ownership) and nothing else: what every recovery pays before restoring state,
     since the head replaces all its actors."""
     import ray
 
-    from laminardb.cluster.actor_pool import Cluster
+    from laminardb.cluster.actor_pool import ActorPool
     from laminardb.cluster.ownership import RaftConfig
     from laminardb.cluster.routing import DEFAULT_VNODES
 
@@ -346,7 +346,7 @@ def actor_start_floor(samples: int) -> list[float]:
         while ray.available_resources().get("CPU", 0) < _ACTORS and time.monotonic() < deadline:
             time.sleep(0.05)
         t = time.perf_counter()
-        cluster = Cluster(_ACTORS, DEFAULT_VNODES, RaftConfig.from_env())
+        cluster = ActorPool(_ACTORS, DEFAULT_VNODES, RaftConfig.from_env())
         out.append(time.perf_counter() - t)
         cluster.shutdown()
     return out
@@ -570,7 +570,7 @@ def main() -> int:
                   f"{rec['restored_s']:.2f} s, caught up {rec['caught_up_s']:.2f} s ({rec['cause']}; "
                   f"{rec['wal_records_replayed']} WAL records)")
         report["actor_start_s"] = actor_start_floor(3)
-        print(f"    a fresh Cluster of 2 actors alone starts in {min(report['actor_start_s']):.2f}–"
+        print(f"    a fresh ActorPool of 2 actors alone starts in {min(report['actor_start_s']):.2f}–"
               f"{max(report['actor_start_s']):.2f} s (the floor of every recovery above)")
     finally:
         ray.shutdown()

@@ -102,7 +102,7 @@ def main() -> None:
     import ray
 
     import laminardb
-    from laminardb.cluster.actor_pool import Cluster
+    from laminardb.cluster.actor_pool import ActorPool
     from laminardb.cluster.backend import cluster_connection
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
@@ -111,7 +111,7 @@ def main() -> None:
     print(f"{'query':6} {'engine':9} {'events/s':>11} {'seconds':>8} {'rows out':>9}  same as embedded")
     try:
         for label, actors in (("embedded", 0), ("1 actor", 1), ("2 actors", 2)):
-            pool = Cluster(actors, 256) if actors else None  # one pool at a time: 2 CPUs
+            pool = ActorPool(actors, 256) if actors else None  # one pool at a time: 2 CPUs
             try:
                 open_db = (lambda p=pool: cluster_connection(p, shutdown_on_close=False)) if pool else laminardb.open
                 for name in names:

@@ -304,9 +304,6 @@ class ActorPool:
 
 
 
-#: the name the rest of the code and the tests have used
-Cluster = ActorPool
-
 
 def _is_actor_death(error: BaseException) -> bool:
     """Ray's word that an actor is gone (``ActorUnavailableError`` is a restart or a network

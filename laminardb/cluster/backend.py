@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from laminardb.cluster.actor_pool import _CALL_TIMEOUT_S, _METRICS_TIMEOUT_S, Cluster
+from laminardb.cluster.actor_pool import _CALL_TIMEOUT_S, _METRICS_TIMEOUT_S, ActorPool
 from laminardb.cluster.distributed_operator import (
     COALESCE_MAX,
     DEFAULT_MAX_IN_FLIGHT,
@@ -56,7 +56,7 @@ class ClusterBackend:
     insert wait for its outputs.
     """
 
-    def __init__(self, cluster: Cluster, *, config: dict[str, Any] | None = None,
+    def __init__(self, cluster: ActorPool, *, config: dict[str, Any] | None = None,
                  shutdown_on_close: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                  local_global: bool = True, on_restored=None, coordinated: bool = False) -> None:
         self.cluster = cluster
@@ -293,7 +293,7 @@ class ClusterBackend:
         """Let go of everything without a last checkpoint: an actor died, so the state on
         the actors is not whole; the database head recovers from the directory instead.
         ``keep_actors``: leave the actors running (the next engine keeps the live ones,
-        ``Cluster(survivors=…)``)."""
+        ``ActorPool(survivors=…)``)."""
         if self.engine.closed:
             return
         if self.drainer is not None:
@@ -305,7 +305,7 @@ class ClusterBackend:
             self.cluster.shutdown()
 
 
-def cluster_connection(cluster: Cluster, *, config: dict[str, Any] | None = None, path: str = ":memory:",
+def cluster_connection(cluster: ActorPool, *, config: dict[str, Any] | None = None, path: str = ":memory:",
                        **backend_options: Any) -> Connection:
     """A ``Connection`` whose engine runs its queries on ``cluster`` 's actors (``ClusterBackend``;
     ``backend_options`` are its keywords). A durable ``path`` (the database head's directory)
@@ -389,7 +389,7 @@ def connect_in_process(address: str = "ray://auto", *, actors: int | None = None
     elif raft is None:
         raft = RaftConfig.from_env()
     timeout = float((config or {}).get("actor_call_timeout", _CALL_TIMEOUT_S))
-    return cluster_connection(Cluster(n, vnodes, raft, call_timeout=timeout), config=config,
+    return cluster_connection(ActorPool(n, vnodes, raft, call_timeout=timeout), config=config,
                               max_in_flight=max_in_flight, local_global=local_global)
 
 

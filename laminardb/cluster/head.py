@@ -113,7 +113,7 @@ class DatabaseHead:
 
     # ------------------------------------------------------------------ lifecycle
     def _open(self, on_restored=None, survivors=None):
-        from laminardb.cluster.actor_pool import Cluster
+        from laminardb.cluster.actor_pool import ActorPool
         from laminardb.cluster.backend import ClusterBackend
         from laminardb.connection import Connection
         from laminardb.operators.warmup import warm_kernels
@@ -122,7 +122,7 @@ class DatabaseHead:
         raft = self._raft_config()
         timeout = float(self.config.get("actor_call_timeout", 30.0))
         self._publish_recorded(raft, recovering=on_restored is not None)
-        cluster = Cluster(self.n_actors, self.vnodes, raft, call_timeout=timeout,
+        cluster = ActorPool(self.n_actors, self.vnodes, raft, call_timeout=timeout,
                           ownership_source=f"db/{self.database}", survivors=survivors)
         path = self.directory or ":memory:"
         try:

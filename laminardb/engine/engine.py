@@ -23,7 +23,6 @@ import pyarrow as pa
 
 from laminardb.connectors import flink_tables
 from laminardb.engine import catalog
-from laminardb.engine.clock import ProcessingClock
 from laminardb.engine.insert_batch import OnError, check_on_error
 from laminardb.engine.local_backend import LocalBackend
 from laminardb.engine.reactor import Node, Reactor
@@ -32,6 +31,7 @@ from laminardb.engine.subscriptions import CallbackSubscription, Subscription
 from laminardb.errors import ConnectionClosedError, EngineError, NotQueryableError
 from laminardb.results import ExecuteResult, QueryResult
 from laminardb.sql import ddl
+from laminardb.sql.clock import ProcessingClock
 from laminardb.sql.exceptions import UnsupportedSqlError
 from laminardb.sql.planner import plan_query
 from laminardb.sql.types import type_name
@@ -58,17 +58,16 @@ class Engine:
         self.path = os.fspath(path)
         self.config = dict(config or {})
         self.variables: dict[str, object] = dict(self.config.get("vars", {})) if variables is None else variables
-        self.reactor = Reactor()
-        self.lock = self.reactor.lock
         self.backend: ExecutionBackend = LocalBackend() if backend is None else backend
-        self.reactor.make_operator = self.backend.make_operator
-        self.reactor.make_plan_operator = self.backend.make_plan_operator
+        # datagen/filesystem tables are polled sources too (connectors/flink_tables.py)
+        self.reactor = Reactor(self.backend.make_operator, self.backend.make_plan_operator,
+                               flink_tables.source_connectors(self.backend.make_source))
+        self.lock = self.reactor.lock
         # Python UDFs (register_udf) and Flink table declarations: what parsing and planning of this
-        # engine see (sql/udf.py); datagen/filesystem tables are polled sources (connectors/flink_tables.py)
+        # engine see (sql/udf.py)
         self.udfs = UdfRegistry.from_config(self.config.get("udfs"))
         # processing time (PROCTIME(), q12): config["clock"] returns epoch ms; stamped per ingested batch
         self.udfs.clock = self.reactor.clock = ProcessingClock(self.config.get("clock"))
-        self.reactor.make_source_connector = flink_tables.source_connectors(self.backend.make_source)
         self.closed = False
         self.started = False
         self.runners: dict[str, SourceRunner] = {}

@@ -119,24 +119,25 @@ class Node:
 class Reactor:
     """Owns the catalog and runs every batch through it; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, make_operator, make_plan_operator, make_source_connector) -> None:
+        """The three factories come from the engine's ``ExecutionBackend`` (``contracts.py``):
+        how a query, a plan tree and a polled source are built (in process, or on actors)."""
         self.lock = threading.RLock()
         self.nodes: dict[str, Node] = {}
         self.finished = False
         self.events_ingested = 0
         self.events_emitted = 0
         self.late_routed = 0
-        # how a query's operator is built: in-process here, a DistributedOperator in a cluster
-        self.make_operator = lambda name, plan: QueryOperator(plan)
-        self.make_plan_operator = lambda name, plan: PlanOperator(plan)
+        self.make_operator = make_operator
+        self.make_plan_operator = make_plan_operator
+        self.make_source_connector = make_source_connector
         self.connectors_enabled = True  # actors install sources without polling them
-        self.make_source_connector = make_source_connector  # the cluster reads Kafka on actors
         self.catalog: dict[str, str] = {}  # live object -> its creating DDL, in order (catalog.py)
         self.journal = None  # a durable database's LocalCoordinator: insert() logs to its WAL
         self.last_lsn = -1  # the WAL record of the last insert (fsynced outside the lock)
         self.connector_restore: dict[str, dict] = {}  # recovery: checkpointed connector state
         self.sink_errors: dict[int, tuple[int, str]] = {}  # id(sink) -> (failed writes, last error)
-        # processing time (laminardb/engine/clock.py): the connection's clock, stamped once per ingested
+        # processing time (laminardb/sql/clock.py): the connection's clock, stamped once per ingested
         # batch; the queries whose windows follow it, advanced after every batch of any source
         self.clock = None
         self.proc_nodes: list[str] = []

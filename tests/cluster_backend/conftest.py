@@ -22,9 +22,9 @@ def ray_local(request):
 
 @pytest.fixture(scope="module")
 def clusters(ray_local):
-    from laminardb.cluster.actor_pool import Cluster
+    from laminardb.cluster.actor_pool import ActorPool
 
-    pool = {1: Cluster(1, 64), 2: Cluster(2, 64)}
+    pool = {1: ActorPool(1, 64), 2: ActorPool(2, 64)}
     yield pool
     for c in pool.values():
         c.shutdown()

@@ -100,12 +100,12 @@ def embedded(side_input):
 def pool():
     """Two reactor actors on a local Ray of 2 CPUs, for the whole module (connections reset them)."""
     ray = pytest.importorskip("ray")
-    from laminardb.cluster.actor_pool import Cluster
+    from laminardb.cluster.actor_pool import ActorPool
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     actors = None
     try:
-        actors = Cluster(2, 64)
+        actors = ActorPool(2, 64)
         yield actors
     finally:
         if actors is not None:
