@@ -32,6 +32,7 @@ from typing import Any
 import msgpack
 
 from laminardb.checkpoint.sink import TwoPhaseSink
+from laminardb.checkpoint.state_chains import DEFAULT_MAX_DELTAS, StateChains
 from laminardb.checkpoint.store import CheckpointStore, Manifest
 from laminardb.checkpoint.wal import Wal
 from laminardb.errors import CheckpointError
@@ -79,6 +80,10 @@ def parse_interval(value: Any) -> float | None:
                       code="LDB-9010")
 
 
+def _flag(value: Any) -> bool:
+    return str(value).strip().lower() not in ("false", "0", "off", "no")
+
+
 class LocalCoordinator:
     """WAL, catalog and checkpoints of one database directory; see the module docstring."""
 
@@ -87,6 +92,10 @@ class LocalCoordinator:
         self.reactor = reactor
         self.interval_s = parse_interval(config.get("checkpoint_interval"))
         self.retain = int(config.get("checkpoint_retain", DEFAULT_RETAIN))
+        #: incremental checkpoints of joins (``state_chains``); ``checkpoint_incremental=False``
+        #: writes every operator's whole state every time
+        self.chains = StateChains(max_deltas=int(config.get("checkpoint_max_deltas", DEFAULT_MAX_DELTAS)),
+                                  enabled=_flag(config.get("checkpoint_incremental", True)))
         self.wal = Wal(self.dir / "wal", sync=str(config.get("wal_sync", "none")))
         self.store = CheckpointStore(self.dir)
         self.journaling = True  # off while recovery replays the WAL
@@ -110,7 +119,7 @@ class LocalCoordinator:
         self.source_positions: dict[str, Any] = {}
         self.stats: dict[str, Any] = {
             "checkpoints": 0, "failures": 0, "last_epoch": 0, "last_duration_s": None,
-            "last_stall_s": None, "max_stall_s": 0.0, "last_bytes": 0, "last_error": None,
+            "last_stall_s": None, "max_stall_s": 0.0, "last_bytes": 0, "bytes_written": 0, "last_error": None,
             "sink_commit_failures": 0, "recovery": None,
             "recovery_skipped_checkpoints": 0, "recovery_wal_segments_set_aside": 0,
         }
@@ -156,6 +165,7 @@ class LocalCoordinator:
                 nbytes = self._write(epoch, images, manifest)
                 _crash_point("after_manifest")
             except Exception as exc:
+                self.chains.forget()  # its delta is lost: the next checkpoint writes whole snapshots
                 self.stats["failures"] += 1
                 self.stats["last_error"] = f"{type(exc).__name__}: {exc}"
                 log.warning("checkpoint failed: %s", exc)
@@ -166,7 +176,8 @@ class LocalCoordinator:
             self._prune(epoch)
             dt = time.perf_counter() - t0
             self.stats.update(checkpoints=self.stats["checkpoints"] + 1, last_epoch=epoch,
-                              last_duration_s=dt, last_bytes=nbytes, last_error=None)
+                              last_duration_s=dt, last_bytes=nbytes, last_error=None,
+                              bytes_written=self.stats["bytes_written"] + nbytes)
             return epoch
 
     def _barrier(self) -> tuple[int, dict[str, Any], Manifest, dict[str, TwoPhaseSink]]:
@@ -184,7 +195,11 @@ class LocalCoordinator:
             for i, node in enumerate(r.nodes.values()):
                 meta: dict[str, Any] = {"kind": node.kind, "wm": int(node.wm), "max_ts": int(node.max_ts),
                                         "rows_out": node.rows_out, "accepted": node.accepted}
-                if node.op is not None:
+                if node.op is not None and node.op.incremental:
+                    name, images[name], planned = self.chains.take(epoch, node.name, i, node.op)
+                    chain = [*planned.earlier, name]
+                    meta["op"], meta["op_deltas"] = chain[0], chain[1:]
+                elif node.op is not None:
                     meta["op"] = f"op-{i}.snap"
                     images[meta["op"]] = node.op.snapshot()
                 if node.view is not None:
@@ -215,7 +230,9 @@ class LocalCoordinator:
             data = image if isinstance(image, bytes) else image.encode()
             manifest.files[name] = self.store.write_file(epoch, name, data)
             total += len(data)
+        manifest.files.update(self.chains.earlier_files(epoch))
         self.store.commit(manifest, pending=pending)
+        self.chains.written(epoch, manifest.files)
         return total
 
     # ------------------------------------------------------------------ driven by the Delta coordinator
@@ -233,6 +250,7 @@ class LocalCoordinator:
                 epoch, images, manifest, sinks = self._barrier()
                 nbytes = self._write(epoch, images, manifest, pending=True)
             except Exception as exc:
+                self.chains.forget()
                 self.stats["failures"] += 1
                 self.stats["last_error"] = f"{type(exc).__name__}: {exc}"
                 raise
@@ -254,7 +272,8 @@ class LocalCoordinator:
                 self._commit_sinks(epoch, sinks)
                 self._prune(epoch)
                 self.stats.update(checkpoints=self.stats["checkpoints"] + 1, last_epoch=epoch,
-                                  last_duration_s=took, last_bytes=nbytes, last_error=None)
+                                  last_duration_s=took, last_bytes=nbytes, last_error=None,
+                                  bytes_written=self.stats["bytes_written"] + nbytes)
             return True
 
     def discard(self, epoch: int) -> None:
@@ -262,6 +281,7 @@ class LocalCoordinator:
         with self._ckpt_lock:
             sinks, _, _ = self._prepared.pop(epoch, (self.sinks(), None, 0))
             self._sources_at.pop(epoch, None)
+            self.chains.forget()  # later checkpoints must not extend the aborted one's deltas
             if epoch > self.epoch:
                 self.store.discard(epoch)
                 with self.reactor.lock:  # sinks take rows under it: roll the epoch back in between

@@ -146,7 +146,9 @@ def _restore_state(coord, reactor, manifest) -> None:
                                 "so no acknowledged row is lost")
         node.wm, node.max_ts = meta["wm"], meta["max_ts"]
         node.rows_out, node.accepted = meta["rows_out"], meta["accepted"]
-        if "op" in meta:
+        if meta.get("op_deltas"):  # a whole snapshot and the deltas after it (``state_chains``)
+            node.op.restore_chain([coord.store.read_file(manifest, f) for f in (meta["op"], *meta["op_deltas"])])
+        elif "op" in meta:
             node.op.restore(coord.store.read_file(manifest, meta["op"]))
         if "view" in meta:
             node.view.restore(coord.store.read_file(manifest, meta["view"]))

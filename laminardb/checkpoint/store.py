@@ -27,6 +27,7 @@ from crc32c import crc32c
 
 from laminardb.checkpoint._files import atomic_write, fsync_dir, write_error
 from laminardb.checkpoint.exceptions import SnapshotFormatError
+from laminardb.checkpoint.state_chains import STATE_DIR, STATE_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,9 @@ class CheckpointStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.root = Path(directory) / "checkpoints"
         self.root.mkdir(parents=True, exist_ok=True)
+        #: files several checkpoints share (``state_chains``: whole snapshots and deltas),
+        #: made when the first one is written
+        self.state_dir = self.root / STATE_DIR
         #: epochs ``latest()`` skipped although they have a manifest (corrupt, not partial)
         self.corrupt: list[int] = []
 
@@ -97,6 +101,8 @@ class CheckpointStore:
     def write_file(self, epoch: int, name: str, data: bytes) -> dict[str, int]:
         path = self.dir_of(epoch) / name
         try:
+            if name.startswith(STATE_PREFIX):
+                self.state_dir.mkdir(exist_ok=True)
             with open(path, "wb") as f:
                 f.write(data)
                 f.flush()
@@ -226,14 +232,59 @@ class CheckpointStore:
 
     def prune(self, keep: int, newest: int) -> int | None:
         """Keep the newest ``keep`` complete checkpoints; drop older ones and partial ones
-        older than ``newest``. Returns the oldest kept epoch (its WAL position bounds truncation)."""
+        older than ``newest``, then the state files no manifest names any more. Returns the
+        oldest kept epoch (its WAL position bounds truncation), or None to keep the whole WAL.
+
+        Checkpoints that share a whole snapshot (``state_chains``) all fail together if that
+        one file is damaged. So the newest checkpoint that shares none with the newest one is
+        kept too, with the WAL since it: one damaged file never loses an acknowledged row.
+        While no such checkpoint exists yet, the WAL is kept whole."""
         complete = [e for e in self.complete() if e <= newest]
         kept = complete[-keep:] if keep > 0 else complete[-1:]
+        oldest_needed = kept[0] if kept else None
+        if kept:
+            shared = self._whole_snapshots(kept[-1])
+            if shared:
+                fallback = next((e for e in reversed(complete[:-1]) if not self._whole_snapshots(e) & shared), None)
+                if fallback is None:
+                    oldest_needed = None
+                elif fallback not in kept:
+                    kept = [fallback, *kept]
+                    oldest_needed = fallback
+                else:
+                    oldest_needed = kept[0]
         for e in self.epochs_on_disk():
             if e in kept or e > newest:
                 continue
             shutil.rmtree(self.dir_of(e), ignore_errors=True)
-        return kept[0] if kept else None
+        self._prune_state()
+        return oldest_needed
+
+    def _manifest_doc(self, epoch: int) -> dict[str, Any]:
+        d = self.dir_of(epoch)
+        for name in ("MANIFEST", _PENDING):
+            try:
+                return json.loads((d / name).read_bytes())
+            except (OSError, ValueError):
+                continue
+        return {}
+
+    def _whole_snapshots(self, epoch: int) -> set[str]:
+        """The shared whole snapshots (``state/…snap``) checkpoint ``epoch`` is built on."""
+        files = self._manifest_doc(epoch).get("files") or {}
+        return {f for f in files if f.startswith(STATE_PREFIX) and f.endswith(".snap")}
+
+    def _prune_state(self) -> None:
+        """Delete the files of ``state/`` that no manifest on disk (published or pending) names."""
+        named: set[str] = set()
+        for e in self.epochs_on_disk():
+            files = self._manifest_doc(e).get("files") or {}
+            named.update(f[len(STATE_PREFIX):] for f in files if f.startswith(STATE_PREFIX))
+        if not self.state_dir.exists():
+            return
+        for p in self.state_dir.iterdir():
+            if p.name not in named:
+                p.unlink(missing_ok=True)
 
     def wal_lsn_of(self, epoch: int) -> int | None:
         try:

@@ -74,6 +74,8 @@ class _Item:
 class DistributedOperator:
     """One query on the actors (an ``engine.contracts.Operator``); see the module docstring."""
 
+    incremental = False  # checkpoints take the whole state (no snapshot_delta)
+
     #: the reactor may pass the watermark that follows this batch (one round trip for both)
     accepts_next_watermark = True
 

@@ -131,6 +131,7 @@ class DistributedPlanOperator:
     """See the module docstring (an ``engine.contracts.Operator`` over a plan tree)."""
 
     accepts_next_watermark = False  # a tree takes the query's root watermark (``QueryPlan.tree``)
+    incremental = False  # checkpoints take every actor's whole state
 
     mode = "keyed"  # checkpoints split by vnode (``ClusterImage``)
     merger = None

@@ -64,11 +64,16 @@ class Operator(Protocol):
     will advance to, and applies it in the same step (actors: one round trip, order kept).
     A plan tree (a join, a union; ``QueryPlan.tree``) additionally has
     ``process_input(upstream, batch, wm)`` and takes the query's root watermark unmapped.
+
+    ``incremental``: ``snapshot_delta()`` gives the changes since the last ``snapshot()`` or
+    ``snapshot_delta()`` (None: only a whole snapshot can follow), and
+    ``restore_chain([whole, delta, …])`` loads them (``checkpoint/state_chains.py``).
     """
 
     schema: pa.Schema
     late_dropped: int
     accepts_next_watermark: ClassVar[bool]
+    incremental: bool
 
     @property
     def changelog(self) -> bool: ...

@@ -142,6 +142,8 @@ def _checkpoints(c: dict[str, Any] | None) -> list[Metric]:
               "Time the last checkpoint held the engine (barrier)."),
              ("max_stall_s", _gauge, "laminardb_checkpoint_max_stall_seconds", "Longest barrier so far."),
              ("last_bytes", _gauge, "laminardb_checkpoint_bytes", "Bytes written by the last checkpoint."),
+             ("bytes_written", _counter, "laminardb_checkpoint_bytes_written",
+              "Bytes every checkpoint so far wrote (incremental ones: only the changes)."),
              ("checkpoint_bytes_on_disk", _gauge, "laminardb_checkpoint_disk_bytes",
               "Bytes of the retained checkpoints on disk."),
              ("wal_bytes", _gauge, "laminardb_wal_bytes", "Bytes of the write-ahead log on disk."),

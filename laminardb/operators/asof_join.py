@@ -49,6 +49,8 @@ _COMPACT_MIN_DEAD = 4096
 class AsofJoinOperator:
     """Stateful executor of one ``plan.AsofJoin``; see the module docstring."""
 
+    incremental = False  # checkpoints take the whole state (no snapshot_delta)
+
     def __init__(self, node: AsofJoin) -> None:
         self.node = node
         self.op = A.OPS[node.op]

@@ -32,9 +32,10 @@ import numpy as np
 import pyarrow as pa
 
 from laminardb.operators import _join_kernels as J
+from laminardb.operators import join_changelog
 from laminardb.operators._buffers import hash_rows
 from laminardb.operators._interner import Interner
-from laminardb.operators.snapshot import DEFAULT_VNODES, StateImage, checked_snapshot
+from laminardb.operators.snapshot import DEFAULT_VNODES, Snapshot, StateImage, checked_snapshot
 from laminardb.sql.arrays import numeric_view
 from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.plan import Join
@@ -171,6 +172,9 @@ class JoinOperator:
         self._reset()
 
     def _reset(self) -> None:
+        #: the sides as the last snapshot saw them (``join_changelog``); None: the next
+        #: checkpoint must be a full snapshot (first one, or positions renumbered)
+        self._marks: tuple[join_changelog.SideMark, ...] | None = None
         self.interner = Interner([k.type for k in self.keys[0]])
         self.sides = (_Side(self.side_schema[0]), _Side(self.side_schema[1]))
         self._cap = 1024
@@ -372,12 +376,39 @@ class JoinOperator:
                 "right": [str(f.type) for f in self.side_schema[1]],
                 "interval": None if j.interval is None else [j.interval.lo, j.interval.hi], "ttl": j.ttl}
 
+    #: ``snapshot_delta`` can give the changes since the last snapshot (``join_changelog``)
+    incremental = True
+
     def snapshot(self) -> StateImage:
         """The live rows of both sides (copied now, gathered and hashed to vnodes in ``encode``)."""
+        self._marks = join_changelog.mark(self.sides, any(self.preserved))
         return StateImage("join", meta={"plan": self.fingerprint}, counters={"late_dropped": self.late_dropped},
                           tables=side_tables(self.sides, self.keys))
 
-    def restore(self, blob: bytes, *, vnodes=None) -> None:
+    def snapshot_delta(self) -> StateImage | None:
+        """What changed since the last ``snapshot``/``snapshot_delta`` (kind ``join.delta``),
+        or None when only a full snapshot can follow (none taken yet, or rows renumbered)."""
+        if self._marks is None:
+            return None
+        tables: dict = {}
+        for side, name in enumerate(join_changelog.SIDES):
+            s = self.sides[side]
+            new, dead, changed, match = join_changelog.changes(s, self._marks[side])
+            tables[name] = partial(_side_table, list(s.chunks), list(s.starts), s.schema, new,
+                                   s.ts[new], s.w[new], s.match[new], self.keys[side])
+            tables[f"{name}_dead"] = join_changelog.position_table(dead)
+            tables[f"{name}_match"] = join_changelog.position_table(changed, match)
+        self._marks = join_changelog.mark(self.sides, any(self.preserved))
+        return StateImage("join.delta", meta={"plan": self.fingerprint},
+                          counters={"late_dropped": self.late_dropped}, tables=tables)
+
+    def restore_chain(self, blobs: list[bytes | Snapshot], *, vnodes=None) -> None:
+        """Load a full snapshot followed by the deltas taken after it."""
+        full = checked_snapshot(blobs[0], "join", self.fingerprint)
+        deltas = [checked_snapshot(b, "join.delta", self.fingerprint) for b in blobs[1:]]
+        self.restore(join_changelog.replay(full, deltas), vnodes=vnodes)
+
+    def restore(self, blob: bytes | Snapshot, *, vnodes=None) -> None:
         """Load a snapshot of a join of the same plan; blobs of disjoint vnode subsets add up."""
         snap = checked_snapshot(blob, "join", self.fingerprint, vnodes)
         for side, rows, t in snapshot_sides(snap, self.side_schema):
@@ -435,7 +466,7 @@ def _side_table(chunks, starts, schema: pa.Schema, idx, ts, w, match, keys) -> p
         vnode = np.zeros(0, np.int32)
     return pa.Table.from_batches([rows]).append_column("__vnode", pa.array(vnode)) \
         .append_column("__ts", pa.array(ts, pa.int64())).append_column("__w", pa.array(w, pa.int64())) \
-        .append_column("__match", pa.array(match, pa.int64()))
+        .append_column("__match", pa.array(match, pa.int64())).append_column("__pos", pa.array(idx, pa.int64()))
 
 
 def _visible(schema: pa.Schema) -> pa.Schema:

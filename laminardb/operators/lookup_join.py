@@ -40,6 +40,8 @@ _COMPACT_MIN_DEAD = 4096
 class LookupJoinOperator:
     """Stateful executor of one ``plan.LookupJoin``; see the module docstring."""
 
+    incremental = False  # checkpoints take the whole state (no snapshot_delta)
+
     def __init__(self, node: LookupJoin) -> None:
         self.node = node
         nl = len(node.schema) - len(_visible(node.right.schema))

@@ -117,6 +117,8 @@ def _acc_dtype(t: pa.DataType):
 class OverOperator:
     """LAG/LEAD and OVER aggregates in event-time order, append-only; see the module docstring."""
 
+    incremental = False  # checkpoints take the whole state (no snapshot_delta)
+
     def __init__(self, node: Over) -> None:
         self.node = node
         self.in_schema: pa.Schema = node.child.schema

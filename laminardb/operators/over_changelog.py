@@ -254,6 +254,8 @@ class _Rows:
 class OverChangelogOperator:
     """OVER aggregates with ``ROWS n PRECEDING`` frames over a changelog; see the module docstring."""
 
+    incremental = False  # checkpoints take the whole state (no snapshot_delta)
+
     def __init__(self, node: Over) -> None:
         if any(f.kind in ("lag", "lead") or f.offset < 0 or f.peers for f in node.funcs):  # the planner refuses these
             raise ValueError("over a changelog only aggregates with ROWS BETWEEN n PRECEDING AND CURRENT ROW run")

@@ -261,15 +261,45 @@ class PlanOperator:
     def snapshot(self) -> _PlanImage:
         return _PlanImage([op.snapshot() for op in self._stateful()], [type(op).__name__ for op in self._stateful()])
 
+    @property
+    def incremental(self) -> bool:
+        """A join in the tree can checkpoint only its changes (``snapshot_delta``)."""
+        return any(op.incremental for op in self._stateful())
+
+    def snapshot_delta(self) -> _PlanImage:
+        """Each node's changes since the last snapshot where it can give them, else its
+        whole state (kind ``plan.delta``; ``restore_chain`` takes the last whole one)."""
+        ops = self._stateful()
+        images = []
+        for op in ops:
+            delta = op.snapshot_delta() if op.incremental else None
+            images.append(delta if delta is not None else op.snapshot())
+        return _PlanImage(images, [type(op).__name__ for op in ops], kind="plan.delta")
+
     def restore(self, blob: bytes, *, vnodes=None) -> None:
-        snap = decode(blob, kind="plan")
+        self.restore_chain([blob], vnodes=vnodes)
+
+    def restore_chain(self, blobs: list[bytes], *, vnodes=None) -> None:
+        """Load a whole tree snapshot followed by the ``plan.delta`` ones taken after it."""
         ops = self._stateful()
         kinds = [type(op).__name__ for op in ops]
-        if snap.meta.get("operators") != kinds:
-            raise mismatch("plan", snap.meta.get("operators"), kinds)
-        blobs = snap.tables["children"].column("blob").to_pylist()
-        for op, child in zip(ops, blobs, strict=True):
-            op.restore(child, vnodes=vnodes)
+        pieces: list[list[bytes]] = [[] for _ in ops]  # per node: its blob in each snapshot
+        piece_kinds: list[list[str]] = [[] for _ in ops]
+        for i, blob in enumerate(blobs):
+            snap = decode(blob, kind="plan" if i == 0 else "plan.delta")
+            if snap.meta.get("operators") != kinds:
+                raise mismatch("plan", snap.meta.get("operators"), kinds)
+            children = snap.tables["children"].column("blob").to_pylist()
+            child_kinds = snap.meta.get("pieces") or [None] * len(children)
+            for n, (child, kind) in enumerate(zip(children, child_kinds, strict=True)):
+                pieces[n].append(child)
+                piece_kinds[n].append(kind)
+        for op, blobs_of, kinds_of in zip(ops, pieces, piece_kinds, strict=True):
+            last_whole = max(i for i, k in enumerate(kinds_of) if not str(k).endswith(".delta"))
+            if last_whole == len(blobs_of) - 1:
+                op.restore(blobs_of[-1], vnodes=vnodes)
+            else:
+                op.restore_chain(blobs_of[last_whole:], vnodes=vnodes)
 
 
 class _TreeState:
@@ -315,17 +345,18 @@ class _PlanImage:
     """The images of a tree's stateful operators; ``encode(vnodes)`` encodes each with the same
     subset into one blob of the ``laminardb.state`` format (kind ``"plan"``)."""
 
-    def __init__(self, images: list, kinds: list[str]) -> None:
+    def __init__(self, images: list, kinds: list[str], *, kind: str = "plan") -> None:
         self.images = images
         self.kinds = kinds
-        self.kind = "plan"
+        self.kind = kind
         self.split = True
 
     def encode(self, vnodes=None) -> bytes:
         blobs = [im.encode(vnodes) for im in self.images]
         subset = None if vnodes is None else sorted({int(v) for v in vnodes})
         table = pa.table({"blob": pa.array(blobs, pa.binary())})
-        doc = {"format": FORMAT, "version": SNAPSHOT_VERSION, "kind": "plan", "vnodes": DEFAULT_VNODES,
-               "subset": subset, "meta": {"operators": self.kinds}, "counters": None,
+        meta = {"operators": self.kinds, "pieces": [im.kind for im in self.images]}
+        doc = {"format": FORMAT, "version": SNAPSHOT_VERSION, "kind": self.kind, "vnodes": DEFAULT_VNODES,
+               "subset": subset, "meta": meta, "counters": None,
                "tables": {"children": _ipc(table)}}
         return msgpack.packb(doc, use_bin_type=True)

@@ -33,6 +33,8 @@ def output_schema(plan: QueryPlan) -> pa.Schema:
 class QueryOperator:
     """Stateful executor of one ``QueryPlan`` (an ``engine.contracts.Operator``)."""
 
+    incremental = False  # checkpoints take the whole state (no snapshot_delta)
+
     accepts_next_watermark = False  # process() takes the watermark before the batch only
 
     @property

@@ -265,6 +265,8 @@ class _Pending:
 class TopNOperator:
     """Top-N (a changelog) or first-row deduplication (append-only); see the module docstring."""
 
+    incremental = False  # checkpoints take the whole state (no snapshot_delta)
+
     def __init__(self, node: TopN) -> None:
         self.node = node
         self.in_schema: pa.Schema = node.child.schema

@@ -179,7 +179,7 @@ def test_corrupt_latest_manifest_falls_back_to_the_previous_checkpoint(tmp_path)
     e2 = db.checkpoint()
     db.insert("ev", rows(800, 900))
     db.close()  # a third checkpoint on close
-    ckpts = sorted((tmp_path / "cor" / "checkpoints").iterdir())
+    ckpts = sorted((tmp_path / "cor" / "checkpoints").glob("ckpt-*"))
     latest = ckpts[-1] / "MANIFEST"
     latest.write_bytes(latest.read_bytes()[:-40] + b"garbage")
     db, _ = open_db(tmp_path, "cor")
@@ -195,7 +195,7 @@ def test_snapshot_of_an_unknown_version_is_refused(tmp_path):
     db.insert("ev", rows(0, 50))
     db.checkpoint()
     db.close()
-    (ckpt,) = [p for p in (tmp_path / "ver" / "checkpoints").iterdir()][-1:]
+    (ckpt,) = sorted((tmp_path / "ver" / "checkpoints").glob("ckpt-*"))[-1:]
     doc = json.loads((ckpt / "MANIFEST").read_bytes())
     doc["version"] = 99
     (ckpt / "MANIFEST").write_text(json.dumps(doc))
