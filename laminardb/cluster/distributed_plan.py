@@ -131,7 +131,8 @@ class DistributedPlanOperator:
     """See the module docstring (an ``engine.contracts.Operator`` over a plan tree)."""
 
     accepts_next_watermark = False  # a tree takes the query's root watermark (``QueryPlan.tree``)
-    incremental = False  # checkpoints take every actor's whole state
+    #: each actor checkpoints only its joins' changes since the last checkpoint (``state_chains``)
+    incremental = True
 
     mode = "keyed"  # checkpoints split by vnode (``ClusterImage``)
     merger = None
@@ -145,6 +146,9 @@ class DistributedPlanOperator:
         self.schema = self.tree.schema
         self.late_dropped = 0  # rows the nodes dropped as late, as the actors report them
         self.agg = _ActorsState(self)  # what metrics() reads: state rows and bytes on the actors
+        #: the actor count of the last snapshot (None: none since the state was loaded); a
+        #: delta is taken only against the same actors
+        self._snapshot_actors: int | None = None
 
     def _place(self, index: int, node: _Node) -> _Node | None:
         keys = _keys_of(node)
@@ -180,27 +184,44 @@ class DistributedPlanOperator:
         head sent that actor before); ``ClusterImage.encode`` collects the parts later."""
         everyone = list(range(self.cluster.n_actors))
         self.cluster.call_each(everyone, "snapshot_take", [self.name], False)
+        self._snapshot_actors = self.cluster.n_actors
+        return ClusterImage(self, everyone, None)
+
+    def snapshot_delta(self) -> ClusterImage | None:
+        """Each actor's changes since the last snapshot (its joins' deltas, whole state for
+        the other nodes); None after a restore or a rescale: a whole snapshot comes first."""
+        if self._snapshot_actors != self.cluster.n_actors:
+            return None
+        everyone = list(range(self.cluster.n_actors))
+        self.cluster.call_each(everyone, "snapshot_take", [self.name], False, True)
         return ClusterImage(self, everyone, None)
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
-        """Every actor loads, from every part, the state of the vnodes it owns now: each node
-        keeps the rows whose own key hashes to them — where its rows are routed from now on."""
+        self.restore_chain([blob])
+
+    def restore_chain(self, blobs: list[bytes], *, vnodes=None) -> None:
+        """Every actor loads, from every part of every checkpoint of the chain, the state of
+        the vnodes it owns now: each node keeps the rows whose own key hashes to them — where
+        its rows are routed from now on."""
         import msgpack
 
         from laminardb.checkpoint.exceptions import SnapshotFormatError
 
-        doc = msgpack.unpackb(blob, raw=False, strict_map_key=False)
-        if doc.get("format") != CLUSTER_FORMAT or doc.get("version") != 1:
-            raise SnapshotFormatError(f"query {self.name!r}: not a cluster state snapshot (format "
-                                      f"{doc.get('format')!r} v{doc.get('version')!r})")
-        parts = [p for p in doc["actors"] if p is not None]
+        pieces, doc = [], {}
+        for blob in blobs:
+            doc = msgpack.unpackb(blob, raw=False, strict_map_key=False)
+            if doc.get("format") != CLUSTER_FORMAT or doc.get("version") != 1:
+                raise SnapshotFormatError(f"query {self.name!r}: not a cluster state snapshot (format "
+                                          f"{doc.get('format')!r} v{doc.get('version')!r})")
+            pieces.append(doc["actors"])
         owner = self.cluster.routing.owner
         targets = list(range(self.cluster.n_actors))
-        futures = [self.cluster.actors[a].restore_state.remote(self.name, parts, False,
+        futures = [self.cluster.actors[a].restore_chain.remote(self.name, pieces,
                                                                [int(v) for v in (owner == a).nonzero()[0]])
                    for a in targets]
-        self.cluster.gather(targets, futures, "restore_state")
+        self.cluster.gather(targets, futures, "restore_chain")
         self.late_dropped = int(doc.get("late_dropped", 0))
+        self._snapshot_actors = None
 
 
 def node_outputs(tree: PlanOperator, index: int, port: int, wm: int,

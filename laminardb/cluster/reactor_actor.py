@@ -225,11 +225,12 @@ class ReactorActorImpl:
         return to_ipc(self._op(node).current_rows())
 
     # -- checkpoints: the head calls these in its barrier (see distributed.py) -------
-    def snapshot_take(self, nodes: list[str], partial: bool = False) -> None:
+    def snapshot_take(self, nodes: list[str], partial: bool = False, delta: bool = False) -> None:
         """Copy the state of ``nodes`` (the barrier: Ray runs this after every batch the head
         sent before it); ``snapshot_encode`` turns the copies into bytes off the barrier.
         ``partial``: the nodes run as partial aggregates here — also those no row reached yet,
-        whose (empty) partial state must snapshot in the partial form."""
+        whose (empty) partial state must snapshot in the partial form. ``delta``: only the
+        changes since the last snapshot, where the query can give them (``state_chains``)."""
         from laminardb.cluster.partial import PartialState
 
         for node in nodes:
@@ -239,7 +240,8 @@ class ReactorActorImpl:
             if state is not None:
                 self.images[node] = state.agg.snapshot()
             elif node in self.conn.engine.reactor.nodes:
-                self.images[node] = self._op(node).snapshot()
+                op = self._op(node)
+                self.images[node] = op.snapshot_delta() if delta and op.incremental else op.snapshot()
 
     def snapshot_encode(self, node: str) -> bytes | None:
         image = self.images.pop(node, None)
@@ -261,6 +263,16 @@ class ReactorActorImpl:
                 loaded += 1
             else:
                 self._op(node).restore(blob, vnodes=vnodes)
+
+    def restore_chain(self, node: str, pieces: list[list], vnodes: list[int] | None) -> None:
+        """Load a chain of checkpoints of a plan tree: ``pieces[k][s]`` is what actor ``s``
+        wrote at the k-th checkpoint of the chain (a whole snapshot first, then deltas). Each
+        writer's chain is replayed on its own, keeping the rows of ``vnodes``; they add up."""
+        op = self._op(node)
+        for s in range(max(len(p) for p in pieces)):
+            chain = [p[s] for p in pieces if s < len(p) and p[s] is not None]
+            if chain:
+                op.restore_chain(chain, vnodes=vnodes)
 
     # -- Kafka partitions this actor owns (see kafka_ingest.py) ----------------------
     def start_kafka_all(self, source: str, options_json: str, assignment_json: str,

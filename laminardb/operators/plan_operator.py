@@ -280,13 +280,17 @@ class PlanOperator:
         self.restore_chain([blob], vnodes=vnodes)
 
     def restore_chain(self, blobs: list[bytes], *, vnodes=None) -> None:
-        """Load a whole tree snapshot followed by the ``plan.delta`` ones taken after it."""
+        """Load a whole tree snapshot followed by those taken after it (``plan.delta``, or whole
+        ones: a tree whose nodes cannot give their changes snapshots whole every time)."""
         ops = self._stateful()
         kinds = [type(op).__name__ for op in ops]
         pieces: list[list[bytes]] = [[] for _ in ops]  # per node: its blob in each snapshot
         piece_kinds: list[list[str]] = [[] for _ in ops]
-        for i, blob in enumerate(blobs):
-            snap = decode(blob, kind="plan" if i == 0 else "plan.delta")
+        snaps = [decode(blob) for blob in blobs]
+        if snaps[0].kind != "plan" or any(s.kind not in ("plan", "plan.delta") for s in snaps):
+            raise mismatch("plan", [s.kind for s in snaps], "a 'plan' snapshot, then 'plan' or 'plan.delta' ones")
+        last_whole = max(i for i, s in enumerate(snaps) if s.kind == "plan")
+        for snap in snaps[last_whole:]:  # a whole tree snapshot replaces everything before it
             if snap.meta.get("operators") != kinds:
                 raise mismatch("plan", snap.meta.get("operators"), kinds)
             children = snap.tables["children"].column("blob").to_pylist()

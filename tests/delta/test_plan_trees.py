@@ -59,6 +59,7 @@ def test_tree_state_lives_on_the_actors_through_kills_and_rescales(database):
 
     faults = {
         n // 6: lambda db: db.checkpoint(),
+        n // 5: lambda db: db.checkpoint(),  # a delta of the joins' state: the kill restores a chain
         n // 4: look,
         n // 3: lambda db: os.kill(_pids(db)[1], signal.SIGKILL),  # recovered at the next call
         n // 2: lambda db: db.scale(1),
