@@ -183,7 +183,10 @@ class LocalCoordinator:
             connectors: dict[str, Any] = {}
             for i, node in enumerate(r.nodes.values()):
                 meta: dict[str, Any] = {"kind": node.kind, "wm": int(node.wm), "max_ts": int(node.max_ts),
-                                        "rows_out": node.rows_out, "accepted": node.accepted}
+                                        "rows_out": node.rows_out, "accepted": node.accepted,
+                                        # metrics' counters: a recovery goes on from these
+                                        "rows_in": node.rows_in, "bytes_in": node.bytes_in,
+                                        "rejected": node.rejected}
                 if node.op is not None:
                     meta["op"] = f"op-{i}.snap"
                     images[meta["op"]] = node.op.snapshot()

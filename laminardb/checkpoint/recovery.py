@@ -146,6 +146,9 @@ def _restore_state(coord, reactor, manifest) -> None:
                                 "so no acknowledged row is lost")
         node.wm, node.max_ts = meta["wm"], meta["max_ts"]
         node.rows_out, node.accepted = meta["rows_out"], meta["accepted"]
+        # counters metrics() reports (checkpoints written before they were kept: from zero)
+        node.rows_in, node.bytes_in = meta.get("rows_in", 0), meta.get("bytes_in", 0)
+        node.rejected = meta.get("rejected", 0)
         if "op" in meta:
             node.op.restore(coord.store.read_file(manifest, meta["op"]))
         if "view" in meta:
