@@ -194,7 +194,10 @@ class LocalCoordinator:
             connectors: dict[str, Any] = {}
             for i, node in enumerate(r.nodes.values()):
                 meta: dict[str, Any] = {"kind": node.kind, "wm": int(node.wm), "max_ts": int(node.max_ts),
-                                        "rows_out": node.rows_out, "accepted": node.accepted}
+                                        "rows_out": node.rows_out, "accepted": node.accepted,
+                                        # metrics' counters: a recovery goes on from these
+                                        "rows_in": node.rows_in, "bytes_in": node.bytes_in,
+                                        "rejected": node.rejected}
                 if node.op is not None and node.op.incremental:
                     name, images[name], planned = self.chains.take(epoch, node.name, i, node.op)
                     chain = [*planned.earlier, name]

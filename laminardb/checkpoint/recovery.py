@@ -146,6 +146,9 @@ def _restore_state(coord, reactor, manifest) -> None:
                                 "so no acknowledged row is lost")
         node.wm, node.max_ts = meta["wm"], meta["max_ts"]
         node.rows_out, node.accepted = meta["rows_out"], meta["accepted"]
+        # counters metrics() reports (checkpoints written before they were kept: from zero)
+        node.rows_in, node.bytes_in = meta.get("rows_in", 0), meta.get("bytes_in", 0)
+        node.rejected = meta.get("rejected", 0)
         if meta.get("op_deltas"):  # a whole snapshot and the deltas after it (``state_chains``)
             node.op.restore_chain([coord.store.read_file(manifest, f) for f in (meta["op"], *meta["op_deltas"])])
         elif "op" in meta:

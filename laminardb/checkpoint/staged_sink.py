@@ -6,6 +6,8 @@ The database head therefore only stages each sink's rows: as a ``TwoPhaseSink`` 
 the open rows into ``epoch-<e>.arrow`` at pre-commit (the barrier), hands the coordinator
 that file with the sink's DDL and schema (``describe``), and forgets epochs the coordinator
 confirmed (``release``). Abort and recovery drop staged epochs no manifest covers.
+Its counters are those of the sink the coordinator writes (``metrics()`` shows them under that
+sink's ``connector_name``): rows handed to it, and rows and epochs the coordinator committed.
 """
 
 from __future__ import annotations
@@ -23,15 +25,22 @@ class StagedSink(TwoPhaseSink):
 
     commit_outside_lock = False
 
-    def __init__(self, name: str, sql: str, schema: pa.Schema, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, name: str, sql: str, schema: pa.Schema, directory: str | os.PathLike[str], *,
+                 connector_name: str | None = None) -> None:
         self.name = name
         self.sql = sql
         self.schema = schema
         self.stage = EpochStage(directory, schema)
         self._rows: dict[int, int] = {}
+        #: the class the embedded engine would write with (``connectors.sinks.sink_class_name``)
+        self.connector_name = connector_name or type(self).__name__
+        self.rows_written = 0  # rows handed to the sink, as the embedded sinks count them
+        self.rows_committed = 0  # rows of epochs the coordinator committed (``release``)
+        self.epochs_committed = 0  # of those epochs, the ones that held rows (as the embedded sinks)
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.stage.append(batch)
+        self.rows_written += batch.num_rows
 
     def pre_commit(self, epoch: int) -> dict[str, Any]:
         rows = self.stage.seal(epoch)
@@ -64,7 +73,9 @@ class StagedSink(TwoPhaseSink):
         for e in self.stage.epochs():
             if e <= epoch:
                 self.stage.drop(e)
-                self._rows.pop(e, None)
+                rows = self._rows.pop(e, 0)  # 0: staged before a restart (not counted, as embedded)
+                self.rows_committed += rows
+                self.epochs_committed += rows > 0
 
     def describe(self, epoch: int) -> dict[str, Any]:
         """What the coordinator needs to write this sink's ``epoch``."""

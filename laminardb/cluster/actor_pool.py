@@ -9,6 +9,7 @@ operators on it, the database head that recovers it, and the autoscaler that res
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -24,8 +25,9 @@ _START_TIMEOUT_S = 300.0  # starting actors (numba kernels load, Raft commits): 
 # loaded machine, short enough that a paused actor does not hang the client for minutes
 _CALL_TIMEOUT_S = 30.0
 # how long metrics() waits for each actor's own counters: metrics must answer even while an
-# actor is paused (it is then reported "slow", its counters None)
+# actor is paused (it is then reported "slow", with the counters it last gave)
 _METRICS_TIMEOUT_S = 1.0
+_PROBE_TIMEOUT_S = 0.6  # metrics(): at most this for the actors' counters (the whole read: < 2 s)
 
 
 class ActorPool:
@@ -47,6 +49,10 @@ class ActorPool:
         # says DEAD) — never inferred from a slow answer
         self.dead: dict[int, str] = {}
         self.slow: set[int] = set()  # live actors whose last call outran its timeout
+        # probe(): per (method, actor) the call still unanswered (a paused actor is asked once,
+        # not once per read), and per actor when it last answered and with what
+        self._probing: dict[tuple[str, int], Any] = {}
+        self.answered: dict[str, dict[int, tuple[float, Any]]] = {}
         tag = uuid.uuid4().hex[:8]  # several connections may share one control plane
         self.members = [f"reactor-{tag}-{i}" for i in range(n_actors)]
         if survivors is None:
@@ -215,14 +221,27 @@ class ActorPool:
               record: bool = True) -> list[Any]:
         """``method(*args)`` on every live actor, waiting at most ``timeout``: a result per actor,
         None for a dead one or one that did not answer in time (then marked slow). With
-        ``record`` False nothing is marked (the autoscaler's samples: a busy actor is not sick)."""
+        ``record`` False nothing is marked (the autoscaler's samples: a busy actor is not sick).
+        An actor already slow is not waited for, nor asked again while its last call of
+        ``method`` (argument-less) is unanswered; ``answered[method]`` keeps each actor's last
+        answer and its time (what ``metrics()`` shows of an actor that does not answer)."""
         import ray
 
         alive = [i for i in range(self.n_actors) if i not in self.dead]
-        futures = self.submit(alive, method, *args)
-        done, _ = ray.wait(futures, num_returns=len(futures), timeout=timeout)
+        futures, waited = [], []
+        for i in alive:
+            pending = self._probing.get((method, i)) if not args else None
+            if pending is None:  # else the call still out (or its answer, come in since)
+                pending = getattr(self.actors[i], method).remote(*args)
+                waited.append(pending)
+                if not args:
+                    self._probing[(method, i)] = pending
+            futures.append(pending)
+        ray.wait(waited, num_returns=len(waited), timeout=timeout)
+        done, _ = ray.wait(futures, num_returns=len(futures), timeout=0)
         done_ids = {f.hex() for f in done}
         out: list[Any] = [None] * self.n_actors
+        last = self.answered.setdefault(method, {})
         for i, f in zip(alive, futures, strict=True):
             if f.hex() not in done_ids:
                 if not record:
@@ -231,8 +250,10 @@ class ActorPool:
                 if _gcs_says_dead(self.actors[i]):
                     self.dead[i] = "ActorDiedError"
                 continue
+            self._probing.pop((method, i), None)
             try:
                 out[i] = ray.get(f, timeout=0)
+                last[i] = (time.monotonic(), out[i])
                 if record:
                     self.slow.discard(i)
             except Exception as e:  # noqa: BLE001 - classify
@@ -252,13 +273,15 @@ class ActorPool:
     def broadcast(self, method: str, *args) -> list[Any]:
         return self.call_each(list(range(self.n_actors)), method, *args)
 
-    def status(self) -> dict:
+    def status(self, *, raft: bool = True) -> dict:
+        """``raft`` False: leave out the leader and term (asking a voter may take up to
+        _RAFT_STATUS_TIMEOUT_S)."""
         return {
             "actors": self.n_actors,
             "dead": dict(self.dead),
             "slow": sorted(self.slow - set(self.dead)),
             "raft": self.ownership.raft is not None,
-            **self._raft_view(),
+            **(self._raft_view() if raft else {}),
             "members": [dict(i, member=self.members[i["index"]], state=self._state(i["index"]),
                              vnodes=int((self.routing.owner == i["index"]).sum()),
                              max_epoch=int(self.ownership.epochs[self.routing.owner == i["index"]].max(initial=0)))

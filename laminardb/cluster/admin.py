@@ -49,11 +49,35 @@ def format_databases(status: dict[str, Any]) -> str:
         lines.append(f"  {name}: head pid {st['head_pid']}, {st['clients']} client(s), "
                      f"{st['recoveries']} recovery(ies), last checkpoint epoch {ck.get('last_epoch')}, "
                      f"{ck.get('checkpoint_bytes_on_disk', 0)} bytes on disk, dir {st['directory']}")
+        stale = st.get("stale")
+        if stale:
+            lines.append(f"    stale figures ({stale.get('age_s')} s old): {stale.get('reason')}")
         for m in (st.get("cluster") or {}).get("members", []):
             lines.append(f"    actor {m['index']} pid {m['pid']} node {m['node_id'][:12]} {m['state']}: "
                          f"{m['vnodes']} vnodes, max epoch {m['max_epoch']}")
+        lines += _pipeline_lines(st)
         lines += _autoscale_lines(st.get("autoscale") or {})
     return "\n".join(lines)
+
+
+def _pipeline_lines(st: dict[str, Any]) -> list[str]:
+    """Each source's and sink's state, counters and last error (as ``metrics()`` has them)."""
+    lines = []
+    for name, src in sorted((st.get("sources") or {}).items()):
+        failing = src.get("failing_for_s")
+        lines.append(f"    source {name} ({src.get('connector') or 'insert'}) {src.get('status')}: "
+                     f"{src.get('rows_in')} rows, {src.get('bytes_in')} bytes in, lag {src.get('kafka_lag_total')}, "
+                     f"watermark {src.get('watermark')}, {src.get('parse_errors')} parse errors, "
+                     f"{src.get('errors')} errors" + ("" if failing is None else f", failing for {failing} s"))
+        if src.get("last_error"):
+            lines.append(f"      last error: {src['last_error']}")
+    for name, sink in sorted((st.get("sinks") or {}).items()):
+        lines.append(f"    sink {name} ({sink.get('connector')}) from {sink.get('input')}: "
+                     f"{sink.get('rows_written')} rows written, {sink.get('rows_committed')} committed in "
+                     f"{sink.get('commits')} commits, {sink.get('errors')} errors")
+        if sink.get("last_error"):
+            lines.append(f"      last error: {sink['last_error']}")
+    return lines
 
 
 def _autoscale_lines(auto: dict[str, Any]) -> list[str]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from laminardb.cluster.actor_pool import _CALL_TIMEOUT_S, _METRICS_TIMEOUT_S, ActorPool
+from laminardb.cluster.actor_pool import _CALL_TIMEOUT_S, _PROBE_TIMEOUT_S, ActorPool
 from laminardb.cluster.distributed_operator import (
     COALESCE_MAX,
     DEFAULT_MAX_IN_FLIGHT,
@@ -42,6 +42,7 @@ from laminardb.sql import ddl
 if TYPE_CHECKING:
     from laminardb.engine.engine import Engine
 
+_SETTLE_FOR_METRICS_S = 0.3  # metrics(): outputs still on the actors, delivered if this quick
 _FREE_CPU_WAIT_S = 10.0  # connect(): CPUs of actors killed by a close() just before come back
 
 
@@ -95,9 +96,11 @@ class ClusterBackend:
     def make_sink(self, stmt: ddl.CreateSink, schema, *, durable: bool, stage_root: str | None):
         if self.coordinated and durable and _exactly_once(stmt):
             from laminardb.checkpoint.staged_sink import StagedSink
+            from laminardb.connectors.sinks import sink_class_name
 
             return StagedSink(stmt.name, _sink_sql(stmt), schema,
-                              os.path.join(self.engine.path, "staged", _safe(stmt.name)))
+                              os.path.join(self.engine.path, "staged", _safe(stmt.name)),
+                              connector_name=sink_class_name(stmt, durable=True))
         from laminardb.connectors.sinks import make_sink
 
         return make_sink(stmt, schema, durable=durable, stage_root=stage_root)
@@ -254,17 +257,32 @@ class ClusterBackend:
 
     def before_metrics(self) -> None:
         try:
-            self.settle(timeout=_METRICS_TIMEOUT_S)
+            self.settle(timeout=_SETTLE_FOR_METRICS_S)
         except (ActorLostError, ActorTimeoutError):
             pass  # metrics() is where a lost actor is reported (add_metrics): never raise here
 
     def add_metrics(self, m: dict[str, Any]) -> None:
-        """``cluster``: every member with its ``pid`` and ``state`` (``ok`` | ``slow``: did not
-        answer within ~1 s | ``dead``: Ray reports it gone), ``dead``, ``slow`` and per-actor
-        counters (None for an actor not answering). Bounded: it never waits long for a paused actor."""
-        closed = self.engine.closed
-        per_actor = self.cluster.probe("metrics") if not closed else [None] * self.cluster.n_actors
+        """``cluster``: every member with its ``pid``, ``state`` (``ok`` | ``slow``: did not
+        answer within ~0.6 s | ``dead``: Ray reports it gone) and ``stale_s`` (None: its figures
+        are fresh, else how old the last ones it gave are), ``dead``, ``slow`` and per-actor
+        counters (an actor not answering: the last it gave; None if it never did). The queries
+        whose state lives on the actors get its size summed over them. Bounded: it never waits
+        long for a paused actor."""
+        if not self.engine.closed:
+            self.cluster.probe("metrics", timeout=_PROBE_TIMEOUT_S)
         m["cluster"] = self.cluster.status()
+        self._add_actor_figures(m)
+
+    def _add_actor_figures(self, m: dict[str, Any]) -> None:
+        """Per-actor counters and state sizes from each actor's last answer (``probe``)."""
+        now = time.monotonic()
+        answered = self.cluster.answered.get("metrics", {})
+        fresh = set(range(self.cluster.n_actors)) - self.cluster.slow - set(self.cluster.dead)
+        per_actor = [answered.get(i, (None, None))[1] for i in range(self.cluster.n_actors)]
+        for member in m["cluster"]["members"]:
+            i = member["index"]
+            seen = answered.get(i)
+            member["stale_s"] = None if i in fresh or seen is None else round(now - seen[0], 3)
 
         def each(key: str, f=lambda v: v) -> list[Any]:
             return [None if a is None else f(a[key]) for a in per_actor]
@@ -274,6 +292,19 @@ class ClusterBackend:
         m["cluster"]["cpu_s_per_actor"] = each("cpu_s", lambda v: round(v, 4))
         m["cluster"]["rss_bytes_per_actor"] = [None if a is None else (a.get("process") or {}).get("rss_bytes")
                                                for a in per_actor]
+        for name, q in m.get("queries", {}).items():
+            if q.get("state_rows") is not None:
+                continue
+            parts = [(a.get("queries") or {}).get(name) for a in per_actor if a is not None]
+            rows = [p.get("state_rows") for p in parts if p is not None]
+            if rows and all(r is not None for r in rows):  # the embedded figure, summed over actors
+                q["state_rows"] = sum(rows)
+                q["state_bytes"] = sum(int(p.get("state_bytes") or 0) for p in parts if p is not None)
+
+    def final_counters(self) -> dict[str, Any] | None:
+        """The counters as this engine leaves them (``abandon``: set before it lets go),
+        without asking an actor: the database head carries them into the next engine's."""
+        return getattr(self, "_final", None)
 
     def before_close(self) -> None:
         if self.drainer is not None:
@@ -298,6 +329,15 @@ class ClusterBackend:
             return
         if self.drainer is not None:
             self.drainer.stop()
+        try:  # what metrics() read last goes on from here (the head's MonotonicCounters)
+            from laminardb.metrics.registry import collect
+
+            final = collect(self.reactor, runners=dict(self.engine.runners), durable=None)
+            final["cluster"] = self.cluster.status(raft=False)
+            self._add_actor_figures(final)
+            self._final = final
+        except Exception:  # noqa: BLE001 - a figure missing here only makes a counter carry less
+            pass
         self.engine.abandon()
         if self.ring is not None:
             self.ring.close()

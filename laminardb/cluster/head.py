@@ -36,6 +36,7 @@ _WATCH_S = 0.5  # how often the head looks for a lost actor nobody is calling
 _RECOVERY_ATTEMPTS = 3
 _COORD_TIMEOUT_S = 120.0  # a checkpoint the coordinator runs for a client (JVM start on the first)
 _STATUS_TIMEOUT_S = 2.0
+_METRICS_READ_LOCK = threading.Lock()  # creates a head's bounded metrics reader once
 _LOST_AFTER_S = 10.0  # config "actor_lost_after": a slow actor silent this long more is replaced
 
 
@@ -442,13 +443,52 @@ class DatabaseHead:
 
     @_answer
     def metrics(self) -> dict:
-        m = self._conn().metrics()
-        m["database"] = {"name": self.database, "directory": self.directory, "head_pid": os.getpid(),
-                         "clients": len(self.clients), "subscriptions": len(self.subs),
-                         "recoveries": list(self.recoveries), "uptime_s": round(time.time() - self.started_at, 1),
-                         "coordinator": self._coordinator_status()}
+        """The engine's metrics (``Connection.metrics``) with ``database``, ``autoscale`` and
+        ``stale``: None, or — when the engine did not answer within ``METRICS_BUDGET_S`` (a
+        paused actor, a recovery under way) — ``{"age_s", "reason"}`` over the last figures
+        it gave. Counters never go back across recoveries (``metrics_view.py``)."""
+        return self._metrics_read().read(self._stale_metrics)
+
+    def _metrics_read(self):
+        from laminardb.cluster.metrics_view import BoundedRead, MonotonicCounters
+
+        with _METRICS_READ_LOCK:
+            if "_bounded_metrics" not in self.__dict__:
+                self._counters = MonotonicCounters()
+                self._bounded_metrics = BoundedRead(self._fresh_metrics)
+        return self._bounded_metrics
+
+    def _fresh_metrics(self) -> dict:
+        conn = self._conn()
+        m = self._counters.apply(conn, conn.metrics())
+        m["stale"] = None
+        m["database"] = dict(self._database_status(), coordinator=self._coordinator_status())
         m["autoscale"] = self._autoscale_status()
         return m
+
+    def _stale_metrics(self, last: dict | None, age_s: float | None) -> dict:
+        """The last figures (None: none yet), with what is known now without waiting: the
+        database, and each actor's state (its figures are ``stale_s`` old)."""
+        from laminardb.cluster.metrics_view import METRICS_BUDGET_S
+
+        m = last if last is not None else {}
+        why = "a recovery is replacing the engine" if self.conn is None else "an actor or the engine is busy or paused"
+        m["stale"] = {"age_s": age_s, "reason": f"the engine did not answer within {METRICS_BUDGET_S:g} s ({why}): "
+                                                "these are the last figures it gave"}
+        m["database"] = dict(self._database_status(), coordinator=(m.get("database") or {}).get("coordinator"))
+        conn = self.conn
+        if conn is not None:
+            cluster = dict(m.get("cluster") or {})
+            cluster.update(conn.engine.backend.cluster.status(raft=False))
+            for member in cluster["members"]:
+                member["stale_s"] = age_s
+            m["cluster"] = cluster
+        return m
+
+    def _database_status(self) -> dict:
+        return {"name": self.database, "directory": self.directory, "head_pid": os.getpid(),
+                "clients": len(self.clients), "subscriptions": len(self.subs),
+                "recoveries": list(self.recoveries), "uptime_s": round(time.time() - self.started_at, 1)}
 
     def _autoscale_status(self) -> dict:
         """The autoscaler's knobs, inputs, last decisions and why, and every rescale's pause."""
@@ -530,14 +570,17 @@ class DatabaseHead:
 
     @_answer
     def status(self) -> dict:
-        """What ``laminardb cluster status`` shows of this database."""
+        """What ``laminardb cluster status`` shows of this database: with each source's and
+        sink's status, error and counters as ``metrics()`` has them (bounded as it is)."""
         conn = self.conn
         out = {"database": self.database, "directory": self.directory, "head_pid": os.getpid(),
                "clients": len(self.clients), "recoveries": len(self.recoveries), "dropped": conn is None}
-        if conn is not None:
-            out["cluster"] = conn.engine.backend.cluster.status()
-            out["checkpoints"] = conn.engine.durable.metrics() if conn.engine.durable is not None else None
-            out["streams"] = conn.list_streams()
+        if conn is not None or not self.dropped:
+            m = self._metrics_read().read(self._stale_metrics)
+            out["cluster"] = m.get("cluster")
+            out["checkpoints"] = m.get("checkpoints")
+            out["streams"] = conn.list_streams() if conn is not None else None
+            out["sources"], out["sinks"], out["stale"] = m.get("sources"), m.get("sinks"), m.get("stale")
         auto = self._autoscale_status()
         out["autoscale"] = {"enabled": auto.get("enabled"), "last": auto.get("last"),
                             "inputs": auto.get("inputs"), "rescales": auto["rescales_done"][-5:],

@@ -100,6 +100,9 @@ class ClusterKafkaSource:
         self._emitted: int | None = None
         #: actor → its partitions' position after its last poll (``checkpoint_state``)
         self._positions: dict[int, dict] = {}
+        #: actor → what its last poll said of its consumer (lag per partition, dead letters):
+        #: ``metrics()`` reads these, never an actor (a paused one would hold it up)
+        self._health: dict[int, dict] = {}
         resume = None
         if restore_state is not None:
             resume = json.dumps(_merged_position(restore_state))
@@ -123,9 +126,10 @@ class ClusterKafkaSource:
         results = self.cluster.call_each(self._actors, "poll_kafka", self.name, timeout_ms,
                                          list(self.routed_queries()))
         states = {}
-        for a, (_, part_states, position) in zip(self._actors, results, strict=True):
+        for a, (desc, part_states, position) in zip(self._actors, results, strict=True):
             states.update({int(p): (wm, idle) for p, (wm, idle) in part_states.items()})
             self._positions[a] = position
+            self._health[a] = desc
         wm = combine(states)
         if wm is not None and (self._emitted is None or wm > self._emitted):
             self._emitted = wm
@@ -134,6 +138,23 @@ class ClusterKafkaSource:
 
     def lag(self) -> int:
         return sum(self.cluster.call_each(self._actors, "kafka_lag", self.name))
+
+    def partition_lag(self) -> dict[int, int | None]:
+        """Messages behind the end of each partition, as the owning actors' last polls reported
+        them (``KafkaSource.partition_lag``: from their fetch responses); None until known."""
+        out: dict[int, int | None] = {p: None for ps in self.assignment.values() for p in ps}
+        for health in list(self._health.values()):
+            out.update({int(p): n for p, n in (health.get("lag") or {}).items()})
+        return out
+
+    @property
+    def dead_lettered(self) -> int:
+        """Messages that did not decode, over every reading actor (sent to ``<topic>.dlq``)."""
+        return sum(int(h.get("dead_lettered", 0)) for h in list(self._health.values()))
+
+    @property
+    def dead_letter_failures(self) -> int:
+        return sum(int(h.get("dead_letter_failures", 0)) for h in list(self._health.values()))
 
     def fetch_failure(self) -> tuple[float, str] | None:
         """Never set here: an actor's failing fetch raises from ``poll`` (``contracts.Source``)."""

@@ -307,8 +307,12 @@ class ReactorActorImpl:
         self.poll_cpu_s += time.thread_time() - c0
         states = src.partition_watermarks()
         position = src.checkpoint_state()
+        # what the embedded engine's metrics read off its own consumer: lag from the last fetch
+        # responses (no broker request), messages dead-lettered, decoded bytes
+        health = {"lag": {str(p): n for p, n in src.partition_lag().items()},
+                  "dead_lettered": src.dead_lettered, "dead_letter_failures": src.dead_letter_failures}
         if batch is None or batch.num_rows == 0:
-            return {"rows": 0}, states, position
+            return {"rows": 0, "bytes": 0, **health}, states, position
         self.polled_rows += batch.num_rows
         with self._busy():
             time_col = self.conn.engine.reactor.nodes[source].time_col
@@ -317,8 +321,8 @@ class ReactorActorImpl:
             for query in routed_queries:
                 parts = route_rows(self._op(query).plan, batch, self.owner, self.n_actors)
                 routed[query] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
-            return {"rows": batch.num_rows, "max_event_time": top, "whole": ray.put(to_ipc_array(batch)),
-                    "routed": routed}, states, position
+            return {"rows": batch.num_rows, "bytes": batch.nbytes, "max_event_time": top,
+                    "whole": ray.put(to_ipc_array(batch)), "routed": routed, **health}, states, position
 
     def kafka_lag(self, source: str) -> int:
         return self.kafka[source].lag()
@@ -335,7 +339,14 @@ class ReactorActorImpl:
                 "rows_in": self.rows_in}
 
     def metrics(self) -> dict:
+        from laminardb.metrics.registry import state_size
+
         m = self.conn.metrics()
+        for node, state in self.partial.items():  # partial aggregates keep their state here
+            q = m["queries"].get(node)
+            if q is not None:
+                q["state_rows"] = int(getattr(state.agg, "state_groups", 0) or 0)
+                q["state_bytes"] = state_size(state.agg)
         m.update(index=self.index, core=self.core, pid=os.getpid(), rows_in=self.rows_in, busy_s=self.busy_s,
                  cpu_s=self.cpu_s)
         return m

@@ -26,6 +26,7 @@ class RemoteRows:
     max_event_time: int | None  # over every reader's rows (None: no event-time column)
     wholes: list[tuple[int, Any]] = field(default_factory=list)  # (reading actor, ObjectRef)
     routed: dict[str, list[list[Any]]] = field(default_factory=dict)  # query → owner → refs
+    nbytes: int = 0  # the decoded rows' Arrow bytes, as the readers reported them (``bytes_in``)
 
     def refs_read_by(self, actor: int) -> list[Any]:
         return [ref for reader, ref in self.wholes if reader == actor]
@@ -55,4 +56,4 @@ class RemoteRows:
                     if ref is not None:
                         per_owner[owner].append(ref)
         return RemoteRows(schema, sum(p["rows"] for _, p in polls), max(tops) if tops else None,
-                          [(a, p["whole"]) for a, p in polls], routed)
+                          [(a, p["whole"]) for a, p in polls], routed, sum(int(p.get("bytes", 0)) for _, p in polls))

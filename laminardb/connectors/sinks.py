@@ -106,6 +106,23 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
                               f"{', '.join(_CONNECTORS[:-1])} or {_CONNECTORS[-1]}")
 
 
+def sink_class_name(stmt: ddl.CreateSink, *, durable: bool) -> str:
+    """The class name of the sink ``make_sink`` builds for ``stmt`` (what ``metrics()`` shows as
+    a sink's ``connector``), without building it: the Delta mode stages exactly-once sinks for
+    its coordinator and reports them under the name the embedded engine would."""
+    connector = stmt.connector.lower()
+    if connector == "kafka":
+        from laminardb.connectors.kafka_sink import delivery_guarantee
+
+        return "ExactlyOnceKafkaSink" if durable and delivery_guarantee(stmt.options) == "exactly-once" else "KafkaSink"
+    if connector == "file":
+        partitioned = "Partitioned" if stmt.options.get("partitioned_by") else ""
+        return f"{partitioned}{'TransactionalFileSink' if durable else 'FileSink'}"
+    if connector in ("delta_lake", "deltalake", "delta"):
+        return "DeltaLakeSink"
+    return stmt.connector
+
+
 def _dir_name(name: str) -> str:
     """A sink name as one safe path component (quoted names may hold '/' or '..')."""
     return re.sub(r"[^A-Za-z0-9_-]", lambda m: f"%{ord(m.group()):02x}", name)

@@ -43,6 +43,7 @@ class DeferredRows(Protocol):
 
     num_rows: int
     max_event_time: int
+    nbytes: int  # the decoded rows' Arrow bytes where they were read (a source's bytes_in)
 
     def materialize(self) -> pa.RecordBatch: ...
 

@@ -430,9 +430,10 @@ class Reactor:
             return 0
         self.events_ingested += n
         node.rows_in += n
-        # rows left on the actors that read them (Delta; contracts.DeferredRows) carry no bytes here
+        # rows left on the actors that read them (Delta; contracts.DeferredRows) report the bytes
+        # their readers decoded
         remote = not isinstance(batch, pa.RecordBatch)
-        node.bytes_in += 0 if remote else batch.nbytes
+        node.bytes_in += int(getattr(batch, "nbytes", 0))
         errors: list[Exception] = []
         wm = None
         if node.time_col is not None:

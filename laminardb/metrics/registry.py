@@ -190,7 +190,8 @@ def _sink(node: Any, reactor: Any) -> dict[str, Any]:
     errors, last = reactor.sink_errors.get(id(sink), (0, None))
     failures = getattr(sink, "commit_failures", 0)
     return {
-        "connector": type(sink).__name__,
+        # a sink staged for another writer (the Delta coordinator) names the sink it stands for
+        "connector": getattr(sink, "connector_name", None) or type(sink).__name__,
         "input": node.input,
         "rows_written": int(getattr(sink, "rows_written", 0)),
         # exactly-once sinks: rows of committed epochs; at-least-once: rows handed to the sink

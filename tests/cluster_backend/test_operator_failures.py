@@ -97,7 +97,9 @@ def test_metrics_answers_while_an_actor_is_paused(ray_local):
             members = m["cluster"]["members"]
             assert [x["state"] for x in members] == ["slow", "ok"]
             assert m["cluster"]["slow"] == [0] and m["cluster"]["dead"] == {}
-            assert m["cluster"]["rows_per_actor"][0] is None and m["cluster"]["rows_per_actor"][1] is not None
+            # the paused actor's last figures (it answered _pids' read), marked by their age
+            assert m["cluster"]["rows_per_actor"][0] is not None and m["cluster"]["rows_per_actor"][1] is not None
+            assert members[0]["stale_s"] is not None and members[1]["stale_s"] is None
         finally:
             os.kill(pid, signal.SIGCONT)
         db.flush()
