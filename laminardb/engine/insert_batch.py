@@ -261,6 +261,11 @@ def _plain_values(rows: list[dict], schema: pa.Schema) -> bool:
     return True
 
 
+def _same_columns(have: pa.Schema, want: pa.Schema) -> bool:
+    """Same names and types in the same order (nullability and metadata aside)."""
+    return have.names == want.names and all(a.type.equals(b.type) for a, b in zip(have, want, strict=True))
+
+
 def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.RecordBatch | None:
     """Rows whose keys are exactly the schema's names and whose values need no conversion:
     one C++ call (the one-row latency path). Anything else takes the checked path."""
@@ -268,8 +273,10 @@ def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.Rec
         rows = [data]
     elif isinstance(data, list) and data and isinstance(data[0], dict):
         rows = data
-    elif isinstance(data, pa.RecordBatch) and data.schema.equals(schema):
-        batch = data
+    elif isinstance(data, pa.RecordBatch) and _same_columns(data.schema, schema):
+        # the source's schema exactly (a batch built without NOT NULL flags or with metadata
+        # only differs in those: the NOT NULL columns are checked for NULLs below)
+        batch = data if data.schema.equals(schema) else pa.RecordBatch.from_arrays(data.columns, schema=schema)
         rows = None
     else:
         return None
