@@ -13,8 +13,10 @@ the same class with the same code (``client.raise_remote``).
 
 Durability: the head's directory is ``<checkpoint_dir>/<database>`` (default under Ray's temp
 dir on the head node). There it keeps the catalog, the WAL and checkpoints (with every
-actor's state, ``DistributedOperator.snapshot``); a head restarted by Ray, or a head whose
-actor died, recovers from it (``recover_now``).
+actor's state, ``DistributedOperator.snapshot``); a head whose actor died recovers from it
+(``_recover``), and so does a head Ray restarted after its process died — which then also
+registers with the coordinator again, restarts the sources that ran and re-attaches the
+subscriptions (``head_state.py``; ``docs/cluster.md``, "When the head dies").
 """
 
 from __future__ import annotations
@@ -413,9 +415,11 @@ class DatabaseHead:
         for sid in [s for s in self.subs if s.startswith(client + ":")]:
             self._cancel(sid)
         self.state.drop_subscriptions([s for s in self.state.subscriptions if s.startswith(client + ":")])
-        conn = self.conn
-        if conn is not None and conn.engine.durable is not None:
-            conn.engine.durable.client_seqs.pop(client, None)
+        with self._lock:  # not while a checkpoint's barrier packs the table
+            conn = self.conn
+            if conn is not None and conn.engine.durable is not None:
+                with conn.engine.lock:
+                    conn.engine.durable.client_seqs.pop(client, None)
 
     @_answer
     def drop(self) -> None:

@@ -198,3 +198,26 @@ def test_kafka_pipeline_resumes_after_a_head_kill(database, kafka_broker):  # no
     assert settled_windows(bootstrap, dst, expected, timeout=120) == expected
     _recovered_by_restart(db, pid)
     assert db.metrics()["sources"]["trades"]["status"] != "stopped"
+
+
+def test_reconnect_timeout_gives_a_typed_error_and_connect_waits(database):
+    """A client whose reconnect_timeout is shorter than the restart gets HeadUnavailableError
+    (LDB-8005), not a Ray exception; a connect() to the restarting head waits for it (no
+    LDB-8003) and sees every acknowledged row."""
+    from laminardb.cluster.exceptions import HeadUnavailableError
+
+    db = database(checkpoint_interval="off", reconnect_timeout="1s")
+    db.execute(DDL)
+    for i in range(4):
+        db.insert("t", batch(i))
+    pid = _head_pid(db)
+    _kill(pid)
+    t0 = time.monotonic()
+    with pytest.raises(HeadUnavailableError) as raised:
+        db.offset("t")
+    assert raised.value.code == "LDB-8005" and "reconnect_timeout" in str(raised.value)
+    assert time.monotonic() - t0 < 15
+    again = database(db.database)  # the restart is still under way: connect() waits for it
+    assert again.offset("t") == 4 * ROWS
+    assert db.offset("t") == 4 * ROWS  # the first connection works again too
+    _recovered_by_restart(again, pid)
