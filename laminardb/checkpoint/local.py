@@ -112,6 +112,11 @@ class LocalCoordinator:
         self._timer: threading.Thread | None = None
         self._last_marks: tuple[int, int, bool] | None = None
         self.last_logged_rows = 0
+        #: cluster clients' inserts (the database head): client id → (sequence number, rows) of
+        #: its last insert in the WAL or a checkpoint, so a retry across a head restart is
+        #: answered instead of applied twice; ``insert_tag`` numbers the insert being logged
+        self.client_seqs: dict[str, tuple[int, int]] = {}
+        self.insert_tag: tuple[str, int] | None = None
         self._prepared: dict[int, tuple] = {}  # epoch → (sinks, seconds, bytes) until published
         self._sources_at: dict[int, dict] = {}  # epoch → connector positions, until committed
         #: the connector positions (Kafka offsets) of the last committed checkpoint: what a
@@ -127,7 +132,11 @@ class LocalCoordinator:
     # ------------------------------------------------------------------ journal
     def log_insert(self, source: str, batch) -> int:
         self.last_logged_rows = batch.num_rows  # what replay will apply (the cluster head's retry rule)
-        return self.wal.append_insert(source, batch)
+        tag = self.insert_tag
+        lsn = self.wal.append_insert(source, batch, tag)
+        if tag is not None:
+            self.client_seqs[tag[0]] = (tag[1], batch.num_rows)
+        return lsn
 
     def log_ddl(self, sql: str) -> None:
         if self.journaling:
@@ -220,6 +229,8 @@ class LocalCoordinator:
             images["connectors.msgpack"] = msgpack.packb(connectors, use_bin_type=True)
             self._sources_at[epoch] = connectors
             images["sinks.msgpack"] = msgpack.packb(sink_info, use_bin_type=True)
+            if self.client_seqs:  # the WAL before this checkpoint goes: keep each client's last insert
+                images["clients.msgpack"] = msgpack.packb(self.client_seqs, use_bin_type=True)
             self._last_marks = self._marks()
             stall = time.perf_counter() - t0
         self.stats["last_stall_s"] = stall

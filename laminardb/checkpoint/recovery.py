@@ -65,6 +65,9 @@ def recover(conn) -> dict[str, Any]:
                                          raw=False, strict_map_key=False)
             sink_info = msgpack.unpackb(coord.store.read_file(manifest, "sinks.msgpack"),
                                         raw=False, strict_map_key=False)
+            if "clients.msgpack" in manifest.files:  # cluster clients' last inserts (head retries)
+                coord.client_seqs = {c: (int(q), int(n)) for c, (q, n) in msgpack.unpackb(
+                    coord.store.read_file(manifest, "clients.msgpack"), raw=False).items()}
         reactor.connector_restore = connectors
         for sql in manifest.catalog if manifest is not None else []:
             _apply(conn, sql)
@@ -88,6 +91,8 @@ def recover(conn) -> dict[str, Any]:
                 node = reactor._node(rec.header["s"])
                 batch = rec.batch()
                 node.accepted += batch.num_rows
+                if "c" in rec.header:  # a cluster client's numbered insert
+                    coord.client_seqs[rec.header["c"]] = (int(rec.header["q"]), batch.num_rows)
                 try:
                     reactor.ingest(node, batch)
                 except Exception as exc:  # noqa: BLE001 - the original insert raised the same

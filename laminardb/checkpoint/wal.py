@@ -265,8 +265,13 @@ class Wal:
         self.next_lsn = lsn + 1
         return lsn
 
-    def append_insert(self, source: str, batch: pa.RecordBatch) -> int:
-        return self.append("insert", {"s": source}, encode_batch(batch))
+    def append_insert(self, source: str, batch: pa.RecordBatch, client: tuple[str, int] | None = None) -> int:
+        """``client``: the (client id, sequence number) of a cluster client's insert (``c``/``q``
+        in the header), so a retried insert is recognised after a restart."""
+        header: dict[str, Any] = {"s": source}
+        if client is not None:
+            header["c"], header["q"] = client
+        return self.append("insert", header, encode_batch(batch))
 
     def sync(self, lsn: int) -> None:
         """Return once record ``lsn`` is on stable storage (group commit across threads)."""

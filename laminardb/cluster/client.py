@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from laminardb.cluster.exceptions import ClusterStartError
+from laminardb.cluster.exceptions import ClusterStartError, HeadUnavailableError
 from laminardb.cluster.ray_env import init_ray
 from laminardb.cluster.wire import encode_rows, from_ipc, from_ipc_table, schema_from_ipc
 from laminardb.engine.insert_batch import InsertResult, OnError, check_on_error
@@ -43,6 +43,15 @@ log = logging.getLogger(__name__)
 _CALL_TIMEOUT_S = 600.0  # a call may wait while the head recovers a lost actor: bounded, generous
 _READY_TIMEOUT_S = 300.0  # a new head starts its actors (numba kernels load, Raft commits)
 _SUB_POLL_MS = 200.0  # how long one blocking subscription read waits inside the head
+# config "reconnect_timeout": how long a call waits for a head Ray is restarting (its process
+# died). Measured on a 2-core machine: 10 s from SIGKILL to answering (new reactor actors,
+# the checkpoint restored, the WAL replayed); a loaded machine takes longer
+_RECONNECT_TIMEOUT_S = 60.0
+#: calls not repeated after a head restart cut them off: a DDL statement may have been logged
+#: (repeating it fails, or does it twice). Every other call is repeated as it was: reads and
+#: settings change nothing when run twice, and an insert carries a sequence number the head
+#: answers a repeat of from its WAL (``head._insert_once``)
+_NOT_REPEATED = frozenset({"execute"})
 
 
 def raise_remote(answer: dict) -> Any:
@@ -75,16 +84,46 @@ class RemoteConnection:
         self.config = dict(config or {})
         self._closed = False
         self._callbacks: list[CallbackSubscription] = []
+        self._client: str | None = None
         self._client = self._call("attach")
+        self._insert_lock = threading.Lock()  # one numbered insert at a time (the head dedups by number)
+        self._insert_seq = 0
         # a Connection dropped without close() still detaches (its subscriptions end)
         self._finalizer = weakref.finalize(self, _detach, head, self._client)
 
     def _call(self, method: str, *args, timeout: float = _CALL_TIMEOUT_S) -> Any:
+        """Call the head. If its process died (Ray restarts it; it recovers from its
+        directory), wait up to ``reconnect_timeout`` for it and repeat the call — except
+        ``execute`` (``_NOT_REPEATED``). Only ``LaminarError``s reach the caller."""
         import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         if self._closed and method not in ("detach",):
             raise ConnectionClosedError("this connection is closed; call laminardb.connect() again")
-        return raise_remote(ray.get(getattr(self._head, method).remote(*args), timeout=timeout))
+        deadline = None
+        while True:
+            try:
+                return raise_remote(ray.get(getattr(self._head, method).remote(*args), timeout=timeout))
+            except GetTimeoutError:
+                raise HeadUnavailableError(
+                    f"database {self.database!r}: {method}() got no answer from the head within {timeout:.0f} s; "
+                    "check `ray status` and the head's log (`laminardb cluster status --ray`)") from None
+            except RayActorError as exc:
+                wait = _reconnect_timeout(self.config)
+                deadline = deadline if deadline is not None else time.monotonic() + wait
+                log.warning("database %s: the head is unavailable (%s); waiting up to %.0f s for it",
+                            self.database, type(exc).__name__, max(0.0, deadline - time.monotonic()))
+                _await_head(self._head, self.database, deadline, wait, method)
+                if self._client is not None:  # known again to the restarted head (metrics' client count)
+                    try:
+                        raise_remote(ray.get(self._head.attach.remote(self._client), timeout=_CALL_TIMEOUT_S))
+                    except RayActorError:
+                        pass  # down again: the repeated call meets it and waits once more
+                if method in _NOT_REPEATED:
+                    raise HeadUnavailableError(
+                        f"database {self.database!r}: the head restarted during {method}(); the statement may or "
+                        "may not have taken effect (it is not repeated by itself): check with SHOW ALL, then "
+                        "run it again if it did not") from None
 
     # ------------------------------------------------------------------ SQL
     def execute(self, sql: str) -> ExecuteResult:
@@ -102,15 +141,24 @@ class RemoteConnection:
     # ------------------------------------------------------------------ data
     def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int:
         check_on_error(on_error)
-        return _insert_result(self._call("insert", source, encode_rows(data), on_error))
+        return _insert_result(self._numbered("insert", source, encode_rows(data), on_error))
 
     def insert_json(self, source: str, data: str | bytes | list[str], *, on_error: OnError = "raise") -> int:
         check_on_error(on_error)
-        return _insert_result(self._call("insert_text", "json", source, data, on_error))
+        return _insert_result(self._numbered("insert_text", "json", source, data, on_error))
 
     def insert_csv(self, source: str, data: str | bytes, *, on_error: OnError = "raise") -> int:
         check_on_error(on_error)
-        return _insert_result(self._call("insert_text", "csv", source, data, on_error))
+        return _insert_result(self._numbered("insert_text", "csv", source, data, on_error))
+
+    def _numbered(self, method: str, *args) -> Any:
+        """An insert with this client's next sequence number: repeated after a head restart,
+        it is applied once (the head's WAL records the number; ``head._insert_once``). One at
+        a time, so the numbers reach the head in order (the head runs inserts one at a time
+        anyway)."""
+        with self._insert_lock:
+            self._insert_seq += 1
+            return self._call(method, *args, [self._client, self._insert_seq])
 
     def writer(self, source: str, *, on_error: OnError = "raise") -> Writer:
         """A ``Writer`` into ``source``, as ``Connection.writer``: rows buffered here, each
@@ -159,7 +207,8 @@ class RemoteConnection:
     def subscribe_stream(self, name: str, *, history_rows: int | None = None) -> RemoteSubscription:
         got = self._call("subscribe", self._client, name)
         return RemoteSubscription(self, got["id"], name, schema_from_ipc(got["schema"]),
-                                  history_rows=_HISTORY_ROWS if history_rows is None else history_rows)
+                                  history_rows=_HISTORY_ROWS if history_rows is None else history_rows,
+                                  start=got.get("start"))
 
     subscribe = subscribe_stream
 
@@ -263,6 +312,41 @@ def _detach(head, client: str) -> None:
         pass
 
 
+def _reconnect_timeout(config: dict[str, Any]) -> float:
+    from laminardb.checkpoint.local import parse_interval
+
+    value = config.get("reconnect_timeout")
+    return _RECONNECT_TIMEOUT_S if value is None else (parse_interval(value) or 0.0)
+
+
+def _await_head(head, database: str, deadline: float, wait: float, method: str) -> None:
+    """Return once ``head`` answers ``ready()`` again (Ray restarted it and it recovered);
+    ``HeadUnavailableError`` when it is gone or ``deadline`` passes."""
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+
+    from laminardb.cluster.head import NAMESPACE, head_name
+
+    while True:
+        try:
+            ray.get_actor(head_name(database), namespace=NAMESPACE)
+        except ValueError:
+            raise HeadUnavailableError(
+                f"database {database!r} is gone (dropped, or its head could not be restarted) during "
+                f"{method}(); laminardb.connect() creates it again") from None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise HeadUnavailableError(
+                f"database {database!r}: its head did not come back within reconnect_timeout ({wait:.0f} s) "
+                f"after its process died, so {method}() was not run again; check `ray status` and the head's "
+                "log, then call again (or raise config['reconnect_timeout'])")
+        try:
+            raise_remote(ray.get(head.ready.remote(), timeout=left))
+            return
+        except (RayActorError, GetTimeoutError):
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+
+
 def _insert_result(answer: dict) -> int:
     if not answer["result"]:
         return answer["accepted"]
@@ -274,10 +358,16 @@ class RemoteSubscription(Subscription):
     """A ``Subscription`` whose batches are taken from the head on each read."""
 
     def __init__(self, conn: RemoteConnection, sid: str, name: str, schema: pa.Schema, *,
-                 history_rows: int) -> None:
+                 history_rows: int, start: int | None = None) -> None:
         super().__init__(name, schema, lambda _sub: conn._call("sub_cancel", sid), history_rows=history_rows)
         self._conn = conn
         self._sid = sid
+        # absolute index of the next row of the stream this subscription expects: sent with
+        # every read, so a restarted head skips the rows this client already has
+        self._next = start
+        #: rows of the stream this subscription never received: queued in a head process that
+        #: died before this client read them, and before the checkpoint it restarted from
+        self.rows_lost = 0
         self._pull_lock = threading.Lock()
         self._pump: threading.Thread | None = None
 
@@ -286,9 +376,19 @@ class RemoteSubscription(Subscription):
         if self._cancelled or self._ended or self._conn._closed:
             return
         with self._pull_lock:  # delivered under it too: two readers never reorder batches
-            got = self._conn._call("sub_read", self._sid, timeout_ms)
+            got = self._conn._call("sub_read", self._sid, timeout_ms, self._next)
+            if got.get("lost"):
+                self.rows_lost += got["lost"]
+                log.warning("subscription to %s: %d rows were lost with the head's process (queued there, "
+                            "not yet read, before the checkpoint it restarted from); read subscriptions "
+                            "continuously (subscribe_callback) to keep this window small", self.name, got["lost"])
+            if self._next is not None and got.get("position") is not None:
+                self._next = got["position"]  # past a gap: the first row of this answer
             for data in got["batches"]:
-                self._deliver(from_ipc(data))
+                batch = from_ipc(data)
+                if self._next is not None:
+                    self._next += batch.num_rows
+                self._deliver(batch)
             if got["ended"]:
                 self._end()
 
@@ -380,7 +480,7 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
         raft=raft_spec, max_in_flight=DEFAULT_MAX_IN_FLIGHT if max_in_flight is None else max_in_flight,
         local_global=local_global)
     try:
-        raise_remote(ray.get(head.ready.remote(), timeout=_READY_TIMEOUT_S))
+        raise_remote(_ready(head, _READY_TIMEOUT_S))
     except LaminarError:
         if created:
             ray.kill(head, no_restart=True)
@@ -394,6 +494,22 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
     if udfs:
         conn._call("register_udfs", udfs)  # by "module:qualname", kept by the head
     return conn
+
+
+def _ready(head, timeout_s: float) -> dict:
+    """``head.ready()``, waited for (bounded) while Ray restarts the head: a head whose process
+    died is unavailable until it has recovered, which is not a reason to fail."""
+    import ray
+    from ray.exceptions import ActorUnavailableError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get(head.ready.remote(), timeout=max(0.001, deadline - time.monotonic()))
+        except ActorUnavailableError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
 
 
 def _config_udfs(config: dict[str, Any]) -> list[dict]:

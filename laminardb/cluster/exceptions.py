@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from laminardb.errors import ClusterError
 
-__all__ = ["ClusterUnavailableError", "ActorLostError", "ClusterStartError", "ActorTimeoutError"]
+__all__ = ["ClusterUnavailableError", "ActorLostError", "ClusterStartError", "ActorTimeoutError",
+           "HeadUnavailableError"]
 
 
 class ClusterUnavailableError(ClusterError):
@@ -33,3 +34,12 @@ class ActorTimeoutError(ClusterError, TimeoutError):
     outputs of the batches it was running are delivered once it answers."""
 
     code = "LDB-8004"
+
+
+class HeadUnavailableError(ClusterError, ConnectionError):
+    """The database's head did not answer: it was restarting (its process died) for longer
+    than the client's ``reconnect_timeout``, it is gone (the database was dropped), or a call
+    that cannot be repeated safely (``execute``) was cut off by its restart. The message says
+    which, and what to do."""
+
+    code = "LDB-8005"

@@ -13,8 +13,10 @@ the same class with the same code (``client.raise_remote``).
 
 Durability: the head's directory is ``<checkpoint_dir>/<database>`` (default under Ray's temp
 dir on the head node). There it keeps the catalog, the WAL and checkpoints (with every
-actor's state, ``DistributedOperator.snapshot``); a head restarted by Ray, or a head whose
-actor died, recovers from it (``recover_now``).
+actor's state, ``DistributedOperator.snapshot``); a head whose actor died recovers from it
+(``_recover``), and so does a head Ray restarted after its process died — which then also
+registers with the coordinator again, restarts the sources that ran and re-attaches the
+subscriptions (``head_state.py``; ``docs/cluster.md``, "When the head dies").
 """
 
 from __future__ import annotations
@@ -83,6 +85,9 @@ class DatabaseHead:
     def __init__(self, database: str, directory: str | None, n_actors: int, vnodes: int,
                  config: dict[str, Any], raft: dict | None, max_in_flight: int,
                  local_global: bool) -> None:
+        from laminardb.cluster.head_state import HeadState
+
+        t0 = time.perf_counter()
         self.database = database
         if directory == SESSION_DIR:
             directory = os.path.join(session_checkpoint_dir(), database)
@@ -95,7 +100,12 @@ class DatabaseHead:
         self.local_global = local_global
         self.subs: dict[str, HeadSubscription] = {}  # id → subscription (history kept by clients)
         self.clients: dict[str, float] = {}  # client id → attach time
-        self.recoveries: list[dict] = []
+        # sources running, subscriptions and recoveries: what a restarted process needs again
+        self.state = HeadState(directory)
+        self.recoveries: list[dict] = list(self.state.recoveries)
+        # Ray re-ran this constructor after the head's process died: recover, then resume
+        self.restarted = _restarted_by_ray()
+        self._owed_checkpoint = False  # a checkpoint asked for while the engine was opening
         self._lock = threading.RLock()  # data calls run one at a time; recovery swaps the engine under it
         self.generation = 0  # engines recovered so far
         self.dropped = False
@@ -105,15 +115,19 @@ class DatabaseHead:
         self.coordinated = bool(directory) and self.config.get("coordinator", "spark") == "spark"
         self.rescales: list[dict] = []  # every rescale: when, from, to, by whom, why, the pause
         self.udfs = self._load_udfs()  # register_udf: {name, "module:qualname", return type}
-        self.conn = self._open()
+        self.coordinator = self._coordinator() if self.coordinated else None
+        self.conn = self._open(recovering=self.restarted)
         self._registered = self._register() if self.coordinated else None
+        if self.restarted:
+            self._resume_after_restart(t0)
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="laminardb-head-watchdog", daemon=True)
         self._watchdog.start()
         self.autoscaler = self._start_autoscaler()
+        self._pay_owed_checkpoint()
 
     # ------------------------------------------------------------------ lifecycle
-    def _open(self, on_restored=None, survivors=None):
+    def _open(self, *, recovering: bool = False, survivors=None):
         from laminardb.cluster.actor_pool import ActorPool
         from laminardb.cluster.backend import ClusterBackend
         from laminardb.connection import Connection
@@ -122,17 +136,19 @@ class DatabaseHead:
         warm_kernels()
         raft = self._raft_config()
         timeout = float(self.config.get("actor_call_timeout", 30.0))
-        self._publish_recorded(raft, recovering=on_restored is not None)
+        self._publish_recorded(raft, recovering=recovering)
         cluster = ActorPool(self.n_actors, self.vnodes, raft, call_timeout=timeout,
                           ownership_source=f"db/{self.database}", survivors=survivors)
         path = self.directory or ":memory:"
         try:
             config = self._engine_config()
             backend = ClusterBackend(cluster, config=config, max_in_flight=self.max_in_flight,
-                                     local_global=self.local_global, on_restored=on_restored,
+                                     local_global=self.local_global, on_restored=self._on_restored,
                                      coordinated=self.coordinated)
             conn = Connection(path, config=config, backend=backend)
-            if self.coordinated and getattr(self, "coordinator", None) is not None and conn.engine.durable is not None:
+            if self.coordinated and conn.engine.durable is not None:
+                # every checkpoint goes through the coordinator — also on a restarted head, whose
+                # sinks only stage rows: a local checkpoint would drop them (nothing writes them)
                 conn.engine.durable.external = self._external_checkpoint
             return conn
         except BaseException:
@@ -250,18 +266,22 @@ class DatabaseHead:
                     json.dump(self.udfs, f)
                 os.replace(tmp, path)
 
-    def _register(self):
-        """Hand this database to the cluster's checkpoint coordinator (started on first use).
-        Not waited for here: the coordinator calls back into this head, which is still being
-        constructed; ``ready()`` checks it."""
-        from laminardb.checkpoint.local import parse_interval
+    def _coordinator(self):
+        """The cluster's checkpoint coordinator (started on first use)."""
         from laminardb.checkpoint.spark_coordinator import ensure_coordinator
 
-        coordinator = ensure_coordinator({"state_dir": os.path.join(session_checkpoint_dir(), "_coordinator")})
-        self.coordinator = coordinator
+        return ensure_coordinator({"state_dir": os.path.join(session_checkpoint_dir(), "_coordinator")})
+
+    def _register(self):
+        """Hand this database to the checkpoint coordinator (again, after a restart: the same
+        registration, so its checkpoint loop goes on with this process). Not waited for here:
+        the coordinator calls back into this head, which is still being constructed;
+        ``ready()`` and the first checkpoint wait for it (``_await_registered``)."""
+        from laminardb.checkpoint.local import parse_interval
+
         raft = self._raft_config()  # the same log the head fences and reads (``_epoch_log``)
         interval = parse_interval(self.config.get("checkpoint_interval", "10s"))
-        return coordinator.register.remote(
+        return self.coordinator.register.remote(
             self.database, head_name=head_name(self.database), interval_s=interval,
             checkpoint_dir=os.path.dirname(self.directory),
             raft_voters=list(raft.voters) if raft is not None else None,
@@ -277,6 +297,7 @@ class DatabaseHead:
 
         from laminardb.checkpoint.exceptions import CheckpointPrepareError
 
+        self._await_registered()
         deadline = time.monotonic() + _COORD_TIMEOUT_S
         while True:
             try:
@@ -286,16 +307,66 @@ class DatabaseHead:
                     raise
                 time.sleep(0.5)
 
-    @_answer
-    def ready(self) -> dict:
-        if self._registered is not None:
+    def _await_registered(self) -> None:
+        """Wait (bounded) until the coordinator has this database: a checkpoint asked for
+        before would find it unknown there."""
+        ref = self._registered
+        if ref is not None:
             import ray
 
-            ray.get(self._registered, timeout=_COORD_TIMEOUT_S)
+            ray.get(ref, timeout=_COORD_TIMEOUT_S)
             self._registered = None
-            with self._lock:
-                if self.conn is not None and self.conn.engine.durable is not None:
-                    self.conn.engine.durable.external = self._external_checkpoint
+
+    def _owe_checkpoint(self) -> int:
+        """``durable.checkpoint()`` while the engine opens (recovery replayed a ``finish()``
+        whose checkpoint had not run): the coordinator would call back into an engine not yet
+        in place, so the checkpoint is owed and runs once it is (``_pay_owed_checkpoint``)."""
+        self._owed_checkpoint = True
+        return self.conn.engine.durable.epoch if self.conn is not None else 0
+
+    def _pay_owed_checkpoint(self) -> None:
+        if not self._owed_checkpoint:
+            return
+        self._owed_checkpoint = False
+
+        def run() -> None:
+            try:
+                self._external_checkpoint()
+            except Exception:  # noqa: BLE001 - the coordinator's next interval or finish() retries
+                log.exception("database %s: the checkpoint owed after recovery failed", self.database)
+
+        threading.Thread(target=run, name="laminardb-head-owed-checkpoint", daemon=True).start()
+
+    def _on_restored(self, engine) -> None:
+        """Recovery restored the checkpoint and is about to replay the WAL: checkpoints asked
+        for meanwhile are owed, and every subscription (kept by this process, or listed in the
+        head state by the process before a restart) is attached before the replay."""
+        if self.coordinated and engine.durable is not None:
+            engine.durable.external = self._owe_checkpoint
+        self._resubscribe(engine)
+        self._restore_subscriptions(engine)
+
+    def _resume_after_restart(self, t0: float) -> None:
+        """Ray restarted this head's process and the engine is recovered (checkpoint, WAL):
+        connector sources that were running run again, from the checkpointed offsets, and
+        the recovery is listed in ``metrics()`` as an actor loss's is."""
+        conn = self.conn
+        if self.state.sources_running and not conn.engine.reactor.finished:
+            conn.start()
+        self._record_recovery("head restarted", t0)
+
+    def _record_recovery(self, cause: str, t0: float) -> None:
+        report = dict(self.conn.engine.durable.stats.get("recovery") or {}) if self.conn.engine.durable else {}
+        # "seconds": the whole recovery (new actors included); "restore_s": state and replay
+        report["restore_s"] = report.pop("seconds", None)
+        report.update(cause=cause, at=time.time(), seconds=round(time.perf_counter() - t0, 3))
+        self.recoveries.append(report)
+        self.state.add_recovery(report)
+        log.warning("database %s: recovered in %.2f s (%s)", self.database, report["seconds"], cause)
+
+    @_answer
+    def ready(self) -> dict:
+        self._await_registered()
         return {"database": self.database, "pid": os.getpid(), "directory": self.directory,
                 "coordinated": self.coordinated}
 
@@ -331,17 +402,25 @@ class DatabaseHead:
         return {"last_committed": d.epoch, "pending": d.store.pending()}
 
     @_answer
-    def attach(self) -> str:
-        client = uuid.uuid4().hex[:12]
-        self.clients[client] = time.time()
+    def attach(self, client: str | None = None) -> str:
+        """A new client; or, with its id, a client back after this head restarted."""
+        client = client or uuid.uuid4().hex[:12]
+        self.clients.setdefault(client, time.time())
         return client
 
     @_answer
     def detach(self, client: str) -> None:
-        """A client left (``close()`` or garbage collection): its subscriptions end here."""
+        """A client left (``close()`` or garbage collection): its subscriptions end here, and
+        the sequence number of its last insert is forgotten (it sends no more)."""
         self.clients.pop(client, None)
         for sid in [s for s in self.subs if s.startswith(client + ":")]:
             self._cancel(sid)
+        self.state.drop_subscriptions([s for s in self.state.subscriptions if s.startswith(client + ":")])
+        with self._lock:  # not while a checkpoint's barrier packs the table
+            conn = self.conn
+            if conn is not None and conn.engine.durable is not None:
+                with conn.engine.lock:
+                    conn.engine.durable.client_seqs.pop(client, None)
 
     @_answer
     def drop(self) -> None:
@@ -383,19 +462,20 @@ class DatabaseHead:
         return {"statements": [{"kind": r.kind, "name": r.name, "table": to_ipc_table(r.table)} for r in steps]}
 
     @_answer
-    def insert(self, source: str, payload: dict, on_error: str) -> dict:
+    def insert(self, source: str, payload: dict, on_error: str, tag: list | None = None) -> dict:
         from laminardb.cluster.wire import decode_rows, to_ipc_table
 
         data = decode_rows(payload)
-        n = self._call(lambda c: c.insert(source, data, on_error=on_error), logged=lambda c: c.engine.durable.last_logged_rows)
+        n = self._call(lambda c: _insert_once(c, tag, lambda: c.insert(source, data, on_error=on_error)),
+                       logged=lambda c: c.engine.durable.last_logged_rows)
         return _insert_answer(n, to_ipc_table)
 
     @_answer
-    def insert_text(self, kind: str, source: str, data, on_error: str) -> dict:
+    def insert_text(self, kind: str, source: str, data, on_error: str, tag: list | None = None) -> dict:
         from laminardb.cluster.wire import to_ipc_table
 
         method = {"json": "insert_json", "csv": "insert_csv"}[kind]
-        n = self._call(lambda c: getattr(c, method)(source, data, on_error=on_error),
+        n = self._call(lambda c: _insert_once(c, tag, lambda: getattr(c, method)(source, data, on_error=on_error)),
                        logged=lambda c: c.engine.durable.last_logged_rows)
         return _insert_answer(n, to_ipc_table)
 
@@ -419,7 +499,8 @@ class DatabaseHead:
 
     @_answer
     def start(self) -> None:
-        return self._call(lambda c: c.start())
+        self._call(lambda c: c.start())
+        self.state.set_running(True)  # a restarted head starts its sources again
 
     @_answer
     def flush(self, timeout_s: float) -> None:
@@ -427,7 +508,8 @@ class DatabaseHead:
 
     @_answer
     def finish(self) -> None:
-        return self._call(lambda c: c.finish(), logged=lambda c: None)
+        self._call(lambda c: c.finish(), logged=lambda c: None)
+        self.state.set_running(False)  # finish() stopped them
 
     @_answer
     def list_streams(self) -> list[str]:
@@ -594,21 +676,24 @@ class DatabaseHead:
 
         def attach(conn):
             with conn.engine.lock:
-                start = conn.engine.node(name).rows_out
-                return HeadSubscription(name, conn.subscribe(name, history_rows=0), start)
+                node = conn.engine.node(name)
+                return HeadSubscription(node.name, conn.subscribe(name, history_rows=0), node.rows_out)
 
         sub = self._call(attach)
         sid = f"{client}:{uuid.uuid4().hex[:8]}"
         self.subs[sid] = sub
-        return {"id": sid, "schema": schema_to_ipc(sub.engine.schema)}
+        self.state.add_subscription(sid, sub.name)  # a restarted head attaches it again
+        return {"id": sid, "schema": schema_to_ipc(sub.engine.schema), "start": sub.position}
 
     @_answer
-    def sub_read(self, sid: str, timeout_ms: float) -> dict:
-        """The batches queued for subscription ``sid`` (waiting up to ``timeout_ms`` for one)."""
+    def sub_read(self, sid: str, timeout_ms: float, position: int | None = None) -> dict:
+        """The batches queued for subscription ``sid`` (waiting up to ``timeout_ms`` for one).
+        ``position``: the absolute index of the next row the client expects — after a head
+        restart the subscription starts at the checkpoint and skips what the client has."""
         sub = self.subs.get(sid)
         if sub is None:
             return {"batches": [], "ended": True}
-        return sub.read(timeout_ms)
+        return sub.read(timeout_ms, position)
 
     @_answer
     def sub_cancel(self, sid: str) -> None:
@@ -616,8 +701,20 @@ class DatabaseHead:
 
     def _cancel(self, sid: str) -> None:
         sub = self.subs.pop(sid, None)
+        self.state.drop_subscriptions([sid])
         if sub is not None:
             sub.cancel()
+
+    def _restore_subscriptions(self, engine) -> None:
+        """After a restart: the subscriptions the head state lists, attached at the restored
+        stream's position (the client's next read says how many rows it already has)."""
+        reactor = engine.reactor
+        for sid, name in self.state.subscriptions.items():
+            node = reactor.nodes.get(name)
+            if sid not in self.subs and node is not None:  # a stream the WAL creates: on its DDL
+                sub = HeadSubscription(name, reactor.subscribe(name, history_rows=0), node.rows_out)
+                sub.engine_of = engine
+                self.subs[sid] = sub
 
     def _resubscribe(self, engine) -> None:
         """Recovery restored the last checkpoint and is about to replay what followed it: every
@@ -666,7 +763,7 @@ class DatabaseHead:
         error: Exception | None = None
         for _ in range(_RECOVERY_ATTEMPTS):
             try:
-                self.conn = self._open(on_restored=self._resubscribe, survivors=survivors)
+                self.conn = self._open(recovering=True, survivors=survivors)
                 break
             except Exception as exc:  # noqa: BLE001 - e.g. CPUs of the dead actor not yet free
                 error = exc
@@ -680,12 +777,8 @@ class DatabaseHead:
         if running:
             self.conn.start()  # Kafka sources resume from the checkpointed offsets
         self.generation += 1
-        report = dict(self.conn.engine.durable.stats.get("recovery") or {})
-        # "seconds": the whole recovery (new actors included); "restore_s": state and replay
-        report["restore_s"] = report.pop("seconds", None)
-        report.update(cause=cause, at=time.time(), seconds=round(time.perf_counter() - t0, 3))
-        self.recoveries.append(report)
-        log.warning("database %s: recovered in %.2f s (%s)", self.database, report["seconds"], cause)
+        self._record_recovery(cause, t0)
+        self._pay_owed_checkpoint()
 
     # ------------------------------------------------------------------ calls
     def _call(self, fn, *, logged=None):
@@ -766,9 +859,30 @@ class HeadSubscription:
             batch = engine.try_next()
         return out
 
-    def read(self, timeout_ms: float) -> dict:
+    def catch_up(self, position: int) -> int:
+        """The client has every row before absolute index ``position``: drop those still
+        carried, and skip those the engine has yet to deliver (a restarted head restores a
+        subscription at the checkpoint, behind its client). Returns the rows the client can
+        no longer get: those before the restored checkpoint that it had not read when the
+        head's process died (they were queued in that process only)."""
+        with self._lock:
+            carried = sum(b.num_rows for b in self.carry)
+            drop = position - (self.position - carried)
+            lost = max(0, -drop)
+            while drop > 0 and self.carry:
+                cut = min(drop, self.carry[0].num_rows)
+                drop -= cut
+                rest = self.carry[0].slice(cut)
+                self.carry = ([rest] if rest.num_rows else []) + self.carry[1:]
+            if position > self.position:
+                self.skip += position - self.position
+                self.position = position
+            return lost
+
+    def read(self, timeout_ms: float, position: int | None = None) -> dict:
         from laminardb.cluster.wire import to_ipc
 
+        lost = self.catch_up(position) if position is not None else 0
         engine = self.engine
         batch = engine.next_timeout(timeout_ms) if timeout_ms > 0 else engine.try_next()
         with self._lock:
@@ -776,7 +890,8 @@ class HeadSubscription:
                 return {"batches": [], "ended": False}
             out = self.carry + self._take(engine, batch)
             self.carry = []
-            return {"batches": [to_ipc(b) for b in out], "ended": engine.ended and not engine._queue}
+            return {"batches": [to_ipc(b) for b in out], "ended": engine.ended and not engine._queue,
+                    "lost": lost, "position": self.position - sum(b.num_rows for b in out)}
 
     def cancel(self) -> None:
         try:
@@ -836,6 +951,35 @@ def drop_database(database: str, *, timeout_s: float = 120.0) -> bool:
     finally:
         ray.kill(head, no_restart=True)
     return True
+
+
+def _restarted_by_ray() -> bool:
+    """Is this actor's constructor running again, after its process died?"""
+    import ray
+
+    try:
+        return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # noqa: BLE001 - not in an actor (a test builds DatabaseHead directly)
+        return False
+
+
+def _insert_once(conn, tag, insert):
+    """Run ``insert()`` for a client's insert numbered ``tag`` = (client, sequence number),
+    once: the WAL records the number with the rows (and a checkpoint keeps each client's
+    last), so a client retrying an insert whose answer a head restart lost gets the rows
+    counted then, and they are not applied twice."""
+    durable = conn.engine.durable
+    if tag is None or durable is None:
+        return insert()
+    client, seq = str(tag[0]), int(tag[1])
+    done = durable.client_seqs.get(client)
+    if done is not None and done[0] >= seq:
+        return done[1] if done[0] == seq else 0
+    durable.insert_tag = (client, seq)
+    try:
+        return insert()
+    finally:
+        durable.insert_tag = None
 
 
 def _insert_answer(n, to_ipc_table) -> dict:

@@ -1,0 +1,223 @@
+"""The database head SIGKILLed, against real processes: during inserts, during a checkpoint
+(after the head prepared it, while the coordinator writes the sinks' epoch), and under a
+Kafka → Kafka exactly-once pipeline. Ray restarts the head; it recovers from its directory
+and the coordinator's epoch log; the client waits for it and repeats its calls (inserts
+numbered, so each is applied once). Each run is compared with an unbroken one (the
+embedded engine over the same rows, and DuckDB over the committed FILE sink output):
+per-key sequence numbers gap-free and duplicate-free, aggregates exact, no error raised."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import duckdb
+import pytest
+
+from tests._services.fixtures import kafka_broker  # noqa: F401
+from tests._services.procs import wait_until
+from tests.delta.workload import (
+    DDL,
+    KAFKA_DDL,
+    KAFKA_ROWS,
+    KEYS,
+    ROWS,
+    SENTINEL_TS,
+    STREAMS,
+    assert_exactly_once,
+    batch,
+    expected_windows,
+    kafka_rows,
+    produce,
+    reference,
+    rows,
+    settled_windows,
+)
+
+pytestmark = pytest.mark.integration
+
+BATCHES = 24
+
+
+def _head_pid(db) -> int:
+    return db.metrics()["database"]["head_pid"]
+
+
+def _kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=10, interval=0.05)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _with_file_sinks(out: str) -> str:
+    return DDL + (f"; CREATE SINK seqs FROM passthru INTO FILE (path = '{out}/seqs', format = 'parquet')"
+                  f"; CREATE SINK windows FROM per_window INTO FILE (path = '{out}/windows', format = 'parquet')")
+
+
+def _drain(subs: dict) -> dict:
+    """Read what the head queued for each subscription (so the client holds every row)."""
+    for sub in subs.values():
+        while sub.try_next() is not None:
+            pass
+    return subs
+
+
+def _check_file_sinks(out: str) -> None:
+    """The committed FILE output, read by DuckDB: every (key, seq) once, every window exact."""
+    seqs = duckdb.sql(f"SELECT k, count(*) AS n, count(DISTINCT seq) AS d, min(seq) AS lo, max(seq) AS hi "
+                      f"FROM '{out}/seqs/*.parquet' GROUP BY k ORDER BY k").fetchall()
+    per_key = BATCHES * ROWS // KEYS
+    assert seqs == [(k, per_key, per_key, 0, per_key - 1) for k in range(KEYS)]
+    expected, _ = reference(BATCHES)
+    got = duckdb.sql(f"SELECT window_start, c, s FROM '{out}/windows/*.parquet'").to_arrow_table()
+    assert rows(got) == rows(expected["per_window"])
+
+
+def _recovered_by_restart(db, old_pid: int) -> dict:
+    recoveries = db.metrics()["database"]["recoveries"]
+    restarts = [r for r in recoveries if r["cause"] == "head restarted"]
+    assert len(restarts) == 1, recoveries
+    assert _head_pid(db) != old_pid
+    return restarts[0]
+
+
+def test_head_sigkilled_during_inserts(database, tmp_path):
+    """A checkpoint, then the head killed while inserts run: the insert it cut off is
+    repeated by the client and applied once; everything after goes on; subscriptions,
+    the FILE sinks and the view hold every row once."""
+    out = str(tmp_path / "out")
+    db = database(checkpoint_interval="off")
+    db.execute(_with_file_sinks(out))
+    subs = {s: db.subscribe_stream(s) for s in STREAMS}
+    killed: dict[str, int] = {}
+
+    def kill_head() -> None:
+        killed["pid"] = pid
+        _kill(pid)
+
+    timer = None
+    for i in range(BATCHES):
+        db.insert("t", batch(i))
+        _drain(subs)
+        if i == 7:
+            db.checkpoint()
+        if i == 11:
+            pid = _head_pid(db)
+            timer = threading.Timer(0.2, kill_head)  # lands in one of the next inserts
+            timer.start()
+    timer.join(30)
+    assert killed, "the head was not killed"
+    db.finish()
+    got = {s: sub.to_arrow() for s, sub in subs.items()}
+    assert all(sub.rows_lost == 0 for sub in subs.values())
+    assert_exactly_once(got, db.query("SELECT * FROM per_key_total").to_arrow(), BATCHES)
+    report = _recovered_by_restart(db, killed["pid"])
+    assert report["epoch"] == 1 and report["wal_records_replayed"] >= 1, report
+    _check_file_sinks(out)
+
+
+def test_head_sigkilled_during_a_checkpoint(database, tmp_path):
+    """The head killed after it prepared a checkpoint (its pending manifest is on disk)
+    while the coordinator writes the sinks' epoch: whether the coordinator records that
+    epoch before the restarted head fences it or not, the FILE sinks end with every row once;
+    the client's checkpoint() is repeated and returns a later epoch."""
+    from laminardb.checkpoint.store import CheckpointStore
+
+    out = str(tmp_path / "out")
+    db = database(checkpoint_interval="off")
+    store = CheckpointStore(os.path.join(str(tmp_path / "ckpt"), db.database))
+    db.execute(_with_file_sinks(out))
+    subs = {s: db.subscribe_stream(s) for s in STREAMS}
+    for i in range(12):
+        db.insert("t", batch(i))
+        _drain(subs)
+    pid = _head_pid(db)
+    killed: list[int] = []
+    stop = threading.Event()
+
+    def kill_when_prepared() -> None:
+        while not stop.is_set():
+            if store.pending():
+                _kill(pid)
+                killed.append(pid)
+                return
+            time.sleep(0.002)
+
+    watcher = threading.Thread(target=kill_when_prepared, daemon=True)
+    watcher.start()
+    try:
+        epoch = db.checkpoint()
+    finally:
+        stop.set()
+        watcher.join(30)
+    assert killed, "the checkpoint finished before its prepare could be seen"
+    assert epoch >= 1
+    for i in range(12, BATCHES):
+        db.insert("t", batch(i))
+        _drain(subs)
+    db.finish()
+    got = {s: sub.to_arrow() for s, sub in subs.items()}
+    assert_exactly_once(got, db.query("SELECT * FROM per_key_total").to_arrow(), BATCHES)
+    _recovered_by_restart(db, pid)
+    _check_file_sinks(out)
+    assert db.metrics()["database"]["coordinator"]["manifest_epoch"] >= epoch
+
+
+def test_kafka_pipeline_resumes_after_a_head_kill(database, kafka_broker):  # noqa: F811
+    """A running Kafka → Kafka (exactly-once) pipeline: the head killed mid-stream comes back
+    with its source running from the checkpointed offsets (no start() by hand), and the sink
+    topic, read committed, holds every window once."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    bootstrap = kafka_broker.bootstrap
+    src, dst = f"hk-in-{os.getpid()}-{time.monotonic_ns()}", f"hk-out-{os.getpid()}-{time.monotonic_ns()}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(src, 2, 1), NewTopic(dst, 1, 1)])
+    admin.close()
+    db = database(checkpoint_interval="1s")
+    db.execute(KAFKA_DDL.format(brokers=bootstrap, src=src, dst=dst))
+    db.start()
+    produce(bootstrap, src, kafka_rows(0, KAFKA_ROWS // 2))
+    wait_until(lambda: db.metrics()["events_ingested"] >= KAFKA_ROWS // 2, timeout=60)
+    time.sleep(1.5)  # a checkpoint covers part of the input
+    pid = _head_pid(db)
+    _kill(pid)
+    produce(bootstrap, src, kafka_rows(KAFKA_ROWS // 2, KAFKA_ROWS))
+    produce(bootstrap, src, [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)])
+    expected = expected_windows()
+
+    assert settled_windows(bootstrap, dst, expected, timeout=120) == expected
+    _recovered_by_restart(db, pid)
+    assert db.metrics()["sources"]["trades"]["status"] != "stopped"
+
+
+def test_reconnect_timeout_gives_a_typed_error_and_connect_waits(database):
+    """A client whose reconnect_timeout is shorter than the restart gets HeadUnavailableError
+    (LDB-8005), not a Ray exception; a connect() to the restarting head waits for it (no
+    LDB-8003) and sees every acknowledged row."""
+    from laminardb.cluster.exceptions import HeadUnavailableError
+
+    db = database(checkpoint_interval="off", reconnect_timeout="1s")
+    db.execute(DDL)
+    for i in range(4):
+        db.insert("t", batch(i))
+    pid = _head_pid(db)
+    _kill(pid)
+    t0 = time.monotonic()
+    with pytest.raises(HeadUnavailableError) as raised:
+        db.offset("t")
+    assert raised.value.code == "LDB-8005" and "reconnect_timeout" in str(raised.value)
+    assert time.monotonic() - t0 < 15
+    again = database(db.database)  # the restart is still under way: connect() waits for it
+    assert again.offset("t") == 4 * ROWS
+    assert db.offset("t") == 4 * ROWS  # the first connection works again too
+    _recovered_by_restart(again, pid)
