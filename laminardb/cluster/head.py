@@ -36,6 +36,7 @@ NAMESPACE = "laminardb"
 _PREFIX = "head:"
 _WATCH_S = 0.5  # how often the head looks for a lost actor nobody is calling
 _RECOVERY_ATTEMPTS = 3
+_PREPARE_ATTEMPTS = 3  # a checkpoint the head refused to prepare, asked for again at most this often
 _COORD_TIMEOUT_S = 120.0  # a checkpoint the coordinator runs for a client (JVM start on the first)
 _STATUS_TIMEOUT_S = 2.0
 _METRICS_READ_LOCK = threading.Lock()  # creates a head's bounded metrics reader once
@@ -299,13 +300,20 @@ class DatabaseHead:
 
         self._await_registered()
         deadline = time.monotonic() + _COORD_TIMEOUT_S
+        refused = 0
         while True:
             try:
                 return int(ray.get(self.coordinator.checkpoint_now.remote(self.database), timeout=_COORD_TIMEOUT_S))
-            except (RayActorError, CheckpointPrepareError):
+            except RayActorError:  # the coordinator restarts: it settles the epoch it left
                 if time.monotonic() > deadline:
                     raise
-                time.sleep(0.5)
+            except CheckpointPrepareError:
+                # a restart race clears at once; a head that cannot write (store full) would
+                # only fail the same way for two minutes: say so now
+                refused += 1
+                if refused >= _PREPARE_ATTEMPTS or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.5)
 
     def _await_registered(self) -> None:
         """Wait (bounded) until the coordinator has this database: a checkpoint asked for
