@@ -56,9 +56,9 @@ def sample(root: int | None = None) -> dict[tuple[int, float], Proc]:
 
 def _label(p) -> str:
     name = p.name()
-    if name in ("python", "python3", "python3.11"):
-        args = p.cmdline()
-        return os.path.basename(args[-1] if len(args) > 1 else args[0])[:40] if args else name
+    if name.startswith("python"):  # Ray's own helpers: name them by their script
+        script = next((a for a in p.cmdline()[1:] if a.endswith(".py")), None)
+        return os.path.basename(script) if script else name
     return name
 
 
