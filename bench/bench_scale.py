@@ -82,10 +82,12 @@ def roles(db, broker_pid: int | None) -> dict[int, str]:
 
     from laminardb.checkpoint.spark_coordinator import COORDINATOR_NAME, NAMESPACE
 
-    m = db.metrics()
-    out = {os.getpid(): proc_cpu.CLIENT, m["database"]["head_pid"]: proc_cpu.HEAD}
-    for mem in m["cluster"]["members"]:
-        out[mem["pid"]] = proc_cpu.ACTOR
+    out = {os.getpid(): proc_cpu.CLIENT}
+    if db is not None:
+        m = db.metrics()
+        out[m["database"]["head_pid"]] = proc_cpu.HEAD
+        for mem in m["cluster"]["members"]:
+            out[mem["pid"]] = proc_cpu.ACTOR
     try:
         coord = ray.get_actor(COORDINATOR_NAME, namespace=NAMESPACE)
         out[ray.get(coord.ping.remote(), timeout=30)] = proc_cpu.COORDINATOR
@@ -122,6 +124,20 @@ class Metered:
                                embedded and embedded["cpu_s"], embedded and embedded["rows"])
         s["load"] = self.load
         return s
+
+
+def idle_baseline(seconds: float) -> dict[str, float]:
+    """CPU s per second of each kind with no database running (Ray, the coordinator's JVM):
+    the fixed cost a run pays per second of wall time, whatever its rows."""
+    who = roles(None, None)
+    before = proc_cpu.sample()
+    time.sleep(seconds)
+    procs = proc_cpu.used(before, proc_cpu.sample())
+    kinds = proc_cpu.classify(procs, who)
+    out = {k: 0.0 for k in proc_cpu.KINDS}
+    for p in procs:
+        out[kinds[p.pid]] += p.cpu_s / seconds
+    return out
 
 
 def embedded_cpu(run: Callable[[], object]) -> tuple[float, float, object]:
@@ -324,7 +340,7 @@ class Bench:
                 db.execute(nexmark_kafka_ddl(broker.bootstrap, prefix))
                 db.execute(QUERIES[q].statement())
 
-            def drive(db) -> None:
+            def drive(db, q=q) -> None:
                 db.start()
                 wait_ingested(db, events, f"kafka-nexmark {q}")
                 db.flush(timeout_s=120)
@@ -407,12 +423,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     ap.add_argument("--actors", default="1,2,4", help="actor counts, comma-separated")
-    ap.add_argument("--rows", type=_count, default=3_000_000, help="insert-agg rows per run")
-    ap.add_argument("--kafka-rows", type=_count, default=500_000, help="kafka-agg messages")
-    ap.add_argument("--events", type=_count, default=300_000, help="kafka-nexmark events")
-    ap.add_argument("--q20-events", type=_count, default=1_000_000, help="ckpt-q20 events")
+    ap.add_argument("--rows", type=_count, default=2_000_000, help="insert-agg rows per run")
+    ap.add_argument("--kafka-rows", type=_count, default=300_000, help="kafka-agg messages")
+    ap.add_argument("--events", type=_count, default=100_000, help="kafka-nexmark events")
+    ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")
     ap.add_argument("--queries", default=",".join(NEXMARK_TREES), help="kafka-nexmark queries")
     ap.add_argument("--batch-rows", type=_count, default=65_536)
+    ap.add_argument("--idle-s", type=float, default=5.0, help="idle baseline: seconds sampled with no database")
     ap.add_argument("--json", default=None, help="write every figure to this file")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed)")
     args = ap.parse_args()
@@ -442,6 +459,9 @@ def main() -> int:
         db.finish()
         db.drop_database()
         print(f"  warm-up database (coordinator + Spark JVM start): {time.perf_counter() - t:.1f} s, not measured")
+        idle = idle_baseline(args.idle_s)
+        print(f"  idle, no database ({args.idle_s:.0f} s): CPU s per second "
+              + ", ".join(f"{k} {v:.3f}" for k, v in idle.items() if v))
         for w in workloads:
             print(f"\n{w}")
             for n in actors:
@@ -457,7 +477,9 @@ def main() -> int:
           + (f": {[(p.pid, p.name) for p in left]}" if left else ""))
     print(f"\nCPU seconds per million rows, by kind of process ({info['cores']} cores, load at end {load()}):\n")
     print(markdown(bench.results))
-    report = {"machine": info, "args": {k: v for k, v in vars(args).items()}, "results": bench.results,
+    print("\nIdle, no database: CPU s per second " + ", ".join(f"{k} {v:.3f}" for k, v in idle.items() if v))
+    report = {"machine": info, "args": {k: v for k, v in vars(args).items()}, "idle_cpu_s_per_s": idle,
+              "results": bench.results,
               "processes_left": len(left)}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))

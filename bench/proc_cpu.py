@@ -38,7 +38,9 @@ class Proc:
 
 def sample(root: int | None = None) -> dict[tuple[int, float], Proc]:
     """Every live process at or under ``root`` (default: this one), keyed by (pid, start)."""
-    import ray  # noqa: F401  (puts Ray's vendored psutil on sys.path)
+    import importlib
+
+    importlib.import_module("ray")  # puts Ray's vendored psutil on sys.path
     import psutil
 
     top = psutil.Process(root or os.getpid())
