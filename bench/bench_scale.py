@@ -76,6 +76,11 @@ _KAFKA_OPTS = "format = 'json', offset_reset = 'earliest'"
 
 
 # ---------------------------------------------------------------------------- processes
+def checkpoints(db) -> int:
+    """Checkpoint epochs the database completed so far (the head's count)."""
+    return (db.metrics().get("checkpoints") or {}).get("checkpoints") or 0
+
+
 def roles(db, broker_pid: int | None) -> dict[int, str]:
     """pid → kind for the processes this bench can name (the rest are Ray's)."""
     import ray
@@ -106,6 +111,7 @@ class Metered:
 
     def __enter__(self) -> Metered:
         self.roles = roles(self.db, self.broker_pid)
+        self.epochs = -checkpoints(self.db)
         gc.collect()
         self.load = [load()]
         self.before = proc_cpu.sample()
@@ -117,12 +123,15 @@ class Metered:
         self.after = proc_cpu.sample()
         self.load.append(load())
         if exc[0] is None:
+            self.epochs += checkpoints(self.db)
             self.roles.update(roles(self.db, self.broker_pid))  # an actor replaced mid-run keeps its kind
 
     def summary(self, rows: int, embedded: dict | None) -> dict:
         s = proc_cpu.summarize(rows, self.wall_s, proc_cpu.used(self.before, self.after), self.roles,
                                embedded and embedded["cpu_s"], embedded and embedded["rows"])
         s["load"] = self.load
+        s["epochs"] = self.epochs  # checkpoints in the run, the one finish() takes included
+        s["coordinator_cpu_s_per_epoch"] = s["cpu_s"][proc_cpu.COORDINATOR] / self.epochs if self.epochs > 0 else None
         return s
 
 
@@ -397,6 +406,7 @@ def print_row(r: dict) -> None:
           f"CPU s/M rows " + ", ".join(f"{k} {c[k]:.3f}" for k in COLUMNS)
           + f"; busiest non-actor {b.get('kind')} ({b.get('name')}) {b.get('cpu_s_per_mrow', 0):.3f}; "
           f"ceiling {_fmt(r['scale_ceiling'])}; actors/embedded {_fmt(r.get('actors_over_embedded'))}; "
+          f"{r['epochs']} checkpoints, coordinator+spark {_fmt(r['coordinator_cpu_s_per_epoch'])} CPU s each; "
           f"load {r['load'][0]} → {r['load'][1]}", flush=True)
 
 
