@@ -129,7 +129,7 @@ class Metered:
         self.load.append(load())
         if exc[0] is None:
             self.epochs += checkpoints(self.db)
-            self.roles.update(roles(self.db, self.broker_pid))  # an actor replaced mid-run keeps its kind
+            self.roles.update(roles(self.db, self.broker_pid))  # actors started mid-run (a recovery) are named too
 
     def summary(self, rows: int, embedded: dict | None) -> dict:
         s = proc_cpu.summarize(rows, self.wall_s, proc_cpu.used(self.before, self.after), self.roles,
