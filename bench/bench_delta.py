@@ -102,18 +102,18 @@ def sink_ddl(name: str, stream: str, path: Path) -> str:
 
 
 # ---------------------------------------------------------------------------- databases
-def connect(name: str, root: Path, **config):
-    """A fresh database of two actors; waits for the CPUs of the last one's actors (freed async)."""
+def connect(name: str, root: Path, actors: int = _ACTORS, **config):
+    """A fresh database of ``actors`` actors; waits for the CPUs of the last one's actors (freed async)."""
     import ray
 
     import laminardb
 
     deadline = time.monotonic() + 60
-    while ray.available_resources().get("CPU", 0) < _ACTORS and time.monotonic() < deadline:
+    while ray.available_resources().get("CPU", 0) < actors and time.monotonic() < deadline:
         time.sleep(0.2)
     if config.get("checkpoint_dir") != ":memory:":
         config.setdefault("checkpoint_dir", str(root / "ckpt"))
-    return laminardb.connect("ray://auto", database=name, actors=_ACTORS, config=config)
+    return laminardb.connect("ray://auto", database=name, actors=actors, config=config)
 
 
 def read_sink(path: Path, columns: list[str] | None = None) -> pa.Table | None:

@@ -206,7 +206,10 @@ def lam_kafka(bootstrap: str, topic: str, rows: int, actors: int = 0,
     return elapsed, pa.Table.from_batches(got, schema=sub.schema), m
 
 
-def produce(bootstrap: str, topic: str, batches: list[pa.RecordBatch], partitions: int) -> float:
+def produce(bootstrap: str, topic: str, batches: list[pa.RecordBatch], partitions: int,
+            end_markers: bool = True) -> float:
+    """JSON lines of ``batches`` into a new ``topic``, round robin over ``partitions``; with
+    ``end_markers`` the last row again on every other partition (``make_data``'s end marker)."""
     from kafka import KafkaAdminClient, KafkaProducer
     from kafka.admin import NewTopic
 
@@ -223,7 +226,7 @@ def produce(bootstrap: str, topic: str, batches: list[pa.RecordBatch], partition
         for v in values:
             producer.send(topic, value=v, partition=i % partitions)
             i += 1
-    for p in range(1, partitions):  # the end marker on every partition: each one's watermark passes the end
+    for p in range(1, partitions if end_markers else 1):  # the end marker on every partition: each one's watermark passes the end
         producer.send(topic, value=values[-1], partition=(i - 1 + p) % partitions)
     producer.flush()
     producer.close()

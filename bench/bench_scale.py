@@ -1,0 +1,543 @@
+"""The Delta mode's CPU per row per process: where each row's work is done, and how many
+actors the cluster could feed before one process saturates a core (issue 20, item 4).
+
+Run from the repository root (``RAY_TMPDIR`` set if other Ray clusters share the machine):
+
+    .venv/bin/python bench/bench_scale.py                                    # every workload, 1,2,4 actors
+    .venv/bin/python bench/bench_scale.py --workloads insert-agg,kafka-agg --actors 1,2
+    .venv/bin/python bench/bench_scale.py --workloads kafka-nexmark --queries q20 --events 300k
+
+Method (``/work/shared/DESIGN.md``, "Measuring the cluster on 2 cores"; ``bench/proc_cpu.py``):
+the CPU time (user + system, every thread) of this process and of every process under it —
+the local Ray this bench starts (gcs_server, raylet, workers), the database head, the reactor
+actors, the checkpoint coordinator with its Spark JVM, the Tansu broker — is read before and
+after each timed run, and grouped by kind. The head, actors and coordinator are found by pid
+(``metrics()["database"]["head_pid"]``, ``metrics()["cluster"]["members"][i]["pid"]``, the
+coordinator actor's ``ping()``); a process under one of them counts with it (the JVM), any
+other process under this one is Ray's. Reported per run: CPU s per million rows per kind,
+rows/s (wall), the busiest non-actor process and the **scale ceiling** = the actors' CPU per
+row ÷ that process's CPU per row. The same SQL runs in this process on ``laminardb.open()``
+(in memory) in the same bench; ``actors/embedded`` is the actors' CPU per row over its.
+
+Workloads (``--workloads``, comma-separated):
+
+- ``insert-agg``: ``bench_engine.make_batches`` rows (1,000 symbols) by ``insert()`` →
+  keyed 1 s tumble COUNT/SUM/AVG → FILE sink (Parquet, exactly once), durable database,
+  checkpoints every 1 s; timed: every insert + ``finish()`` (the last checkpoint commits).
+- ``kafka-agg``: the same rows as JSON in Tansu (2 partitions, produced before timing) →
+  the same query → FILE sink, checkpoints every 1 s; timed: ``start()`` until every message
+  is ingested, then ``flush()`` + ``finish()``.
+- ``kafka-nexmark``: ``laminardb.nexmark.generate`` events as JSON in three topics (2
+  partitions each) → Nexmark ``--queries`` (q3, q5, q8, q20 plan trees) → FILE sink,
+  checkpoints every 10 s; timed as kafka-agg.
+- ``ckpt-q20``: Nexmark events by ``insert()`` → q20 (join, filter) → FILE sink, checkpoints
+  every 1 s and off (``checkpoint_interval = "off"``: WAL, one checkpoint at ``finish()``).
+
+Each run is a fresh database, dropped after it; a warm-up database first starts the
+coordinator and its JVM (excluded). Before timing, the aggregate workloads warm every actor
+on a throwaway source (``bench_cluster.warm_up``: numba kernels loaded); the Nexmark runs do
+not (their sources are Kafka's), so their actor figures include loading the join kernels.
+The embedded engine is warmed likewise on a throwaway connection. A run that fails is
+recorded with its error, and the bench goes on (exit status 1). Results are verified before any figure is printed: the
+cluster's committed sink equals the embedded engine's (every window exact; Nexmark by an
+order-free digest). Ray starts here (``num_cpus`` = the most actors; heads and the
+coordinator take none), the broker too; both are stopped at the end. ``--json out.json``
+writes every figure; the last stdout line is ``BENCH_JSON {...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import proc_cpu  # noqa: E402
+from bench_cluster import verify as verify_windows  # noqa: E402
+from bench_cluster import warm_up  # noqa: E402
+from bench_delta import connect, read_sink, sink_ddl  # noqa: E402
+from bench_engine import AGG_DDL, SOURCE_DDL, load, machine_info, make_batches  # noqa: E402
+from bench_nexmark_cluster import _count, _digest  # noqa: E402
+
+WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20")
+NEXMARK_TREES = ("q3", "q5", "q8", "q20")
+PARTITIONS = 2
+_WARM_EVENTS = 20_000
+_INGEST_TIMEOUT_S = 600.0
+_KAFKA_OPTS = "format = 'json', offset_reset = 'earliest'"
+
+
+# ---------------------------------------------------------------------------- processes
+def checkpoints(db) -> int:
+    """Checkpoint epochs the database completed so far (the head's count)."""
+    return (db.metrics().get("checkpoints") or {}).get("checkpoints") or 0
+
+
+def roles(db, broker_pid: int | None) -> dict[int, str]:
+    """pid → kind for the processes this bench can name (the rest are Ray's)."""
+    import ray
+
+    from laminardb.checkpoint.spark_coordinator import COORDINATOR_NAME, NAMESPACE
+
+    out = {os.getpid(): proc_cpu.CLIENT}
+    if db is not None:
+        m = db.metrics()
+        out[m["database"]["head_pid"]] = proc_cpu.HEAD
+        for mem in m["cluster"]["members"]:
+            out[mem["pid"]] = proc_cpu.ACTOR
+    try:
+        coord = ray.get_actor(COORDINATOR_NAME, namespace=NAMESPACE)
+        out[ray.get(coord.ping.remote(), timeout=30)] = proc_cpu.COORDINATOR
+    except ValueError:
+        pass  # no coordinated database yet: no coordinator
+    if broker_pid:
+        out[broker_pid] = proc_cpu.BROKER
+    return out
+
+
+class Metered:
+    """``with Metered(db, broker_pid) as m: …`` — the run's CPU per process; ``m.wall_s``."""
+
+    def __init__(self, db, broker_pid: int | None) -> None:
+        self.db, self.broker_pid = db, broker_pid
+
+    def __enter__(self) -> Metered:
+        self.roles = roles(self.db, self.broker_pid)
+        self.epochs = -checkpoints(self.db)
+        gc.collect()
+        self.load = [load()]
+        self.before = proc_cpu.sample()
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall_s = time.perf_counter() - self.t0
+        self.after = proc_cpu.sample()
+        self.load.append(load())
+        if exc[0] is None:
+            self.epochs += checkpoints(self.db)
+            self.roles.update(roles(self.db, self.broker_pid))  # actors started mid-run (a recovery) are named too
+
+    def summary(self, rows: int, embedded: dict | None) -> dict:
+        s = proc_cpu.summarize(rows, self.wall_s, proc_cpu.used(self.before, self.after), self.roles,
+                               embedded and embedded["cpu_s"], embedded and embedded["rows"])
+        s["load"] = self.load
+        s["epochs"] = self.epochs  # checkpoints in the run, the one finish() takes included
+        s["coordinator_cpu_s_per_epoch"] = s["cpu_s"][proc_cpu.COORDINATOR] / self.epochs if self.epochs > 0 else None
+        return s
+
+
+def idle_baseline(seconds: float) -> dict[str, float]:
+    """CPU s per second of each kind with no database running (Ray, the coordinator's JVM):
+    the fixed cost a run pays per second of wall time, whatever its rows."""
+    who = roles(None, None)
+    before = proc_cpu.sample()
+    time.sleep(seconds)
+    procs = proc_cpu.used(before, proc_cpu.sample())
+    kinds = proc_cpu.classify(procs, who)
+    out = {k: 0.0 for k in proc_cpu.KINDS}
+    for p in procs:
+        out[kinds[p.pid]] += p.cpu_s / seconds
+    return out
+
+
+def embedded_cpu(run: Callable[[], object]) -> tuple[float, float, object]:
+    """(process CPU s, wall s, result) of ``run()`` on the embedded engine in this process."""
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = run()
+    return time.process_time() - c0, time.perf_counter() - t0, out
+
+
+def read_any_sink(path: Path) -> pa.Table | None:
+    """A FILE sink's rows: one Parquet file (embedded, in memory) or a directory of committed parts."""
+    if path.is_file():
+        return pq.read_table(path)
+    return read_sink(path)
+
+
+def wait_ingested(db, rows: int, what: str) -> None:
+    deadline = time.monotonic() + _INGEST_TIMEOUT_S
+    while (n := db.metrics()["events_ingested"]) < rows:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: {n:,} of {rows:,} rows ingested after {_INGEST_TIMEOUT_S:.0f} s")
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------- Kafka
+class Broker:
+    """One Tansu broker for the bench (``tests/_services/kafka.py``), topics made once."""
+
+    def __init__(self) -> None:
+        from tests._services.kafka import start_kafka_broker
+
+        self.b = start_kafka_broker()
+        self.bootstrap, self.pid = self.b.bootstrap, self.b.proc.pid
+        self.topics: dict[str, int] = {}
+
+    def stop(self) -> None:
+        self.b.stop()
+
+
+def produce_agg(broker: Broker, rows: int, batch_rows: int) -> tuple[str, int]:
+    """``bench_spark.make_data`` rows (with its end marker) as JSON; → (topic, messages)."""
+    import bench_spark
+
+    topic = f"trades-{rows}"
+    if topic not in broker.topics:
+        data = bench_spark.make_data(rows, batch_rows)
+        bench_spark.produce(broker.bootstrap, topic, data, PARTITIONS)
+        broker.topics[topic] = sum(b.num_rows for b in data) + PARTITIONS - 1
+    return topic, broker.topics[topic]
+
+
+def produce_nexmark(broker: Broker, events: int, batch_events: int) -> tuple[str, int]:
+    """Nexmark's three streams as JSON in ``<prefix>-person|auction|bid``; → (prefix, events)."""
+    import bench_spark
+
+    from laminardb.nexmark import generate
+
+    prefix = f"nx-{events}"
+    if prefix not in broker.topics:
+        parts: dict[str, list[pa.RecordBatch]] = {}
+        for stream, batch in generate(events, seed=3, batch_events=batch_events):
+            parts.setdefault(stream, []).append(batch)
+        for stream, batches in parts.items():
+            bench_spark.produce(broker.bootstrap, f"{prefix}-{stream}", batches, PARTITIONS, end_markers=False)
+        broker.topics[prefix] = sum(b.num_rows for bs in parts.values() for b in bs)
+    return prefix, broker.topics[prefix]
+
+
+def nexmark_kafka_ddl(bootstrap: str, prefix: str) -> str:
+    from laminardb.nexmark import SOURCES_DDL
+
+    out = []
+    for stmt in (s.strip() for s in SOURCES_DDL.split(";") if s.strip()):
+        name = stmt.split()[2]
+        out.append(f"{stmt} FROM KAFKA (brokers = '{bootstrap}', topic = '{prefix}-{name}', {_KAFKA_OPTS})")
+    return ";\n".join(out)
+
+
+# ---------------------------------------------------------------------------- workloads
+class Bench:
+    def __init__(self, args, root: Path) -> None:
+        self.args, self.root = args, root
+        self.broker: Broker | None = None
+        self.results: list[dict] = []
+        self._embedded: dict[str, dict] = {}
+        self._n = 0
+
+    def kafka(self) -> Broker:
+        if self.broker is None:
+            self.broker = Broker()
+        return self.broker
+
+    def _name(self, label: str) -> str:
+        self._n += 1
+        return f"scale-{label}-{self._n}"
+
+    def _record(self, workload: str, actors: int, m: Metered, rows: int, embedded: dict, **extra) -> dict:
+        r = {"workload": workload, "actors": actors, **extra, **m.summary(rows, embedded)}
+        self.results.append(r)
+        print_row(r)
+        return r
+
+    def _cluster_run(self, label: str, actors: int, config: dict, setup: Callable, drive: Callable,
+                     stream: str, subscribe: bool = False) -> tuple[Metered, pa.Table]:
+        """A fresh database: ``setup(db)`` (DDL, warm-up), a FILE sink on ``stream`` (or with
+        ``subscribe`` a subscriber), then ``drive(db)`` metered; the committed sink's (or the
+        subscriber's) rows; the database dropped."""
+        name = self._name(label)
+        out = self.root / "sinks" / name
+        db = connect(name, self.root, actors, **config)
+        try:
+            setup(db, True)
+            sub = db.subscribe_stream(stream, history_rows=None) if subscribe else None
+            if sub is None:
+                db.execute(sink_ddl("out", stream, out))
+            with Metered(db, self.broker.pid if self.broker else None) as m:
+                drive(db)
+            sink = read_any_sink(out) if sub is None else sub.to_arrow()
+        finally:
+            db.drop_database()
+            shutil.rmtree(out, ignore_errors=True)
+        assert sink is not None, f"{label}, {actors} actor(s): the FILE sink committed nothing"
+        return m, sink
+
+    def _embedded_run(self, key: str, setup: Callable, drive: Callable, stream: str, rows: int,
+                      subscribe: bool = False, warm: Callable | None = None) -> dict:
+        """The same SQL on ``laminardb.open()`` in this process, once per key: CPU s and output
+        rows. ``warm(db)`` runs first on a throwaway connection (numba kernels loaded here)."""
+        if key in self._embedded:
+            return self._embedded[key]
+        import laminardb
+
+        if warm is not None:
+            with laminardb.open() as w:
+                warm(w)
+
+        out = self.root / "sinks" / f"embedded-{key}.parquet"
+        db = laminardb.open()
+        setup(db, False)
+        sub = db.subscribe_stream(stream, history_rows=None) if subscribe else None
+        if sub is None:
+            db.execute(sink_ddl("out", stream, out))
+        cpu, wall, _ = embedded_cpu(lambda: drive(db))
+        result = None if sub is None else sub.to_arrow()
+        db.close()
+        if sub is None:
+            result = read_any_sink(out)  # the sink's file is complete once closed
+        e = {"cpu_s": cpu, "wall_s": wall, "rows": rows, "sink": result}
+        print(f"    embedded {key}: {cpu / rows * 1e6:.3f} CPU s per M rows, {rows / wall:,.0f} rows/s")
+        self._embedded[key] = e
+        return e
+
+    # -- 1. inserts → keyed tumble → FILE sink ------------------------------------------------
+    def insert_agg(self, actors: int) -> None:
+        a = self.args
+        if not hasattr(self, "_agg_batches"):
+            self._agg_batches = make_batches(a.rows, a.batch_rows)
+            self._warm = make_batches(4 * a.batch_rows, a.batch_rows, seed=1)
+        batches, rows = self._agg_batches, a.rows
+
+        def setup(db, cluster: bool) -> None:
+            if cluster:  # numba kernels loaded in every actor, on a source dropped before timing
+                warm_up(db, self._warm)
+            db.execute(SOURCE_DDL)
+            db.execute(AGG_DDL)
+
+        def drive(db) -> None:
+            for b in batches:
+                db.insert("trades", b)
+            db.finish()
+
+        emb = self._embedded_run("insert-agg", setup, drive, "agg", rows, warm=lambda w: warm_up(w, self._warm))
+        m, sink = self._cluster_run("insert-agg", actors, {"checkpoint_interval": "1s", "coordinator": "spark"},
+                                    setup, drive, "agg")
+        verify_windows(emb["sink"], sink, rows, f"insert-agg, {actors} actor(s)")
+        self._record("insert-agg", actors, m, rows, emb, checkpoints="1s")
+
+    # -- 2. Kafka → keyed tumble → FILE sink ---------------------------------------------------
+    def kafka_agg(self, actors: int) -> None:
+        a = self.args
+        broker = self.kafka()
+        topic, rows = produce_agg(broker, a.kafka_rows, a.batch_rows)
+        if not hasattr(self, "_warm"):
+            self._warm = make_batches(4 * a.batch_rows, a.batch_rows, seed=1)
+
+        def setup(db, cluster: bool) -> None:
+            if cluster:
+                warm_up(db, self._warm)
+            db.execute(SOURCE_DDL + f" FROM KAFKA (brokers = '{broker.bootstrap}', topic = '{topic}', {_KAFKA_OPTS})")
+            db.execute(AGG_DDL)
+
+        def drive(db) -> None:
+            db.start()
+            wait_ingested(db, rows, "kafka-agg")
+            db.flush(timeout_s=120)
+            db.finish()
+
+        emb = self._embedded_run("kafka-agg", setup, drive, "agg", rows, warm=lambda w: warm_up(w, self._warm))
+        m, sink = self._cluster_run("kafka-agg", actors, {"checkpoint_interval": "1s", "coordinator": "spark"},
+                                    setup, drive, "agg")
+        verify_windows(emb["sink"], sink, int(pc.sum(emb["sink"]["n"]).as_py()), f"kafka-agg, {actors} actor(s)")
+        self._record("kafka-agg", actors, m, rows, emb, checkpoints="1s", partitions=PARTITIONS)
+
+    # -- 3. Kafka → Nexmark trees → FILE sink --------------------------------------------------
+    def kafka_nexmark(self, actors: int) -> None:
+        from laminardb.nexmark import QUERIES
+
+        a = self.args
+        broker = self.kafka()
+        prefix, events = produce_nexmark(broker, a.events, a.batch_rows)
+        for q in a.queries:
+            def setup(db, cluster: bool, q=q) -> None:
+                db.execute(nexmark_kafka_ddl(broker.bootstrap, prefix))
+                db.execute(QUERIES[q].statement())
+
+            def drive(db, q=q) -> None:
+                db.start()
+                wait_ingested(db, events, f"kafka-nexmark {q}")
+                db.flush(timeout_s=120)
+                db.finish()
+
+            emb = self._embedded_run(f"kafka-{q}", setup, drive, q, events, warm=lambda w, q=q: warm_nexmark(w, q))
+            m, sink = self._cluster_run(f"kafka-{q}", actors, {"checkpoint_interval": "10s", "coordinator": "spark"},
+                                        setup, drive, q)
+            same = _digest(_concat(sink)) == _digest(_concat(emb["sink"]))
+            assert same, f"kafka-nexmark {q}, {actors} actor(s): the sink differs from the embedded engine's"
+            self._record(f"kafka-nexmark {q}", actors, m, events, emb, checkpoints="10s", partitions=PARTITIONS,
+                         rows_out=sink.num_rows)
+
+    # -- 4. q20 by inserts: checkpoints 1 s against off ---------------------------------------
+    def ckpt_q20(self, actors: int) -> None:
+        from laminardb.nexmark import QUERIES, SOURCES_DDL, generate
+
+        a = self.args
+        if not hasattr(self, "_q20_batches"):
+            self._q20_batches = list(generate(a.q20_events, seed=3, batch_events=a.batch_rows))
+        batches, events = self._q20_batches, a.q20_events
+
+        def setup(db, cluster: bool) -> None:
+            db.execute(SOURCES_DDL)
+            db.execute(QUERIES["q20"].statement())
+
+        def drive(db) -> None:
+            for stream, b in batches:
+                db.insert(stream, b)
+            db.finish()
+
+        # a subscriber, not a FILE sink: with checkpoints off, the one checkpoint at finish()
+        # stages every output row in one Spark job, which overflows the coordinator JVM's 512 MB
+        # heap (java.lang.OutOfMemoryError at 300k events) — and this compares state checkpoints
+        emb = self._embedded_run("insert-q20", setup, drive, "q20", events, subscribe=True,
+                                 warm=lambda w: warm_nexmark(w, "q20"))
+        want = _digest(_concat(emb["sink"]))
+        for interval in ("1s", "off"):
+            m, sink = self._cluster_run(f"q20-{interval}", actors, {"checkpoint_interval": interval,
+                                        "coordinator": "spark"}, setup, drive, "q20", subscribe=True)
+            assert _digest(_concat(sink)) == want, f"ckpt-q20 {interval}, {actors} actor(s): output differs from embedded"
+            self._record("insert q20", actors, m, events, emb, checkpoints=interval, rows_out=sink.num_rows)
+
+
+def warm_nexmark(db, q: str) -> None:
+    """Nexmark query ``q`` over a few generated events inserted into ``db`` (kernels loaded)."""
+    from laminardb.nexmark import QUERIES, SOURCES_DDL, generate
+
+    db.execute(SOURCES_DDL)
+    db.execute(QUERIES[q].statement())
+    for stream, b in generate(_WARM_EVENTS, seed=5, batch_events=8_192):
+        db.insert(stream, b)
+    db.finish()
+
+
+def _concat(t: pa.Table) -> pa.RecordBatch:
+    t = t.combine_chunks()
+    return t.to_batches()[0] if t.num_rows else pa.RecordBatch.from_pylist([], schema=t.schema)
+
+
+# ---------------------------------------------------------------------------- output
+COLUMNS = (proc_cpu.ACTOR, proc_cpu.HEAD, proc_cpu.CLIENT, proc_cpu.COORDINATOR, proc_cpu.BROKER, proc_cpu.RAY)
+
+
+def print_row(r: dict) -> None:
+    c = r["cpu_s_per_mrow"]
+    b = r["busiest"] or {}
+    print(f"    {r['workload']:<20} {r['actors']} actor(s), ckpt {r.get('checkpoints')}: {r['rows_per_s']:>11,.0f} rows/s; "
+          f"CPU s/M rows " + ", ".join(f"{k} {c[k]:.3f}" for k in COLUMNS)
+          + f"; busiest non-actor {b.get('kind')} ({b.get('name')}) {b.get('cpu_s_per_mrow', 0):.3f}; "
+          f"ceiling {_fmt(r['scale_ceiling'])}; actors/embedded {_fmt(r.get('actors_over_embedded'))}; "
+          f"{r['epochs']} checkpoints, coordinator+spark {_fmt(r['coordinator_cpu_s_per_epoch'])} CPU s each; "
+          f"load {r['load'][0]} → {r['load'][1]}", flush=True)
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def markdown(results: list[dict]) -> str:
+    head = ("| workload | ckpt | actors | rows | rows/s | " + " | ".join(COLUMNS)
+            + " | busiest non-actor | scale ceiling | embedded | actors/embedded |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['workload']} | | {r['actors']} | failed: {r['error']} |")
+            continue
+        c, b = r["cpu_s_per_mrow"], r["busiest"] or {}
+        lines.append(
+            f"| {r['workload']} | {r.get('checkpoints')} | {r['actors']} | {r['rows']:,} | {r['rows_per_s']:,.0f} | "
+            + " | ".join(f"{c[k]:.3f}" for k in COLUMNS)
+            + f" | {b.get('kind')} {b.get('cpu_s_per_mrow', 0):.3f} | {_fmt(r['scale_ceiling'])} | "
+            f"{_fmt(r.get('embedded_cpu_s_per_mrow'), 3)} | {_fmt(r.get('actors_over_embedded'))} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- main
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
+    ap.add_argument("--actors", default="1,2,4", help="actor counts, comma-separated")
+    ap.add_argument("--rows", type=_count, default=2_000_000, help="insert-agg rows per run")
+    ap.add_argument("--kafka-rows", type=_count, default=300_000, help="kafka-agg messages")
+    ap.add_argument("--events", type=_count, default=100_000, help="kafka-nexmark events")
+    ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")
+    ap.add_argument("--queries", default=",".join(NEXMARK_TREES), help="kafka-nexmark queries")
+    ap.add_argument("--batch-rows", type=_count, default=65_536)
+    ap.add_argument("--idle-s", type=float, default=5.0, help="idle baseline: seconds sampled with no database")
+    ap.add_argument("--json", default=None, help="write every figure to this file")
+    ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed)")
+    args = ap.parse_args()
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    bad = set(workloads) - set(WORKLOADS)
+    if bad:
+        ap.error(f"unknown workload(s) {sorted(bad)}; choose from {', '.join(WORKLOADS)}")
+    actors = [int(x) for x in args.actors.split(",")]
+    args.queries = [q.strip() for q in args.queries.split(",") if q.strip()]
+
+    import ray
+
+    info = machine_info()
+    print("laminardb Delta mode: CPU per row per process (issue 20)")
+    print(f"  machine: {info['cpu']}, {info['cores']} cores; python {info['python']}, ray {ray.__version__}; "
+          f"load {load()}")
+    root = Path(args.dir or tempfile.mkdtemp(prefix="ldb-bench-scale-"))
+    root.mkdir(parents=True, exist_ok=True)
+    bench = Bench(args, root)
+    ray.init(num_cpus=max(actors), include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        t = time.perf_counter()  # the coordinator and its JVM start, the first Spark job: not measured
+        db = connect("scale-warm", root, 1, checkpoint_interval="off", coordinator="spark")
+        db.execute(SOURCE_DDL + "; " + AGG_DDL + "; " + sink_ddl("out", "agg", root / "sinks" / "warm"))
+        for b in make_batches(2 * args.batch_rows, args.batch_rows, seed=1):
+            db.insert("trades", b)
+        db.finish()
+        db.drop_database()
+        print(f"  warm-up database (coordinator + Spark JVM start): {time.perf_counter() - t:.1f} s, not measured")
+        idle = idle_baseline(args.idle_s)
+        print(f"  idle, no database ({args.idle_s:.0f} s): CPU s per second "
+              + ", ".join(f"{k} {v:.3f}" for k, v in idle.items() if v))
+        for w in workloads:
+            print(f"\n{w}")
+            for n in actors:
+                try:
+                    getattr(bench, w.replace("-", "_"))(n)
+                except Exception as e:  # noqa: BLE001 - recorded, and the next run goes on
+                    err = f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300] if str(e).strip() else ''}"
+                    bench.results.append({"workload": w, "actors": n, "error": err})
+                    print(f"    {w} {n} actor(s): FAILED — {err}", flush=True)
+    finally:
+        ray.shutdown()
+        if bench.broker is not None:
+            bench.broker.stop()
+        if args.dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+    left = [p for p in proc_cpu.sample().values() if p.pid != os.getpid()]
+    print(f"\n  after the bench: {len(left)} process(es) left under this one"
+          + (f": {[(p.pid, p.name) for p in left]}" if left else ""))
+    print(f"\nCPU seconds per million rows, by kind of process ({info['cores']} cores, load at end {load()}):\n")
+    print(markdown(bench.results))
+    print("\nIdle, no database: CPU s per second " + ", ".join(f"{k} {v:.3f}" for k, v in idle.items() if v))
+    report = {"machine": info, "args": {k: v for k, v in vars(args).items()}, "idle_cpu_s_per_s": idle,
+              "results": bench.results,
+              "processes_left": len(left)}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    print("BENCH_JSON " + json.dumps(report, default=str))
+    return 1 if any("error" in r for r in bench.results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
