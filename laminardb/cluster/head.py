@@ -592,10 +592,15 @@ class DatabaseHead:
         reports it dead, a source stops on it, or the drainer met it — then recover."""
         from laminardb.cluster.actor_pool import _gcs_says_dead
 
+        cause = "watchdog"
         while not self._stop.wait(_WATCH_S):
             conn = self.conn
             if conn is None or conn.engine.durable is None:
                 continue
+            silent = self._silent_actors(conn.engine.backend.cluster)
+            if silent:
+                cause = self._heartbeats.give_up(silent)
+                log.warning("database %s: %s; replacing it", self.database, cause)
             lost = bool(conn.engine.backend.cluster.dead) or any(r.fatal is not None for r in conn.engine.runners.values()) \
                 or (conn.engine.backend.drainer is not None and conn.engine.backend.drainer.error is not None) \
                 or any(_gcs_says_dead(a) for a in conn.engine.backend.cluster.actors) \
@@ -604,9 +609,19 @@ class DatabaseHead:
                 try:
                     with self._lock:
                         if self.conn is conn:
-                            self._recover("watchdog")
+                            self._recover(cause)
                 except Exception:  # noqa: BLE001 - logged; the next call or tick tries again
                     log.exception("database %s: recovery failed", self.database)
+                cause = "watchdog"
+
+    def _silent_actors(self, pool) -> dict[int, float]:
+        """The actors of ``pool`` whose heartbeat has been silent for ``actor_lost_after``
+        seconds (``liveness.Heartbeats``; a new pool after a recovery starts afresh)."""
+        from laminardb.cluster.liveness import Heartbeats
+
+        if getattr(self, "_heartbeats", None) is None or self._heartbeats.pool is not pool:
+            self._heartbeats = Heartbeats(pool, float(self.config.get("actor_lost_after", _LOST_AFTER_S)))
+        return self._heartbeats.silent()
 
     def _recover(self, cause: str) -> None:
         """Replace the engine: new actors, state restored from the last checkpoint, the WAL
@@ -675,12 +690,18 @@ class DatabaseHead:
         Raft tokens are fenced — if it ever resumes, nothing it sends is taken."""
         import ray
 
-        slow = sorted(conn.engine.backend.cluster.slow - set(conn.engine.backend.cluster.dead))
+        if conn.engine.backend.cluster.dead:  # died, or given up by the heartbeats meanwhile
+            return True
+        slow = sorted(conn.engine.backend.cluster.slow)
         if not slow:
             return False
         wait = float(self.config.get("actor_lost_after", _LOST_AFTER_S))
         pings = [conn.engine.backend.cluster.actors[i].ready.remote() for i in slow]
         done, _ = ray.wait(pings, num_returns=len(pings), timeout=wait)
+        try:
+            ray.get(done, timeout=0)
+        except Exception:  # noqa: BLE001 - a ping failed: the actor died or was given up
+            return True
         return len(done) < len(pings)
 
 

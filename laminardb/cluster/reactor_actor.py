@@ -71,6 +71,13 @@ class ReactorActorImpl:
         return {"index": self.index, "pid": os.getpid(), "core": self.core,
                 "node_id": ray.get_runtime_context().get_node_id()}
 
+    def heartbeat(self) -> None:
+        """Answered on its own thread (concurrency group ``liveness``, see ``actor_class``),
+        even while a long batch runs: only a process that runs nothing (paused, hung, cut
+        off) stays silent — ``liveness.Heartbeats`` tells it from a busy one."""
+
+    heartbeat.__ray_concurrency_group__ = "liveness"  # what @ray.method(concurrency_group=…) sets
+
     def set_ownership(self, owner: bytes, epochs: bytes, n_actors: int | None = None) -> None:
         """The owner of every vnode (this actor routes the rows it reads itself), the
         committed epochs (the fencing tokens of the vnodes it owns) and, after a rescale, how
@@ -345,4 +352,5 @@ def _resolved(data):
 def actor_class():
     import ray
 
-    return ray.remote(num_cpus=1)(ReactorActorImpl)
+    # every method but heartbeat runs in the default group: one thread, in submission order
+    return ray.remote(num_cpus=1, concurrency_groups={"liveness": 1})(ReactorActorImpl)
