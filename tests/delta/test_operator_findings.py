@@ -64,3 +64,70 @@ def test_a_paused_actor_is_replaced_within_actor_lost_after(database):
     # the insert waiting on the killed actor recovers (ActorLostError), or the watchdog does
     assert recovery["cause"] == "ActorLostError" or recovery["cause"].startswith("unresponsive"), recovery
     wait_until(lambda: not _alive(paused["pid"]), timeout=20, what="the paused actor to be gone")
+
+
+# -- 1: a broker that goes away shows as the source's error, and its return as connected ----
+
+
+@pytest.fixture
+def own_broker():
+    """A Tansu broker of this test alone (it is killed and started again on its port)."""
+    from tests._services.kafka import start_kafka_broker
+
+    brokers = [start_kafka_broker()]
+    yield brokers
+    for b in brokers:
+        b.stop()
+
+
+def _restart(brokers: list) -> None:
+    from tests._services.kafka import start_kafka_broker
+
+    port = int(brokers[-1].bootstrap.rsplit(":", 1)[1])
+    brokers.append(start_kafka_broker(port=port))  # in memory: it comes back empty
+
+
+def _create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        admin.close()
+
+
+def _source(db) -> dict:
+    return db.metrics()["sources"]["trades"]
+
+
+def test_broker_down_shows_error_and_its_return_connected(database, own_broker):
+    """Kill the broker under a running cluster Kafka source: within seconds the source reads
+    ``error`` with the fetch failure as its last error (as the embedded engine does); once the
+    broker is back (and its topic), the source reads ``connected`` again and goes on."""
+    from tests.delta.workload import KAFKA_DDL, KAFKA_ROWS, kafka_rows, produce
+
+    bootstrap = own_broker[0].bootstrap
+    src = f"down-{os.getpid()}-{time.monotonic_ns()}"
+    _create_topic(bootstrap, src)
+    db = database(checkpoint_interval="2s")
+    db.execute(KAFKA_DDL.split("CREATE SINK")[0].format(brokers=bootstrap, src=src))
+    db.start()
+    produce(bootstrap, src, kafka_rows(0, KAFKA_ROWS // 2))
+    wait_until(lambda: db.metrics()["events_ingested"] >= KAFKA_ROWS // 2, timeout=60, what="the first rows")
+    assert _source(db)["status"] == "connected", _source(db)
+
+    own_broker[0].stop()
+    down_at = time.monotonic()
+    health = wait_until(lambda: (h := _source(db))["status"] == "error" and h, timeout=30, interval=0.1,
+                        what="the source to show the broker's loss")
+    noticed = time.monotonic() - down_at
+    assert noticed <= 3.0, (noticed, health)  # docs: 0.2-1.3 s embedded; slack for a loaded machine
+    assert health["errors"] >= 1 and "fetch" in health["last_error"], health
+
+    time.sleep(3)  # 6 s down, as the operator's broker was
+    assert _source(db)["status"] == "error"
+    _restart(own_broker)  # empty (in memory): the topic is made again
+    _create_topic(own_broker[-1].bootstrap, src)
+    wait_until(lambda: _source(db)["status"] == "connected", timeout=60, interval=0.2,
+               what="the source to reconnect")
