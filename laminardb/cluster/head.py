@@ -267,6 +267,28 @@ class DatabaseHead:
             raft_secret=raft.secret if raft is not None else None,
             raft_secret_file=raft.secret_file if raft is not None else None)
 
+    def _await_registered(self) -> None:
+        """Wait for ``_register``; a coordinator that was ending meanwhile (the last other
+        database dropped: ``CoordinatorRetiredError``, or already gone) is replaced by a new
+        one, which this database registers with (bounded)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        from laminardb.checkpoint.exceptions import CoordinatorRetiredError
+
+        deadline = time.monotonic() + _COORD_TIMEOUT_S
+        while True:
+            try:
+                ray.get(self._registered, timeout=_COORD_TIMEOUT_S)
+                self._registered = None
+                return
+            except Exception as exc:
+                retired = isinstance(getattr(exc, "cause", None) or exc, CoordinatorRetiredError)
+                if not (retired or isinstance(exc, RayActorError)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # until the ending coordinator is gone and a new one can start
+                self._registered = self._register()
+
     def _external_checkpoint(self) -> int:
         """``checkpoint()`` through the coordinator. A coordinator that dies meanwhile is
         restarted by Ray and settles the epoch it left (commits it if its manifest was
@@ -288,10 +310,7 @@ class DatabaseHead:
     @_answer
     def ready(self) -> dict:
         if self._registered is not None:
-            import ray
-
-            ray.get(self._registered, timeout=_COORD_TIMEOUT_S)
-            self._registered = None
+            self._await_registered()
             with self._lock:
                 if self.conn is not None and self.conn.engine.durable is not None:
                     self.conn.engine.durable.external = self._external_checkpoint
@@ -352,6 +371,7 @@ class DatabaseHead:
             import ray
 
             ray.get(self.coordinator.unregister.remote(self.database), timeout=_COORD_TIMEOUT_S)
+            self._retire_coordinator()
         with self._lock:
             for sid in list(self.subs):
                 self._cancel(sid)
@@ -361,6 +381,19 @@ class DatabaseHead:
                 conn.engine.backend.abandon()
             if self.directory and os.path.isdir(self.directory):
                 shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _retire_coordinator(self) -> None:
+        """End the coordinator (and its Spark JVM, ~670 MB) if this was the last database it
+        checkpointed; a database registering meanwhile is refused and starts a new one."""
+        import ray
+
+        try:
+            if ray.get(self.coordinator.retire_if_idle.remote(), timeout=_COORD_TIMEOUT_S):
+                ray.kill(self.coordinator, no_restart=True)
+                log.warning("database %s: the last database of the checkpoint coordinator; it stopped",
+                            self.database)
+        except Exception:  # noqa: BLE001 - a coordinator left running costs memory, not data
+            log.exception("database %s: stopping the idle checkpoint coordinator failed", self.database)
 
     def _conn(self):
         from laminardb.errors import ConnectionClosedError

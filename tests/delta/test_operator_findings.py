@@ -131,3 +131,64 @@ def test_broker_down_shows_error_and_its_return_connected(database, own_broker):
     _create_topic(own_broker[-1].bootstrap, src)
     wait_until(lambda: _source(db)["status"] == "connected", timeout=60, interval=0.2,
                what="the source to reconnect")
+
+
+# -- 4: the coordinator and its Spark JVM go with the last database -------------------------
+
+
+def _java_children(pid: int) -> list[int]:
+    """The java processes whose parent is ``pid`` (the Spark JVM pyspark launches)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, ppid = stat[stat.index("(") + 1:stat.rindex(")")], int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == pid and name == "java":
+            found.append(int(entry))
+    return found
+
+
+def _coordinator():
+    import ray
+
+    from laminardb.checkpoint.spark_coordinator import COORDINATOR_NAME, NAMESPACE
+
+    try:
+        return ray.get_actor(COORDINATOR_NAME, namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def test_dropping_the_last_database_stops_the_coordinator_and_its_jvm(database, tmp_path):
+    """A coordinated database with an exactly-once FILE sink starts the coordinator's Spark
+    JVM; dropping it (the only database) ends the coordinator actor and the JVM. The next
+    database starts a new coordinator and checkpoints through it."""
+    import ray
+
+    from laminardb.cluster.head import drop_database
+
+    db = database(checkpoint_interval="off")
+    db.execute(DDL + f"; CREATE SINK s FROM per_window INTO FILE (path = '{tmp_path / 'out'}', format = 'parquet')")
+    for i in range(4):
+        db.insert("t", batch(i))
+    db.checkpoint()  # an epoch with sink rows: the coordinator's Spark job runs
+    coordinator = _coordinator()
+    assert coordinator is not None
+    pid = ray.get(coordinator.ping.remote(), timeout=30)
+    java = wait_until(lambda: _java_children(pid), timeout=60, what="the coordinator's Spark JVM")
+
+    assert drop_database(db.database)
+    wait_until(lambda: _coordinator() is None, timeout=30, what="the coordinator actor to end")
+    wait_until(lambda: not any(_alive(j) for j in java) and not _alive(pid), timeout=30,
+               what="the coordinator's process and its JVM to exit")
+
+    again = database(checkpoint_interval="off")  # a new coordinator for the next database
+    again.execute(DDL)
+    again.insert("t", batch(0))
+    assert again.checkpoint() >= 1
+    assert _coordinator() is not None
