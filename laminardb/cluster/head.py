@@ -315,7 +315,7 @@ class DatabaseHead:
                 if self.conn is not None and self.conn.engine.durable is not None:
                     self.conn.engine.durable.external = self._external_checkpoint
         return {"database": self.database, "pid": os.getpid(), "directory": self.directory,
-                "coordinated": self.coordinated}
+                "coordinated": self.coordinated, "config": self.config}
 
     # ------------------------------------------------------------------ the coordinator's calls
     # Plain results and exceptions (not ``_answer``): the coordinator is our own code. None of

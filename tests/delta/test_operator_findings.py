@@ -192,3 +192,22 @@ def test_dropping_the_last_database_stops_the_coordinator_and_its_jvm(database, 
     again.insert("t", batch(0))
     assert again.checkpoint() >= 1
     assert _coordinator() is not None
+
+
+# -- 3: config given when attaching is refused by name, never dropped unseen ----------------
+
+
+def test_attach_config_that_cannot_apply_is_refused_by_name(database):
+    """The first connect decides a database's config. An attach giving ``metrics_port``
+    (not set at creation) or another ``checkpoint_interval`` raises AttachConfigError naming
+    both keys; the same config, or none, attaches."""
+    from laminardb.cluster.exceptions import AttachConfigError
+
+    db = database("attach-cfg", checkpoint_interval="off")
+    db.execute(DDL)
+    with pytest.raises(AttachConfigError) as err:
+        database("attach-cfg", checkpoint_interval="5s", metrics_port=0)
+    assert err.value.code == "LDB-8006"
+    assert "metrics_port=0 (not set)" in err.value.message and "checkpoint_interval='5s'" in err.value.message
+    again = database("attach-cfg", checkpoint_interval="off")  # the running config: attaches
+    assert "per_key" in again.list_streams()
