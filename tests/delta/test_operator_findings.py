@@ -211,3 +211,95 @@ def test_attach_config_that_cannot_apply_is_refused_by_name(database):
     assert "metrics_port=0 (not set)" in err.value.message and "checkpoint_interval='5s'" in err.value.message
     again = database("attach-cfg", checkpoint_interval="off")  # the running config: attaches
     assert "per_key" in again.list_streams()
+
+
+# -- 5: a token-auth Ray and no token: a typed error in seconds, not a 20 s hang ------------
+
+_AUTH_CLIENT = """
+import json, sys, time
+import laminardb, ray  # imported first: the bound is on connect(), not on importing Ray
+t0 = time.monotonic()
+try:
+    laminardb.connect("ray://auto", database="auth", actors=1, config={"checkpoint_dir": ":memory:"})
+    print(json.dumps({"connected": True}))
+except Exception as e:
+    print(json.dumps({"class": type(e).__name__, "code": getattr(e, "code", None), "message": str(e),
+                      "seconds": time.monotonic() - t0}))
+"""
+
+_AUTH_CONTROL = """
+import ray
+ray.init(address="auto", log_to_driver=False)
+print(int(ray.cluster_resources().get("CPU", 0)))
+"""
+
+
+def _kill_ray_of(proc, base: str) -> None:
+    """Stop the ``ray start --block`` this test started (its process group), then any of its
+    daemons still running (they name the test's own temp dir on their command line)."""
+    import subprocess
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=15)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                mine = base.encode() in f.read()
+        except OSError:
+            continue
+        if entry.isdigit() and mine and int(entry) != os.getpid():
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_connect_to_a_token_auth_ray_without_a_token_fails_fast():
+    """A real ``ray start --head`` with token authentication; a client process with no
+    RAY_AUTH_MODE and no token: connect() raises RayAuthError (LDB-8007) saying what to set,
+    within seconds (Ray alone retries ~20 s). The same cluster with the token answers."""
+    import json
+    import secrets
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from tests._services.procs import free_port, repo_env
+
+    base = tempfile.mkdtemp(prefix="ldb-auth-", dir="/tmp")  # short: Ray's socket paths
+    token = secrets.token_hex(16)
+    os.makedirs(f"{base}/home-head")
+    os.makedirs(f"{base}/home-client")
+    clean = {k: v for k, v in repo_env().items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    head_env = dict(clean, HOME=f"{base}/home-head", RAY_TMPDIR=base, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    ray_bin = os.path.join(os.path.dirname(sys.executable), "ray")
+    proc = subprocess.Popen([ray_bin, "start", "--head", "--block", "--port", str(free_port()), "--num-cpus", "1",
+                             "--include-dashboard", "false", "--disable-usage-stats", "--temp-dir", f"{base}/ray"],
+                            env=head_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        address = wait_until(lambda: open(f"{base}/ray/ray_current_cluster").read().strip(), timeout=90,
+                             interval=0.5, what="ray start to record its address")
+        # RAY_ADDRESS: ray://auto must find this cluster, never another one on the machine
+        client_env = dict(clean, HOME=f"{base}/home-client", RAY_TMPDIR=base, RAY_ADDRESS=address)
+        out = subprocess.run([sys.executable, "-c", _AUTH_CLIENT], env=client_env, capture_output=True,
+                             text=True, timeout=120)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert got.get("class") == "RayAuthError" and got["code"] == "LDB-8007", (got, out.stderr[-2000:])
+        assert "RAY_AUTH_MODE=token" in got["message"]
+        assert got["seconds"] <= 5.0, got
+
+        control = subprocess.run([sys.executable, "-c", _AUTH_CONTROL], capture_output=True, text=True, timeout=120,
+                                 env=dict(client_env, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token))
+        assert control.stdout.strip().splitlines()[-1:] == ["1"], control.stderr[-2000:]
+    finally:
+        _kill_ray_of(proc, base)
+        shutil.rmtree(base, ignore_errors=True)
