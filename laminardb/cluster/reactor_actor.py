@@ -293,7 +293,8 @@ class ReactorActorImpl:
         with the row count and max event time, the per-partition watermark states, the
         position right after this poll — what a checkpoint taken after these rows keeps).
         The description's ``failing`` is ``KafkaSource.fetch_failure()``: (seconds, reason)
-        while this actor's fetches keep failing, else None."""
+        while this actor's fetches keep failing, else None; ``warnings`` the messages of its
+        ``take_warnings()`` (offset resets)."""
         import ray
 
         from laminardb.sql.arrays import numeric_view
@@ -305,8 +306,9 @@ class ReactorActorImpl:
         states = src.partition_watermarks()
         position = src.checkpoint_state()
         failing = src.fetch_failure()  # the broker unreachable: fetches retried quietly meanwhile
+        warnings = [w.message for w in src.take_warnings()]  # offset resets, shown by the head's runner
         if batch is None or batch.num_rows == 0:
-            return {"rows": 0, "failing": failing}, states, position
+            return {"rows": 0, "failing": failing, "warnings": warnings}, states, position
         self.polled_rows += batch.num_rows
         with self._busy():
             time_col = self.conn.engine.reactor.nodes[source].time_col
@@ -316,7 +318,7 @@ class ReactorActorImpl:
                 parts = route_rows(self._op(query).plan, batch, self.owner, self.n_actors)
                 routed[query] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
             return {"rows": batch.num_rows, "max_event_time": top, "whole": ray.put(to_ipc_array(batch)),
-                    "routed": routed, "failing": failing}, states, position
+                    "routed": routed, "failing": failing, "warnings": warnings}, states, position
 
     def kafka_lag(self, source: str) -> int:
         return self.kafka[source].lag()

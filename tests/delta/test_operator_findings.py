@@ -66,7 +66,8 @@ def test_a_paused_actor_is_replaced_within_actor_lost_after(database):
     wait_until(lambda: not _alive(paused["pid"]), timeout=20, what="the paused actor to be gone")
 
 
-# -- 1: a broker that goes away shows as the source's error, and its return as connected ----
+# -- 1 and 2: a broker that goes away shows as the source's error, and its return as
+# connected; coming back empty (in memory), the saved offsets past the new end are flagged ----
 
 
 @pytest.fixture
@@ -101,10 +102,13 @@ def _source(db) -> dict:
     return db.metrics()["sources"]["trades"]
 
 
-def test_broker_down_shows_error_and_its_return_connected(database, own_broker):
+def test_broker_down_shows_error_then_back_empty_flags_the_offsets(database, own_broker):
     """Kill the broker under a running cluster Kafka source: within seconds the source reads
     ``error`` with the fetch failure as its last error (as the embedded engine does); once the
-    broker is back (and its topic), the source reads ``connected`` again and goes on."""
+    broker is back (and its topic), the source reads ``connected`` again. The broker came back
+    empty, so the saved offsets are past the partitions' ends: that is flagged (LDB-4013, in
+    ``last_error`` and ``errors``) and the source goes on from ``offset_reset`` (earliest), as
+    the embedded source does on Kafka's OffsetOutOfRange — new rows are read."""
     from tests.delta.workload import KAFKA_DDL, KAFKA_ROWS, kafka_rows, produce
 
     bootstrap = own_broker[0].bootstrap
@@ -131,6 +135,14 @@ def test_broker_down_shows_error_and_its_return_connected(database, own_broker):
     _create_topic(own_broker[-1].bootstrap, src)
     wait_until(lambda: _source(db)["status"] == "connected", timeout=60, interval=0.2,
                what="the source to reconnect")
+
+    health = wait_until(lambda: "LDB-4013" in ((h := _source(db))["last_warning"] or "") and h, timeout=30,
+                        interval=0.2, what=f"the offsets past the end flagged: {_source(db)}")
+    assert "past the partition's end" in health["last_warning"] and "drop the database" in health["last_warning"]
+    before = db.metrics()["events_ingested"]
+    produce(own_broker[-1].bootstrap, src, kafka_rows(KAFKA_ROWS // 2, KAFKA_ROWS // 2 + 100))
+    wait_until(lambda: db.metrics()["events_ingested"] >= before + 100, timeout=60,
+               what=f"the rows produced after the reset: {_source(db)}")
 
 
 # -- 4: the coordinator and its Spark JVM go with the last database -------------------------
