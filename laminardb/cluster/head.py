@@ -632,7 +632,9 @@ class DatabaseHead:
                 continue
             silent = self._silent_actors(conn.engine.backend.cluster)
             if silent:
-                cause = self._heartbeats.give_up(silent)
+                from laminardb.cluster.liveness import give_up
+
+                cause = give_up(conn.engine.backend.cluster, silent)
                 log.warning("database %s: %s; replacing it", self.database, cause)
             lost = bool(conn.engine.backend.cluster.dead) or any(r.fatal is not None for r in conn.engine.runners.values()) \
                 or (conn.engine.backend.drainer is not None and conn.engine.backend.drainer.error is not None) \
@@ -735,7 +737,14 @@ class DatabaseHead:
             ray.get(done, timeout=0)
         except Exception:  # noqa: BLE001 - a ping failed: the actor died or was given up
             return True
-        return len(done) < len(pings)
+        answered = {f.hex() for f in done}
+        silent = {i: wait for i, f in zip(slow, pings, strict=True) if f.hex() not in answered}
+        if silent:  # killed: every other call waiting on it (a poll, a barrier) fails at once
+            from laminardb.cluster.liveness import give_up
+
+            log.warning("database %s: %s; replacing it", self.database,
+                        give_up(conn.engine.backend.cluster, silent))
+        return bool(silent)
 
 
 class HeadSubscription:

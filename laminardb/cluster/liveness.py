@@ -5,7 +5,8 @@ batch looks the same as a SIGSTOPped or partitioned process. The actor answers
 ``heartbeat()`` on a thread of its own (a Ray concurrency group, see ``reactor_actor.py``),
 so a busy actor answers at once and only a process that runs nothing stays silent. The
 head's watchdog ticks this every ``_WATCH_S``; an actor silent for ``actor_lost_after``
-seconds is given up (killed, so every call waiting on it fails at once, and recovered).
+seconds is given up (``give_up``: killed, so every call waiting on it fails at once, and
+recovered).
 """
 
 from __future__ import annotations
@@ -47,19 +48,22 @@ class Heartbeats:
             self._pending[i] = actor.heartbeat.remote()
         return out
 
-    def give_up(self, silent: dict[int, float]) -> str:
-        """Kill the silent actors (a paused process cannot answer, but Ray's kill fails every
-        call waiting on it at once, so the callers recover instead of waiting out their
-        timeouts); returns the cause a recovery records."""
-        import ray
 
-        names = []
-        for i, quiet in sorted(silent.items()):
-            info = self.pool.info[i] or {}
-            names.append(f"actor {i} (pid {info.get('pid')}) silent for {quiet:.1f} s")
-            self.pool.dead.setdefault(i, "ActorUnresponsive")  # killed now: Ray reports it dead soon
-            try:
-                ray.kill(self.pool.actors[i], no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone: the recovery replaces it all the same
-                pass
-        return "unresponsive: " + ", ".join(names)
+
+def give_up(pool: Any, silent: dict[int, float]) -> str:
+    """Kill the silent actors of ``pool`` (a paused process cannot answer, but Ray's kill
+    fails every call waiting on it at once — a source's poll, a checkpoint's barrier — so
+    the callers recover instead of waiting out their timeouts); returns the cause a
+    recovery records."""
+    import ray
+
+    names = []
+    for i, quiet in sorted(silent.items()):
+        info = pool.info[i] or {}
+        names.append(f"actor {i} (pid {info.get('pid')}) silent for {quiet:.1f} s")
+        pool.dead.setdefault(i, "ActorUnresponsive")  # killed now: Ray reports it dead soon
+        try:
+            ray.kill(pool.actors[i], no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone: the recovery replaces it all the same
+            pass
+    return "unresponsive: " + ", ".join(names)
