@@ -19,6 +19,7 @@ __all__ = [
     "EpochLogError",
     "UnknownDatabaseError",
     "CheckpointPrepareError",
+    "CoordinatorRetiredError",
 ]
 
 
@@ -84,3 +85,10 @@ class CheckpointPrepareError(CheckpointError, RuntimeError):
     epoch is aborted and the next interval tries again."""
 
     code = "LDB-5012"
+
+
+class CoordinatorRetiredError(CheckpointError, RuntimeError):
+    """The checkpoint coordinator is stopping: the last database using it was dropped. A
+    database head that meets it starts a new coordinator and registers again."""
+
+    code = "LDB-5013"

@@ -33,7 +33,11 @@ from typing import Any
 from laminardb.checkpoint._coord_db import CoordinatedDatabase, DatabaseSpec
 from laminardb.checkpoint._files import atomic_write
 from laminardb.checkpoint.epoch_log import FileEpochLog, RaftEpochLog
-from laminardb.checkpoint.exceptions import CheckpointPrepareError, UnknownDatabaseError
+from laminardb.checkpoint.exceptions import (
+    CheckpointPrepareError,
+    CoordinatorRetiredError,
+    UnknownDatabaseError,
+)
 from laminardb.errors import ConfigError
 
 __all__ = [
@@ -123,6 +127,7 @@ class CheckpointCoordinator:
         self._lock = threading.RLock()
         self._dbs: dict[str, CoordinatedDatabase] = {}
         self._errors: dict[str, str] = {}  # registered databases whose runtime cannot start
+        self._retired = False  # retire_if_idle: no database left, this coordinator is ending
 
     @classmethod
     def from_config(cls, config: dict[str, Any], **kwargs: Any) -> CheckpointCoordinator:
@@ -165,6 +170,10 @@ class CheckpointCoordinator:
                             interval_s=float(interval_s) if interval_s else None,
                             raft_voters=tuple(raft_voters or ()), raft_secret_file=raft_secret_file)
         with self._lock:
+            if self._retired:
+                raise CoordinatorRetiredError(
+                    f"database {database!r}: the checkpoint coordinator is stopping (no database used "
+                    "it); its head starts a new one and registers again")
             if raft_secret:
                 self._secrets[database] = raft_secret
             specs = self._read_registry()
@@ -193,6 +202,16 @@ class CheckpointCoordinator:
     def databases(self) -> list[str]:
         with self._lock:
             return sorted(self._read_registry())
+
+    def retire_if_idle(self) -> bool:
+        """True, and every later ``register`` refused, when no database is registered: the
+        caller (the head dropping the last database) then ends this coordinator and its
+        Spark JVM; the next database to register starts a new one. False while any is."""
+        with self._lock:
+            if self._dbs or self._errors or self._read_registry():
+                return False
+            self._retired = True
+            return True
 
     # ------------------------------------------------------------------ runtime
     def _epoch_log(self, spec: DatabaseSpec) -> Any:
@@ -338,6 +357,19 @@ def coordinator_actor_class() -> Any:
 
         def databases(self) -> list[str]:
             return self._c.databases()
+
+        def retire_if_idle(self) -> bool:
+            """``CheckpointCoordinator.retire_if_idle``; retired, Spark and its JVM stop
+            now (the caller kills this actor next)."""
+            if not self._c.retire_if_idle():
+                return False
+            from laminardb.checkpoint.spark_job import kill_jvm, stop_spark
+
+            try:
+                stop_spark()
+            finally:
+                kill_jvm()
+            return True
 
     _ACTOR_CLASS = CoordinatorActor
     return _ACTOR_CLASS

@@ -444,7 +444,9 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
     ``raft`` (a ``laminardb cluster up`` data dir; default ``LAMINARDB_RAFT_DIR``/``_VOTERS``)
     and ``config`` — ``checkpoint_dir`` (default: the Ray session's directory on the head
     node, gone with the cluster; a shared path outlives it; ``":memory:"`` keeps no state), ``checkpoint_interval`` (``"10s"``; ``"off"``), ``actor_call_timeout``.
-    Later connects attach to it as it is. ``close()`` detaches; ``drop_database()`` stops it.
+    Later connects attach to it as it is: config they give that differs from the running
+    database's raises ``AttachConfigError`` (LDB-8006) naming the keys — never dropped unseen.
+    ``close()`` detaches; ``drop_database()`` stops it.
     """
     import os
 
@@ -480,7 +482,7 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
         raft=raft_spec, max_in_flight=DEFAULT_MAX_IN_FLIGHT if max_in_flight is None else max_in_flight,
         local_global=local_global)
     try:
-        raise_remote(_ready(head, _READY_TIMEOUT_S))
+        running = raise_remote(_ready(head, _READY_TIMEOUT_S))
     except LaminarError:
         if created:
             ray.kill(head, no_restart=True)
@@ -490,6 +492,8 @@ def connect(address: str = "ray://auto", *, database: str = "default", actors: i
             ray.kill(head, no_restart=True)
         raise ClusterStartError(f"database {database!r} did not start: {type(exc).__name__}: {exc}; "
                                 "check `ray status` for free CPUs") from exc
+    if not created and "config" in running:  # (a head of an older laminardb does not say)
+        _check_attach_config(database, config, running.get("config") or {})
     conn = RemoteConnection(head, database, config=config)
     if udfs:
         conn._call("register_udfs", udfs)  # by "module:qualname", kept by the head
@@ -510,6 +514,27 @@ def _ready(head, timeout_s: float) -> dict:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.5)
+
+
+#: config each client keeps for itself (a client may attach with its own value)
+CLIENT_CONFIG = frozenset({"reconnect_timeout"})
+
+
+def _check_attach_config(database: str, given: dict[str, Any], running: dict[str, Any]) -> None:
+    """Refuse config an attach cannot apply: the database runs with the config of the
+    connect that created it, and a value that differs (``metrics_port`` included: the
+    head serves its endpoint from the first config) would otherwise be dropped unseen."""
+    from laminardb.cluster.exceptions import AttachConfigError
+
+    missing = object()
+    differ = {k: v for k, v in given.items() if k not in CLIENT_CONFIG and running.get(k, missing) != v}
+    if differ:
+        keys = "; ".join(f"{k}={v!r} (it runs with {running[k]!r})" if k in running else f"{k}={v!r} (not set)"
+                         for k, v in sorted(differ.items()))
+        raise AttachConfigError(
+            f"database {database!r} is running and keeps the config its first connect gave; an attach "
+            f"cannot change {keys}. Connect without these keys (or with the running values), or "
+            "drop_database() and connect again with the new config")
 
 
 def _config_udfs(config: dict[str, Any]) -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from laminardb.errors import ClusterError
 
 __all__ = ["ClusterUnavailableError", "ActorLostError", "ClusterStartError", "ActorTimeoutError",
-           "HeadUnavailableError"]
+           "HeadUnavailableError", "AttachConfigError", "RayAuthError"]
 
 
 class ClusterUnavailableError(ClusterError):
@@ -43,3 +43,18 @@ class HeadUnavailableError(ClusterError, ConnectionError):
     which, and what to do."""
 
     code = "LDB-8005"
+
+
+class AttachConfigError(ClusterError, ValueError):
+    """``connect()`` to a running database gave config values that differ from the ones it
+    runs with: the first connect decided them and an attach cannot change them, so they
+    are refused rather than silently ignored; the message names each key."""
+
+    code = "LDB-8006"
+
+
+class RayAuthError(ClusterError, PermissionError):
+    """The Ray cluster asks for token authentication and this process has none set up
+    (``RAY_AUTH_MODE=token`` and the cluster's token in the environment)."""
+
+    code = "LDB-8007"

@@ -289,6 +289,28 @@ class DatabaseHead:
             raft_secret=raft.secret if raft is not None else None,
             raft_secret_file=raft.secret_file if raft is not None else None)
 
+    def _await_registered(self) -> None:
+        """Wait for ``_register``; a coordinator that was ending meanwhile (the last other
+        database dropped: ``CoordinatorRetiredError``, or already gone) is replaced by a new
+        one, which this database registers with (bounded)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        from laminardb.checkpoint.exceptions import CoordinatorRetiredError
+
+        deadline = time.monotonic() + _COORD_TIMEOUT_S
+        while True:
+            try:
+                ray.get(self._registered, timeout=_COORD_TIMEOUT_S)
+                self._registered = None
+                return
+            except Exception as exc:
+                retired = isinstance(getattr(exc, "cause", None) or exc, CoordinatorRetiredError)
+                if not (retired or isinstance(exc, RayActorError)) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)  # until the ending coordinator is gone and a new one can start
+                self._registered = self._register()
+
     def _external_checkpoint(self) -> int:
         """``checkpoint()`` through the coordinator. A coordinator that dies meanwhile is
         restarted by Ray and settles the epoch it left (commits it if its manifest was
@@ -376,7 +398,7 @@ class DatabaseHead:
     def ready(self) -> dict:
         self._await_registered()
         return {"database": self.database, "pid": os.getpid(), "directory": self.directory,
-                "coordinated": self.coordinated}
+                "coordinated": self.coordinated, "config": self.config}
 
     # ------------------------------------------------------------------ the coordinator's calls
     # Plain results and exceptions (not ``_answer``): the coordinator is our own code. None of
@@ -440,6 +462,7 @@ class DatabaseHead:
             import ray
 
             ray.get(self.coordinator.unregister.remote(self.database), timeout=_COORD_TIMEOUT_S)
+            self._retire_coordinator()
         with self._lock:
             for sid in list(self.subs):
                 self._cancel(sid)
@@ -449,6 +472,19 @@ class DatabaseHead:
                 conn.engine.backend.abandon()
             if self.directory and os.path.isdir(self.directory):
                 shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _retire_coordinator(self) -> None:
+        """End the coordinator (and its Spark JVM, ~670 MB) if this was the last database it
+        checkpointed; a database registering meanwhile is refused and starts a new one."""
+        import ray
+
+        try:
+            if ray.get(self.coordinator.retire_if_idle.remote(), timeout=_COORD_TIMEOUT_S):
+                ray.kill(self.coordinator, no_restart=True)
+                log.warning("database %s: the last database of the checkpoint coordinator; it stopped",
+                            self.database)
+        except Exception:  # noqa: BLE001 - a coordinator left running costs memory, not data
+            log.exception("database %s: stopping the idle checkpoint coordinator failed", self.database)
 
     def _conn(self):
         from laminardb.errors import ConnectionClosedError
@@ -740,10 +776,17 @@ class DatabaseHead:
         reports it dead, a source stops on it, or the drainer met it — then recover."""
         from laminardb.cluster.actor_pool import _gcs_says_dead
 
+        cause = "watchdog"
         while not self._stop.wait(_WATCH_S):
             conn = self.conn
             if conn is None or conn.engine.durable is None:
                 continue
+            silent = self._silent_actors(conn.engine.backend.cluster)
+            if silent:
+                from laminardb.cluster.liveness import give_up
+
+                cause = give_up(conn.engine.backend.cluster, silent)
+                log.warning("database %s: %s; replacing it", self.database, cause)
             lost = bool(conn.engine.backend.cluster.dead) or any(r.fatal is not None for r in conn.engine.runners.values()) \
                 or (conn.engine.backend.drainer is not None and conn.engine.backend.drainer.error is not None) \
                 or any(_gcs_says_dead(a) for a in conn.engine.backend.cluster.actors) \
@@ -752,9 +795,19 @@ class DatabaseHead:
                 try:
                     with self._lock:
                         if self.conn is conn:
-                            self._recover("watchdog")
+                            self._recover(cause)
                 except Exception:  # noqa: BLE001 - logged; the next call or tick tries again
                     log.exception("database %s: recovery failed", self.database)
+                cause = "watchdog"
+
+    def _silent_actors(self, pool) -> dict[int, float]:
+        """The actors of ``pool`` whose heartbeat has been silent for ``actor_lost_after``
+        seconds (``liveness.Heartbeats``; a new pool after a recovery starts afresh)."""
+        from laminardb.cluster.liveness import Heartbeats
+
+        if getattr(self, "_heartbeats", None) is None or self._heartbeats.pool is not pool:
+            self._heartbeats = Heartbeats(pool, float(self.config.get("actor_lost_after", _LOST_AFTER_S)))
+        return self._heartbeats.silent()
 
     def _recover(self, cause: str) -> None:
         """Replace the engine: new actors, state restored from the last checkpoint, the WAL
@@ -819,13 +872,26 @@ class DatabaseHead:
         Raft tokens are fenced — if it ever resumes, nothing it sends is taken."""
         import ray
 
-        slow = sorted(conn.engine.backend.cluster.slow - set(conn.engine.backend.cluster.dead))
+        if conn.engine.backend.cluster.dead:  # died, or given up by the heartbeats meanwhile
+            return True
+        slow = sorted(conn.engine.backend.cluster.slow)
         if not slow:
             return False
         wait = float(self.config.get("actor_lost_after", _LOST_AFTER_S))
         pings = [conn.engine.backend.cluster.actors[i].ready.remote() for i in slow]
         done, _ = ray.wait(pings, num_returns=len(pings), timeout=wait)
-        return len(done) < len(pings)
+        try:
+            ray.get(done, timeout=0)
+        except Exception:  # noqa: BLE001 - a ping failed: the actor died or was given up
+            return True
+        answered = {f.hex() for f in done}
+        silent = {i: wait for i, f in zip(slow, pings, strict=True) if f.hex() not in answered}
+        if silent:  # killed: every other call waiting on it (a poll, a barrier) fails at once
+            from laminardb.cluster.liveness import give_up
+
+            log.warning("database %s: %s; replacing it", self.database,
+                        give_up(conn.engine.backend.cluster, silent))
+        return bool(silent)
 
 
 class HeadSubscription:

@@ -98,6 +98,8 @@ class ClusterKafkaSource:
             self.assignment.setdefault(a, []).append(p)
         self._actors = sorted(self.assignment)
         self._emitted: int | None = None
+        self._failing: tuple[float, str] | None = None  # the readers' fetch failures, last poll
+        self._warnings: list[str] = []  # the readers' offset resets, not taken yet
         #: actor → its partitions' position after its last poll (``checkpoint_state``)
         self._positions: dict[int, dict] = {}
         #: actor → what its last poll said of its consumer (lag per partition, dead letters):
@@ -134,6 +136,9 @@ class ClusterKafkaSource:
         if wm is not None and (self._emitted is None or wm > self._emitted):
             self._emitted = wm
         polls = [(a, r[0]) for a, r in zip(self._actors, results, strict=True)]
+        failing = [(f[0], f"actor {a}: {f[1]}") for a, p in polls if (f := p.get("failing")) is not None]
+        self._failing = max(failing) if failing else None
+        self._warnings += [f"actor {a}: {w}" for a, p in polls for w in p.get("warnings") or ()]
         return RemoteRows.merge(self.schema, polls, self.cluster.n_actors), self._emitted
 
     def lag(self) -> int:
@@ -157,8 +162,17 @@ class ClusterKafkaSource:
         return sum(int(h.get("dead_letter_failures", 0)) for h in list(self._health.values()))
 
     def fetch_failure(self) -> tuple[float, str] | None:
-        """Never set here: an actor's failing fetch raises from ``poll`` (``contracts.Source``)."""
-        return None
+        """``(seconds failing, reason)`` of the reading actor failing longest as of the last
+        poll (each actor's ``KafkaSource.fetch_failure``: the broker unreachable, fetches
+        retried quietly), else None — the runner then shows ``error``, as embedded."""
+        return self._failing
+
+    def take_warnings(self) -> list[Exception]:
+        """The reading actors' ``KafkaSource.take_warnings`` (offset resets), once each."""
+        from laminardb.connectors.exceptions import KafkaOffsetResetError
+
+        out, self._warnings = self._warnings, []
+        return [KafkaOffsetResetError(w) for w in out]
 
     def metrics(self) -> dict:
         return {"assignment": {str(a): ps for a, ps in self.assignment.items()}}

@@ -10,6 +10,7 @@ import logging
 import time
 
 from laminardb.cluster.exceptions import ClusterStartError
+from laminardb.cluster.ray_auth import check_token_auth
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ def init_ray(address: str, actors: int | None):
         if target == "local":
             ray.init(num_cpus=actors or None, include_dashboard=False, log_to_driver=False)
         elif target == "auto":
+            check_token_auth("auto")  # a token-auth cluster and no token: fail now, not in 20 s
             ray.init(address="auto", log_to_driver=False)
         else:
             _init_ray_client(ray, address)

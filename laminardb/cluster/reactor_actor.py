@@ -71,6 +71,13 @@ class ReactorActorImpl:
         return {"index": self.index, "pid": os.getpid(), "core": self.core,
                 "node_id": ray.get_runtime_context().get_node_id()}
 
+    def heartbeat(self) -> None:
+        """Answered on its own thread (concurrency group ``liveness``, see ``actor_class``),
+        even while a long batch runs: only a process that runs nothing (paused, hung, cut
+        off) stays silent — ``liveness.Heartbeats`` tells it from a busy one."""
+
+    heartbeat.__ray_concurrency_group__ = "liveness"  # what @ray.method(concurrency_group=…) sets
+
     def set_ownership(self, owner: bytes, epochs: bytes, n_actors: int | None = None) -> None:
         """The owner of every vnode (this actor routes the rows it reads itself), the
         committed epochs (the fencing tokens of the vnodes it owns) and, after a rescale, how
@@ -296,7 +303,10 @@ class ReactorActorImpl:
         whole, and for each keyed query in ``routed_queries`` split by owner (WHERE applied),
         so the owners fetch their parts from this actor directly. Returns (that description
         with the row count and max event time, the per-partition watermark states, the
-        position right after this poll — what a checkpoint taken after these rows keeps)."""
+        position right after this poll — what a checkpoint taken after these rows keeps).
+        The description's ``failing`` is ``KafkaSource.fetch_failure()``: (seconds, reason)
+        while this actor's fetches keep failing, else None; ``warnings`` the messages of its
+        ``take_warnings()`` (offset resets)."""
         import ray
 
         from laminardb.sql.arrays import numeric_view
@@ -310,7 +320,9 @@ class ReactorActorImpl:
         # what the embedded engine's metrics read off its own consumer: lag from the last fetch
         # responses (no broker request), messages dead-lettered, decoded bytes
         health = {"lag": {str(p): n for p, n in src.partition_lag().items()},
-                  "dead_lettered": src.dead_lettered, "dead_letter_failures": src.dead_letter_failures}
+                  "dead_lettered": src.dead_lettered, "dead_letter_failures": src.dead_letter_failures,
+                  "failing": src.fetch_failure(),  # the broker unreachable: fetches retried quietly meanwhile
+                  "warnings": [w.message for w in src.take_warnings()]}  # offset resets, shown by the head's runner
         if batch is None or batch.num_rows == 0:
             return {"rows": 0, "bytes": 0, **health}, states, position
         self.polled_rows += batch.num_rows
@@ -368,4 +380,5 @@ def _resolved(data):
 def actor_class():
     import ray
 
-    return ray.remote(num_cpus=1)(ReactorActorImpl)
+    # every method but heartbeat runs in the default group: one thread, in submission order
+    return ray.remote(num_cpus=1, concurrency_groups={"liveness": 1})(ReactorActorImpl)

@@ -148,6 +148,9 @@ class RawFetcher:
         self._failing_since: dict[int, float] = {}
         self.last_failure: str | None = None  # why the last fetch failed (metrics, logs)
         self.high_watermarks: dict[int, int] = {}  # end offset per partition, from Fetch responses
+        self._top_hw: dict[int, int] = {}  # the highest end offset seen: a lower one means a new log
+        #: offset resets not yet reported (``take_resets``): the saved position was past the end
+        self.resets: list[str] = []
         self._wake = threading.Event()
         self._want = 1  # rows per poll (the caller's max_records)
         self._committed = ({p: _CommittedFilter() for p in positions} if read_committed
@@ -323,6 +326,9 @@ class RawFetcher:
         if fetched_at != self._fetch_at[p]:  # reset meanwhile: stale
             return False
         error = errors.for_code(pd.error_code)
+        if error is errors.NoError and self._past_the_end(p, fetched_at, int(pd.high_watermark)):
+            self._reset_offset(p, end=int(pd.high_watermark))  # as Kafka's OffsetOutOfRange
+            return False
         if error is errors.NoError:
             if p in self._to_lso:  # read_committed 'latest': start at the LSO
                 self._to_lso.discard(p)
@@ -373,6 +379,24 @@ class RawFetcher:
                "check the topic and the broker's permissions")
         raise KafkaUnavailableError(msg)
 
+    def _past_the_end(self, p: int, fetched_at: int, end: int) -> bool:
+        """Whether ``fetched_at`` lies past a partition log that is not the one read so far:
+        its end went back below one seen before, or it is empty. Tansu answers such a fetch
+        with no records and no error (Kafka with OffsetOutOfRange); its end offset is the
+        base of the last batch + 1 (module docs of ``kafka.py``), so a position past the end
+        of an unchanged log is normal and not counted."""
+        if end < 0 or fetched_at <= end:
+            self._top_hw[p] = max(self._top_hw.get(p, end), end)
+            return False
+        shrank = end < self._top_hw.get(p, -1) or end == 0
+        self._top_hw[p] = max(self._top_hw.get(p, end), end)
+        return shrank
+
+    def take_resets(self) -> list[str]:
+        """The offset resets since the last call, each described (then forgotten)."""
+        out, self.resets = self.resets, []
+        return out
+
     def _failed(self, p: int, now: float, why: str) -> None:
         """Back off, refresh metadata, and give up after ``_GIVE_UP_S`` of failures."""
         since = self._failing_since.setdefault(p, now)
@@ -385,10 +409,11 @@ class RawFetcher:
                    f"{_GIVE_UP_S:.0f} s ({why}); check that the broker is up")
             raise KafkaUnavailableError(msg)
 
-    def _reset_offset(self, p: int) -> None:
+    def _reset_offset(self, p: int, end: int | None = None) -> None:
         tp = self._tps[p]
-        _log.info("topic %s partition %d: offset %d is out of range; resetting to %s",
-                  self.topic, p, self._fetch_at[p], self._reset)
+        was = self._fetch_at[p]
+        _log.warning("topic %s partition %d: offset %d is out of range; resetting to %s",
+                     self.topic, p, was, self._reset)
         if self._reset == "earliest":
             self._consumer.seek_to_beginning(tp)
         else:
@@ -400,6 +425,15 @@ class RawFetcher:
         self._buffer[p].clear()
         self._buffered[p] = 0
         self._pos[p] = self._fetch_at[p] = int(offset)
+        self._top_hw.pop(p, None)  # a new log: its ends start afresh
+        self.resets.append(
+            f"topic {self.topic!r} partition {p}: the saved offset {was} is past the partition's end"
+            f"{'' if end is None else f' ({end})'} — the topic was deleted and created again, or "
+            f"truncated (a broker with in-memory storage restarted?). Reading went on from offset "
+            f"{int(offset)} (offset_reset = {self._reset!r}): records of the old log after the last "
+            "checkpoint are gone, and new ones may have been skipped. If the topic was recreated on "
+            "purpose, check the output from that point; to start over, drop the database (or use a "
+            "fresh checkpoint_dir)")
         if self._committed is not None:
             self._committed[p] = _CommittedFilter()
             if self._reset == "latest":

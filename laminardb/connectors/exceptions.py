@@ -18,6 +18,7 @@ __all__ = [
     "KafkaConfigError",
     "KafkaUnavailableError",
     "SourceFailingError",
+    "KafkaOffsetResetError",
     "DeltaConfigError",
 ]
 
@@ -75,6 +76,15 @@ class SourceFailingError(ConnectorError, ConnectionError):
     is unreachable or its polls raise; the message names the source and its last error."""
 
     code = "LDB-4012"
+
+
+class KafkaOffsetResetError(ConnectorError):
+    """A Kafka source's saved position was past its partition's end (the topic was deleted
+    and created again, or truncated — e.g. a broker with in-memory storage restarted): the
+    source went on from ``offset_reset`` and says so (``metrics()``: ``last_error``,
+    ``errors``; a WARNING on ``laminardb.source``) — it does not stop."""
+
+    code = "LDB-4013"
 
 
 class DeltaConfigError(ConnectorError, ValueError):

@@ -409,6 +409,17 @@ class KafkaSource:
             return None
         return time.monotonic() - failing[0], failing[1]
 
+    def take_warnings(self) -> list[Exception]:
+        """What the runner must show without stopping (``contracts.Source``): a position
+        found past its partition's end and reset (``KafkaOffsetResetError``), once each."""
+        from laminardb.connectors.exceptions import KafkaOffsetResetError
+
+        raw = self._raw
+        if raw is None:
+            return []
+        with self._lock:
+            return [KafkaOffsetResetError(f"source {self.name!r}: {why}") for why in raw.take_resets()]
+
     def lag(self) -> int:
         """Messages not yet returned by :meth:`poll`: end offsets − positions, summed over the
         assigned partitions (at least 1 for a partition whose last poll returned messages;

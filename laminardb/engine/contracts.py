@@ -99,7 +99,9 @@ class Source(Protocol):
       ``restore_state`` takes it back;
     - ``lag()`` is the rows still to read (autoscaling and ``flush()`` use it);
     - ``fetch_failure()`` is ``(since monotonic, why)`` while reads fail without raising, else None;
-    - an exception with ``permanent = True`` stops the runner (retrying cannot help).
+    - an exception with ``permanent = True`` stops the runner (retrying cannot help);
+    - optional ``take_warnings()``: ``LaminarError`` s the runner shows (``errors``,
+      ``last_error``, a WARNING) without stopping, each once — e.g. an offset reset.
     """
 
     def poll(self, timeout_ms: int = 100) -> tuple[Any, int | None]: ...

@@ -35,6 +35,7 @@ class SourceRunner:
         self.node = node
         self.errors = 0  # failing polls (exceptions and polls while fetches fail)
         self.last_error: str | None = None
+        self.last_warning: str | None = None  # the last ``take_warnings()`` one: kept, not overwritten by errors
         self.status = "starting"  # → "connected" after a good poll, "error" while polls fail
         self._last_ok: float | None = None  # time.monotonic() of the last good poll
         self._failing_since: float | None = None
@@ -49,6 +50,7 @@ class SourceRunner:
     def _run(self) -> None:
         backoff = 0.05
         conn = self.node.connector
+        take_warnings = getattr(conn, "take_warnings", None)  # optional (contracts.Source)
         while not self._stop.is_set():
             try:
                 batch, wm = conn.poll(_POLL_TIMEOUT_MS)
@@ -65,6 +67,8 @@ class SourceRunner:
                     finally:  # a query's error does not un-ingest the batch
                         self.node.connector_state = state
                 backoff = 0.05
+                for warning in take_warnings() if take_warnings is not None else ():
+                    self._warned(warning)
                 failing = conn.fetch_failure()  # contracts.Source
                 if failing is None:
                     self._ok()
@@ -100,6 +104,13 @@ class SourceRunner:
                         "broker unreachable" if since is not None else "poll failed", self.last_error)
         self.status = "error"
 
+    def _warned(self, warning: Exception) -> None:
+        """Something to see that does not stop the source (an offset reset): counted in
+        ``errors``, kept as ``last_error`` (with its code), logged once."""
+        self.errors += 1
+        self.last_error = self.last_warning = str(warning)
+        log.warning("source %s: %s", self.node.name, self.last_error)
+
     def _fatal(self, error: Exception) -> None:
         """A permanent error (the exception says ``permanent = True``): counted, logged once,
         and the runner stops; the connection raises it on the user's next call."""
@@ -118,10 +129,11 @@ class SourceRunner:
         return 0.0 if since is None or self.status != "error" else time.monotonic() - since
 
     def health(self) -> dict[str, Any]:
-        """``status``, ``errors``, ``last_error``, ``since_last_poll_s`` (seconds since the
-        last good poll), ``failing_for_s`` — for ``metrics()``."""
+        """``status``, ``errors``, ``last_error``, ``last_warning``, ``since_last_poll_s``
+        (seconds since the last good poll), ``failing_for_s`` — for ``metrics()``."""
         now = time.monotonic()
         return {"status": self.status, "errors": self.errors, "last_error": self.last_error,
+                "last_warning": self.last_warning,
                 "since_last_poll_s": None if self._last_ok is None else round(now - self._last_ok, 3),
                 "failing_for_s": round(self.failing_for(), 3) if self.status == "error" else None}
 

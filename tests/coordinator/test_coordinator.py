@@ -152,3 +152,19 @@ def test_register_is_idempotent_and_unknown_databases_are_refused(make, tmp_path
         coord.checkpoint_now("nope")
     coord.unregister("db1")
     assert coord.databases() == [] and coord.status() == {}
+
+
+def test_retires_only_when_idle_and_then_refuses_registrations(make, tmp_path) -> None:
+    """The head dropping the last database retires the coordinator (then kills it): refused
+    while a database is registered; once retired, a database registering meanwhile is told
+    (CoordinatorRetiredError) so its head starts a new coordinator."""
+    from laminardb.checkpoint.exceptions import CoordinatorRetiredError
+
+    head, coord = make()
+    register(coord, tmp_path)
+    assert not coord.retire_if_idle()
+    coord.unregister("db1")
+    assert coord.retire_if_idle()
+    with pytest.raises(CoordinatorRetiredError):
+        register(coord, tmp_path)
+    assert coord.databases() == []
