@@ -358,9 +358,16 @@ def coordinator_actor_class() -> Any:
         def databases(self) -> list[str]:
             return self._c.databases()
 
-        def retire_if_idle(self) -> bool:
+        def retire_if_idle(self, linger_s: float = 0.0) -> bool:
             """``CheckpointCoordinator.retire_if_idle``; retired, Spark and its JVM stop
-            now (the caller kills this actor next)."""
+            now (the caller kills this actor next). ``linger_s`` > 0: decide that long from
+            now instead, and end this actor itself if still idle then (False now) — a
+            database created soon after the last one was dropped (a script, a test suite)
+            finds the JVM still warm."""
+            if linger_s > 0:
+                threading.Thread(target=self._retire_later, args=(linger_s,), daemon=True,
+                                 name="laminardb-coordinator-linger").start()
+                return False
             if not self._c.retire_if_idle():
                 return False
             from laminardb.checkpoint.spark_job import kill_jvm, stop_spark
@@ -370,6 +377,17 @@ def coordinator_actor_class() -> Any:
             finally:
                 kill_jvm()
             return True
+
+        def _retire_later(self, linger_s: float) -> None:
+            time.sleep(linger_s)
+            try:
+                if self.retire_if_idle():
+                    import ray
+
+                    log.warning("the checkpoint coordinator had no database for %.0f s; it stopped", linger_s)
+                    ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - a coordinator left running costs memory, not data
+                log.exception("stopping the idle checkpoint coordinator failed")
 
     _ACTOR_CLASS = CoordinatorActor
     return _ACTOR_CLASS

@@ -37,6 +37,7 @@ _PREFIX = "head:"
 _WATCH_S = 0.5  # how often the head looks for a lost actor nobody is calling
 _RECOVERY_ATTEMPTS = 3
 _PREPARE_ATTEMPTS = 3  # a checkpoint the head refused to prepare, asked for again at most this often
+_COORD_LINGER_S = 30.0  # an idle coordinator (no database left) stops this long after the last drop
 _COORD_TIMEOUT_S = 120.0  # a checkpoint the coordinator runs for a client (JVM start on the first)
 _STATUS_TIMEOUT_S = 2.0
 _METRICS_READ_LOCK = threading.Lock()  # creates a head's bounded metrics reader once
@@ -65,14 +66,18 @@ def _answer(method):
 
     @functools.wraps(method)
     def run(self, *args, **kwargs):
-        from laminardb.errors import LaminarError
+        from laminardb.errors import ClusterError, LaminarError
 
         try:
             return {"ok": method(self, *args, **kwargs)}
         except Exception as raised:
             exc = getattr(raised, "cause", None) or raised  # an actor's error, wrapped by Ray
-            if not isinstance(exc, LaminarError):
-                raise
+            if not isinstance(exc, LaminarError):  # a bug, or a process under us failed: typed all the same
+                log.exception("database head: %s failed", method.__name__)
+                exc = ClusterError(f"the database head's {method.__name__}() failed: {type(exc).__name__}: "
+                                   f"{str(exc).splitlines()[0] if str(exc) else ''} — the database keeps its "
+                                   "last checkpoint and WAL; call again, and if it fails the same way, "
+                                   "report it with the head's log (`ray logs`)")
             return {"error": {"module": type(exc).__module__, "class": type(exc).__qualname__,
                               "code": getattr(exc, "code", None),
                               "message": getattr(exc, "message", str(exc))}}
@@ -316,9 +321,10 @@ class DatabaseHead:
         restarted by Ray and settles the epoch it left (commits it if its manifest was
         recorded, else aborts it); the checkpoint is then asked for again."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
 
         from laminardb.checkpoint.exceptions import CheckpointPrepareError
+        from laminardb.errors import CheckpointError
 
         self._await_registered()
         deadline = time.monotonic() + _COORD_TIMEOUT_S
@@ -335,6 +341,11 @@ class DatabaseHead:
                 refused += 1
                 if refused >= _PREPARE_ATTEMPTS or time.monotonic() > deadline:
                     raise
+            except RayTaskError as exc:  # the coordinator's job failed (its Spark JVM died, say)
+                raise CheckpointError(
+                    f"the checkpoint coordinator failed: {type(exc.cause).__name__ if exc.cause else 'error'}: "
+                    f"{str(exc.cause or exc).splitlines()[0]} — the last checkpoint stays the recovery point "
+                    "and nothing acknowledged is lost; the next checkpoint retries") from exc
             time.sleep(0.5)
 
     def _await_registered(self) -> None:
@@ -475,11 +486,13 @@ class DatabaseHead:
 
     def _retire_coordinator(self) -> None:
         """End the coordinator (and its Spark JVM, ~670 MB) if this was the last database it
-        checkpointed; a database registering meanwhile is refused and starts a new one."""
+        checkpointed — ``coordinator_linger_s`` (30) later, if no database came meanwhile; a
+        database registering as it ends is refused and starts a new one."""
         import ray
 
+        linger = float(self.config.get("coordinator_linger_s", _COORD_LINGER_S))
         try:
-            if ray.get(self.coordinator.retire_if_idle.remote(), timeout=_COORD_TIMEOUT_S):
+            if ray.get(self.coordinator.retire_if_idle.remote(linger), timeout=_COORD_TIMEOUT_S):
                 ray.kill(self.coordinator, no_restart=True)
                 log.warning("database %s: the last database of the checkpoint coordinator; it stopped",
                             self.database)

@@ -236,7 +236,7 @@ def test_dropping_the_last_database_stops_the_coordinator_and_its_jvm(database, 
 
     from laminardb.cluster.head import drop_database
 
-    db = database(checkpoint_interval="off")
+    db = database(checkpoint_interval="off", coordinator_linger_s=1)  # default: 30 s, for the next database
     db.execute(DDL + f"; CREATE SINK s FROM per_window INTO FILE (path = '{tmp_path / 'out'}', format = 'parquet')")
     for i in range(4):
         db.insert("t", batch(i))
