@@ -295,9 +295,12 @@ class DatabaseHead:
             raft_secret_file=raft.secret_file if raft is not None else None)
 
     def _await_registered(self) -> None:
-        """Wait for ``_register``; a coordinator that was ending meanwhile (the last other
-        database dropped: ``CoordinatorRetiredError``, or already gone) is replaced by a new
-        one, which this database registers with (bounded)."""
+        """Wait for ``_register`` (a checkpoint asked for before would find this database
+        unknown there); a coordinator that was ending meanwhile (the last other database
+        dropped: ``CoordinatorRetiredError``, or already gone) is replaced by a new one,
+        which this database registers with (bounded)."""
+        if self._registered is None:
+            return
         import ray
         from ray.exceptions import RayActorError
 
@@ -314,6 +317,7 @@ class DatabaseHead:
                 if not (retired or isinstance(exc, RayActorError)) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)  # until the ending coordinator is gone and a new one can start
+                self.coordinator = self._coordinator()
                 self._registered = self._register()
 
     def _external_checkpoint(self) -> int:
@@ -335,6 +339,11 @@ class DatabaseHead:
             except RayActorError:  # the coordinator restarts: it settles the epoch it left
                 if time.monotonic() > deadline:
                     raise
+                fresh = self._coordinator()
+                if fresh._actor_id != self.coordinator._actor_id:  # it ended (idle): register anew
+                    self.coordinator, self._registered = fresh, None
+                    self._registered = self._register()
+                    self._await_registered()
             except CheckpointPrepareError:
                 # a restart race clears at once; a head that cannot write (store full) would
                 # only fail the same way for two minutes: say so now
@@ -347,16 +356,6 @@ class DatabaseHead:
                     f"{str(exc.cause or exc).splitlines()[0]} — the last checkpoint stays the recovery point "
                     "and nothing acknowledged is lost; the next checkpoint retries") from exc
             time.sleep(0.5)
-
-    def _await_registered(self) -> None:
-        """Wait (bounded) until the coordinator has this database: a checkpoint asked for
-        before would find it unknown there."""
-        ref = self._registered
-        if ref is not None:
-            import ray
-
-            ray.get(ref, timeout=_COORD_TIMEOUT_S)
-            self._registered = None
 
     def _owe_checkpoint(self) -> int:
         """``durable.checkpoint()`` while the engine opens (recovery replayed a ``finish()``
