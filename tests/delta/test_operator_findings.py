@@ -154,7 +154,7 @@ def _source(db) -> dict:
     return db.metrics()["sources"]["trades"]
 
 
-def test_broker_down_shows_error_then_back_empty_flags_the_offsets(database, own_broker):
+def test_broker_down_shows_error_then_back_empty_flags_the_offsets(own_broker, database):
     """Kill the broker under a running cluster Kafka source: within seconds the source reads
     ``error`` with the fetch failure as its last error (as the embedded engine does); once the
     broker is back (and its topic), the source reads ``connected`` again. The broker came back
