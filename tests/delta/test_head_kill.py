@@ -221,3 +221,40 @@ def test_reconnect_timeout_gives_a_typed_error_and_connect_waits(database):
     assert again.offset("t") == 4 * ROWS
     assert db.offset("t") == 4 * ROWS  # the first connection works again too
     _recovered_by_restart(again, pid)
+
+
+def test_head_sigkilled_during_a_rescale(database, tmp_path):
+    """The head killed while it rescales 2 → 1 actors (a checkpoint, new ownership in the
+    pool, restore): the restarted head recovers from its directory with whatever pool it
+    comes back with, the client's scale() is repeated, and every row is in the subscriptions
+    and the FILE sinks once."""
+    out = str(tmp_path / "out")
+    db = database(checkpoint_interval="off")
+    db.execute(_with_file_sinks(out))
+    subs = {s: db.subscribe_stream(s) for s in STREAMS}
+    for i in range(10):
+        db.insert("t", batch(i))
+        _drain(subs)
+    pid = _head_pid(db)
+    killed_at: list[float] = []
+
+    def kill_head() -> None:
+        killed_at.append(time.monotonic())
+        _kill(pid)
+
+    timer = threading.Timer(0.3, kill_head)  # lands inside the rescale (its checkpoint, its new pool)
+    timer.start()
+    try:
+        db.scale(1)
+        returned_at = time.monotonic()
+    finally:
+        timer.join(30)
+    assert killed_at and killed_at[0] < returned_at, "the kill did not land inside scale()"
+    for i in range(10, BATCHES):
+        db.insert("t", batch(i))
+        _drain(subs)
+    db.finish()
+    got = {s: sub.to_arrow() for s, sub in subs.items()}
+    assert_exactly_once(got, db.query("SELECT * FROM per_key_total").to_arrow(), BATCHES)
+    _recovered_by_restart(db, pid)
+    _check_file_sinks(out)
