@@ -53,7 +53,7 @@ def test_cluster_metrics_match_the_embedded_engine(database, kafka_broker, tmp_p
 
     topic = _topic(kafka_broker, "shape")
     produce(kafka_broker.bootstrap, topic, kafka_rows(0, KAFKA_ROWS // 2) + SENTINELS)
-    windows = len(expected_windows_of(KAFKA_ROWS // 2))
+    windows = len(expected_windows(KAFKA_ROWS // 2))
     embedded = laminardb.open(str(tmp_path / "embedded"), config={"checkpoint_interval": "1s"})
     try:
         embedded.execute(PIPELINE.format(brokers=kafka_broker.bootstrap, topic=topic, out=tmp_path / "out-e"))
@@ -87,22 +87,6 @@ def test_cluster_metrics_match_the_embedded_engine(database, kafka_broker, tmp_p
     for key in ("rows_in", "rows_out", "late_dropped", "state_rows"):
         assert query_c[key] == query_e[key], (key, query_c[key], query_e[key])
     assert c["stale"] is None
-
-
-def expected_windows_of(rows: int) -> list[tuple]:
-    """The windows the first ``rows`` rows make (the pipelines' sentinels close them all, and
-    open windows of their own that never close)."""
-    import laminardb
-
-    with laminardb.open() as ref:
-        ref.execute("CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL, "
-                    "WATERMARK FOR ts AS ts - INTERVAL '0' SECOND); CREATE STREAM per_key AS SELECT k, "
-                    "window_start, count(*) AS c, sum(v) AS s FROM trades GROUP BY k, tumble(ts, "
-                    "INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE")
-        sub = ref.subscribe_stream("per_key")
-        ref.insert("trades", kafka_rows(0, rows))
-        ref.finish()
-        return sub.to_arrow().to_pylist()
 
 
 _MONOTONIC = [("events_ingested",), ("events_emitted",), ("sources", "trades", "rows_in"),
@@ -219,7 +203,7 @@ def test_cluster_status_shows_sources_sinks_and_errors(database, kafka_broker, r
         producer.flush(timeout=30)
     finally:
         producer.close(timeout=10)
-    windows = len(expected_windows_of(1000))
+    windows = len(expected_windows(1000))
     wait_until(lambda: _committed(db) == windows and db.metrics()["sources"]["trades"]["parse_errors"] == 1,
                timeout=180, interval=0.5)
     cli = [sys.executable, "-m", "laminardb.cli.commands", "cluster", "status", "--ray", ray_cluster]

@@ -90,6 +90,19 @@ def _recovered_by_restart(db, old_pid: int) -> dict:
     return restarts[0]
 
 
+def _insert_rest_and_check(db, subs: dict, out: str, start: int, killed_pid: int) -> None:
+    """Insert batches ``start``… to the end, finish, and check every row once: in the
+    subscriptions, the view and the FILE sinks; the head recovered by a restart."""
+    for i in range(start, BATCHES):
+        db.insert("t", batch(i))
+        _drain(subs)
+    db.finish()
+    got = {s: sub.to_arrow() for s, sub in subs.items()}
+    assert_exactly_once(got, db.query("SELECT * FROM per_key_total").to_arrow(), BATCHES)
+    _recovered_by_restart(db, killed_pid)
+    _check_file_sinks(out)
+
+
 def test_head_sigkilled_during_inserts(database, tmp_path):
     """A checkpoint, then the head killed while inserts run: the insert it cut off is
     repeated by the client and applied once; everything after goes on; subscriptions,
@@ -161,14 +174,7 @@ def test_head_sigkilled_during_a_checkpoint(database, tmp_path):
         watcher.join(30)
     assert killed, "the checkpoint finished before its prepare could be seen"
     assert epoch >= 1
-    for i in range(12, BATCHES):
-        db.insert("t", batch(i))
-        _drain(subs)
-    db.finish()
-    got = {s: sub.to_arrow() for s, sub in subs.items()}
-    assert_exactly_once(got, db.query("SELECT * FROM per_key_total").to_arrow(), BATCHES)
-    _recovered_by_restart(db, pid)
-    _check_file_sinks(out)
+    _insert_rest_and_check(db, subs, out, 12, pid)
     assert db.metrics()["database"]["coordinator"]["manifest_epoch"] >= epoch
 
 
@@ -250,11 +256,4 @@ def test_head_sigkilled_during_a_rescale(database, tmp_path):
     finally:
         timer.join(30)
     assert killed_at and killed_at[0] < returned_at, "the kill did not land inside scale()"
-    for i in range(10, BATCHES):
-        db.insert("t", batch(i))
-        _drain(subs)
-    db.finish()
-    got = {s: sub.to_arrow() for s, sub in subs.items()}
-    assert_exactly_once(got, db.query("SELECT * FROM per_key_total").to_arrow(), BATCHES)
-    _recovered_by_restart(db, pid)
-    _check_file_sinks(out)
+    _insert_rest_and_check(db, subs, out, 10, pid)

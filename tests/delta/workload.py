@@ -120,7 +120,8 @@ def kafka_rows(lo: int, hi: int) -> list[dict]:
     return b.slice(lo, hi - lo).to_pylist()
 
 
-def expected_windows() -> list[tuple]:
+def expected_windows(rows: int = KAFKA_ROWS) -> list[tuple]:
+    """The windows the first ``rows`` Kafka rows make, as sorted (k, window_start, c, s)."""
     import laminardb
 
     with laminardb.open() as ref:
@@ -129,7 +130,7 @@ def expected_windows() -> list[tuple]:
                     "window_start, count(*) AS c, sum(v) AS s FROM trades GROUP BY k, tumble(ts, "
                     "INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE")
         sub = ref.subscribe_stream("per_key")
-        ref.insert("trades", kafka_rows(0, KAFKA_ROWS))
+        ref.insert("trades", kafka_rows(0, rows))
         ref.finish()
         return sorted((r["k"], r["window_start"], r["c"], r["s"]) for r in sub.to_arrow().to_pylist())
 
