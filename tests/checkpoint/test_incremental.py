@@ -163,3 +163,33 @@ def test_incremental_off_writes_whole_snapshots_only(tmp_path):
     db.close()
     state = path / "checkpoints" / "state"
     assert state.is_dir() and not [p for p in state.iterdir() if p.name.endswith(".delta")]
+
+
+def test_an_aborted_epoch_is_never_the_base_of_a_delta(tmp_path):
+    """The Delta coordinator's two phases: a delta prepared on top of an epoch it then aborts
+    must not be extended; the next checkpoint is whole, and recovery from it is exact."""
+    unbroken = run(tmp_path, "unbroken", 6, checkpoint_incremental=False)
+    path, out = tmp_path / "db", tmp_path / "db-out"
+    db = open_db(path, out)
+    coord = db.engine.durable
+    for step in range(5):
+        db.insert("a", a_rows(step))
+        db.insert("b", b_rows(step))
+        if step < 2:
+            continue  # the whole snapshot of epoch 10 is three steps big: a step's delta is small
+        epoch = 8 + step
+        coord.prepare(epoch)
+        if epoch == 11:
+            coord.discard(11)  # aborted: its delta is never named by a published manifest
+        else:
+            assert coord.publish(epoch)
+    doc = json.loads((sorted((path / "checkpoints").glob("ckpt-*"))[-1] / "MANIFEST").read_text())
+    assert doc["epoch"] == 12
+    assert not any(m.get("op_deltas") for m in doc["nodes"].values()), "epoch 12 must not build on 11"
+    crash(db)
+    db = open_db(path, out)
+    db.insert("a", a_rows(5))
+    db.insert("b", b_rows(5))
+    view = sorted(db.query("SELECT * FROM outer_counts").to_pylist(), key=lambda r: str(r["w"]))
+    db.close()
+    assert view == unbroken["view"]
