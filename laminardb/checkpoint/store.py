@@ -242,10 +242,11 @@ class CheckpointStore:
         complete = [e for e in self.complete() if e <= newest]
         kept = complete[-keep:] if keep > 0 else complete[-1:]
         oldest_needed = kept[0] if kept else None
+        docs = {e: self._manifest_doc(e) for e in self.epochs_on_disk()}  # each read once
         if kept:
-            shared = self._whole_snapshots(kept[-1])
+            shared = _whole_snapshots(docs[kept[-1]])
             if shared:
-                fallback = next((e for e in reversed(complete[:-1]) if not self._whole_snapshots(e) & shared), None)
+                fallback = next((e for e in reversed(complete[:-1]) if not _whole_snapshots(docs[e]) & shared), None)
                 if fallback is None:
                     oldest_needed = None
                 elif fallback not in kept:
@@ -253,14 +254,16 @@ class CheckpointStore:
                     oldest_needed = fallback
                 else:
                     oldest_needed = kept[0]
-        for e in self.epochs_on_disk():
+        for e in list(docs):
             if e in kept or e > newest:
                 continue
             shutil.rmtree(self.dir_of(e), ignore_errors=True)
-        self._prune_state()
+            del docs[e]
+        self._prune_state(docs.values())
         return oldest_needed
 
     def _manifest_doc(self, epoch: int) -> dict[str, Any]:
+        """Checkpoint ``epoch``'s manifest, published or pending, unverified ({}: none)."""
         d = self.dir_of(epoch)
         for name in ("MANIFEST", _PENDING):
             try:
@@ -269,17 +272,11 @@ class CheckpointStore:
                 continue
         return {}
 
-    def _whole_snapshots(self, epoch: int) -> set[str]:
-        """The shared whole snapshots (``state/…snap``) checkpoint ``epoch`` is built on."""
-        files = self._manifest_doc(epoch).get("files") or {}
-        return {f for f in files if f.startswith(STATE_PREFIX) and f.endswith(".snap")}
-
-    def _prune_state(self) -> None:
-        """Delete the files of ``state/`` that no manifest on disk (published or pending) names."""
+    def _prune_state(self, docs) -> None:
+        """Delete the files of ``state/`` that none of the manifests ``docs`` names."""
         named: set[str] = set()
-        for e in self.epochs_on_disk():
-            files = self._manifest_doc(e).get("files") or {}
-            named.update(f[len(STATE_PREFIX):] for f in files if f.startswith(STATE_PREFIX))
+        for doc in docs:
+            named.update(f[len(STATE_PREFIX):] for f in doc.get("files") or {} if f.startswith(STATE_PREFIX))
         if not self.state_dir.exists():
             return
         for p in self.state_dir.iterdir():
@@ -304,3 +301,8 @@ class CheckpointStore:
                 except FileNotFoundError:
                     pass
         return total
+
+
+def _whole_snapshots(doc: dict[str, Any]) -> set[str]:
+    """The shared whole snapshots (``state/…snap``) a checkpoint's manifest is built on."""
+    return {f for f in doc.get("files") or {} if f.startswith(STATE_PREFIX) and f.endswith(".snap")}

@@ -40,7 +40,6 @@ _PREPARE_ATTEMPTS = 3  # a checkpoint the head refused to prepare, asked for aga
 _COORD_LINGER_S = 30.0  # an idle coordinator (no database left) stops this long after the last drop
 _COORD_TIMEOUT_S = 120.0  # a checkpoint the coordinator runs for a client (JVM start on the first)
 _STATUS_TIMEOUT_S = 2.0
-_METRICS_READ_LOCK = threading.Lock()  # creates a head's bounded metrics reader once
 _LOST_AFTER_S = 10.0  # config "actor_lost_after": a slow actor silent this long more is replaced
 
 
@@ -92,6 +91,7 @@ class DatabaseHead:
                  config: dict[str, Any], raft: dict | None, max_in_flight: int,
                  local_global: bool) -> None:
         from laminardb.cluster.head_state import HeadState
+        from laminardb.cluster.metrics_view import BoundedRead, MonotonicCounters
 
         t0 = time.perf_counter()
         self.database = database
@@ -112,6 +112,9 @@ class DatabaseHead:
         # Ray re-ran this constructor after the head's process died: recover, then resume
         self.restarted = _restarted_by_ray()
         self._owed_checkpoint = False  # a checkpoint asked for while the engine was opening
+        self._counters = MonotonicCounters()  # metrics() never goes back across recoveries
+        self._metrics_reader = BoundedRead(self._fresh_metrics)  # metrics() bounded in time
+        self._heartbeats = None  # the actors' liveness, per pool (``_silent_actors``)
         self._lock = threading.RLock()  # data calls run one at a time; recovery swaps the engine under it
         self.generation = 0  # engines recovered so far
         self.dropped = False
@@ -294,6 +297,12 @@ class DatabaseHead:
             raft_secret=raft.secret if raft is not None else None,
             raft_secret_file=raft.secret_file if raft is not None else None)
 
+    def _register_anew(self) -> None:
+        """The coordinator this head registered with ended: register with the one running
+        now (started if none)."""
+        self.coordinator = self._coordinator()
+        self._registered = self._register()
+
     def _await_registered(self) -> None:
         """Wait for ``_register`` (a checkpoint asked for before would find this database
         unknown there); a coordinator that was ending meanwhile (the last other database
@@ -317,8 +326,7 @@ class DatabaseHead:
                 if not (retired or isinstance(exc, RayActorError)) or time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)  # until the ending coordinator is gone and a new one can start
-                self.coordinator = self._coordinator()
-                self._registered = self._register()
+                self._register_anew()
 
     def _external_checkpoint(self) -> int:
         """``checkpoint()`` through the coordinator. A coordinator that dies meanwhile is
@@ -339,10 +347,8 @@ class DatabaseHead:
             except RayActorError:  # the coordinator restarts: it settles the epoch it left
                 if time.monotonic() > deadline:
                     raise
-                fresh = self._coordinator()
-                if fresh._actor_id != self.coordinator._actor_id:  # it ended (idle): register anew
-                    self.coordinator, self._registered = fresh, None
-                    self._registered = self._register()
+                if self._coordinator()._actor_id != self.coordinator._actor_id:  # it ended (idle)
+                    self._register_anew()
                     self._await_registered()
             except CheckpointPrepareError:
                 # a restart race clears at once; a head that cannot write (store full) would
@@ -585,16 +591,7 @@ class DatabaseHead:
         ``stale``: None, or — when the engine did not answer within ``METRICS_BUDGET_S`` (a
         paused actor, a recovery under way) — ``{"age_s", "reason"}`` over the last figures
         it gave. Counters never go back across recoveries (``metrics_view.py``)."""
-        return self._metrics_read().read(self._stale_metrics)
-
-    def _metrics_read(self):
-        from laminardb.cluster.metrics_view import BoundedRead, MonotonicCounters
-
-        with _METRICS_READ_LOCK:
-            if "_bounded_metrics" not in self.__dict__:
-                self._counters = MonotonicCounters()
-                self._bounded_metrics = BoundedRead(self._fresh_metrics)
-        return self._bounded_metrics
+        return self._metrics_reader.read(self._stale_metrics)
 
     def _fresh_metrics(self) -> dict:
         conn = self._conn()
@@ -714,7 +711,7 @@ class DatabaseHead:
         out = {"database": self.database, "directory": self.directory, "head_pid": os.getpid(),
                "clients": len(self.clients), "recoveries": len(self.recoveries), "dropped": conn is None}
         if conn is not None or not self.dropped:
-            m = self._metrics_read().read(self._stale_metrics)
+            m = self._metrics_reader.read(self._stale_metrics)
             out["cluster"] = m.get("cluster")
             out["checkpoints"] = m.get("checkpoints")
             out["streams"] = conn.list_streams() if conn is not None else None
@@ -817,7 +814,7 @@ class DatabaseHead:
         seconds (``liveness.Heartbeats``; a new pool after a recovery starts afresh)."""
         from laminardb.cluster.liveness import Heartbeats
 
-        if getattr(self, "_heartbeats", None) is None or self._heartbeats.pool is not pool:
+        if self._heartbeats is None or self._heartbeats.pool is not pool:
             self._heartbeats = Heartbeats(pool, float(self.config.get("actor_lost_after", _LOST_AFTER_S)))
         return self._heartbeats.silent()
 

@@ -45,6 +45,11 @@ def b_rows(step: int) -> list[dict]:
             for i in range(base, base + BATCH)]
 
 
+def insert_step(db, step: int) -> None:
+    db.insert("a", a_rows(step))
+    db.insert("b", b_rows(step))
+
+
 def open_db(path: Path, out: Path, **config):
     cfg = {"checkpoint_interval": "off", "vars": {"OUT": str(out)}}
     cfg.update(config)
@@ -75,8 +80,7 @@ def run(tmp: Path, name: str, steps: int, *, checkpoint_every: int = 1, crash_af
     db = open_db(path, out, **config)
     deltas_restored = 0
     for step in range(steps):
-        db.insert("a", a_rows(step))
-        db.insert("b", b_rows(step))
+        insert_step(db, step)
         if (step + 1) % checkpoint_every == 0:
             db.checkpoint()
         if step in crash_after:
@@ -110,8 +114,7 @@ def test_chains_end_after_max_deltas_and_unused_state_files_go(tmp_path):
     path, out = tmp_path / "db", tmp_path / "out"
     db = open_db(path, out, checkpoint_max_deltas=2, checkpoint_retain=2)
     for step in range(7):
-        db.insert("a", a_rows(step))
-        db.insert("b", b_rows(step))
+        insert_step(db, step)
         db.checkpoint()
     chain = _latest_chain(path)
     state = {p.name for p in (path / "checkpoints" / "state").iterdir()}
@@ -132,8 +135,7 @@ def test_a_damaged_whole_snapshot_falls_back_without_losing_rows(tmp_path):
     path, out = tmp_path / "db", tmp_path / "db-out"
     db = open_db(path, out, checkpoint_max_deltas=2, checkpoint_retain=1)
     for step in range(5):
-        db.insert("a", a_rows(step))
-        db.insert("b", b_rows(step))
+        insert_step(db, step)
         db.checkpoint()
     crash(db)
     newest = sorted((path / "checkpoints").glob("ckpt-*"))[-1]
@@ -143,8 +145,7 @@ def test_a_damaged_whole_snapshot_falls_back_without_losing_rows(tmp_path):
     victim = newest / bases[0]
     victim.write_bytes(b"\0" * victim.stat().st_size)  # same size, wrong bytes: only the CRC knows
     db = open_db(path, out)
-    db.insert("a", a_rows(5))
-    db.insert("b", b_rows(5))
+    insert_step(db, 5)
     view = sorted(db.query("SELECT * FROM outer_counts").to_pylist(), key=lambda r: str(r["w"]))
     db.finish()
     db.close()
@@ -157,8 +158,7 @@ def test_incremental_off_writes_whole_snapshots_only(tmp_path):
     path, out = tmp_path / "db", tmp_path / "out"
     db = open_db(path, out, checkpoint_incremental=False)
     for step in range(3):
-        db.insert("a", a_rows(step))
-        db.insert("b", b_rows(step))
+        insert_step(db, step)
         db.checkpoint()
     db.close()
     state = path / "checkpoints" / "state"
@@ -173,8 +173,7 @@ def test_an_aborted_epoch_is_never_the_base_of_a_delta(tmp_path):
     db = open_db(path, out)
     coord = db.engine.durable
     for step in range(5):
-        db.insert("a", a_rows(step))
-        db.insert("b", b_rows(step))
+        insert_step(db, step)
         if step < 2:
             continue  # the whole snapshot of epoch 10 is three steps big: a step's delta is small
         epoch = 8 + step
@@ -188,8 +187,7 @@ def test_an_aborted_epoch_is_never_the_base_of_a_delta(tmp_path):
     assert not any(m.get("op_deltas") for m in doc["nodes"].values()), "epoch 12 must not build on 11"
     crash(db)
     db = open_db(path, out)
-    db.insert("a", a_rows(5))
-    db.insert("b", b_rows(5))
+    insert_step(db, 5)
     view = sorted(db.query("SELECT * FROM outer_counts").to_pylist(), key=lambda r: str(r["w"]))
     db.close()
     assert view == unbroken["view"]

@@ -90,12 +90,16 @@ def _recovered_by_restart(db, old_pid: int) -> dict:
     return restarts[0]
 
 
+def _insert_batches(db, subs: dict, lo: int, hi: int) -> None:
+    for i in range(lo, hi):
+        db.insert("t", batch(i))
+        _drain(subs)
+
+
 def _insert_rest_and_check(db, subs: dict, out: str, start: int, killed_pid: int) -> None:
     """Insert batches ``start``… to the end, finish, and check every row once: in the
     subscriptions, the view and the FILE sinks; the head recovered by a restart."""
-    for i in range(start, BATCHES):
-        db.insert("t", batch(i))
-        _drain(subs)
+    _insert_batches(db, subs, start, BATCHES)
     db.finish()
     got = {s: sub.to_arrow() for s, sub in subs.items()}
     assert_exactly_once(got, db.query("SELECT * FROM per_key_total").to_arrow(), BATCHES)
@@ -150,9 +154,7 @@ def test_head_sigkilled_during_a_checkpoint(database, tmp_path):
     store = CheckpointStore(os.path.join(str(tmp_path / "ckpt"), db.database))
     db.execute(_with_file_sinks(out))
     subs = {s: db.subscribe_stream(s) for s in STREAMS}
-    for i in range(12):
-        db.insert("t", batch(i))
-        _drain(subs)
+    _insert_batches(db, subs, 0, 12)
     pid = _head_pid(db)
     killed: list[int] = []
     stop = threading.Event()
@@ -238,9 +240,7 @@ def test_head_sigkilled_during_a_rescale(database, tmp_path):
     db = database(checkpoint_interval="off")
     db.execute(_with_file_sinks(out))
     subs = {s: db.subscribe_stream(s) for s in STREAMS}
-    for i in range(10):
-        db.insert("t", batch(i))
-        _drain(subs)
+    _insert_batches(db, subs, 0, 10)
     pid = _head_pid(db)
     killed_at: list[float] = []
 
