@@ -92,6 +92,15 @@ def pids_with_arg(marker: str) -> list[int]:
     return out
 
 
+def process_alive(pid: int) -> bool:
+    """Is ``pid`` running (not gone, not a zombie waiting to be reaped)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
 def port_busy(port: int) -> bool:
     """Whether a TCP port on loopback is taken (bind fails)."""
     with socket.socket() as s:

@@ -23,7 +23,7 @@ from laminardb.raft.launch import (
     running_voters,
     stop_voters,
 )
-from tests._services.procs import free_port, port_busy, repo_env, wait_until
+from tests._services.procs import free_port, port_busy, process_alive, repo_env, wait_until
 from tests._services.raft import TEST_SECRET as _SECRET
 
 pytestmark = pytest.mark.integration
@@ -47,14 +47,6 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 def _pids(d: Path) -> dict[str, int]:
     return {p.stem: int(p.read_text()) for p in sorted(d.glob("v*.pid"))}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
 
 
 def test_plan_voters_ports_and_files(tmp_path: Path) -> None:
@@ -90,7 +82,7 @@ def test_up_status_restart_down(tmp_path: Path) -> None:
         info = json.loads((d / "cluster.json").read_text())
         assert info["secret_file"] == str((d / "secret").resolve())
         pids = _pids(d)
-        assert sorted(pids) == ["v1", "v2", "v3"] and all(_alive(p) for p in pids.values())
+        assert sorted(pids) == ["v1", "v2", "v3"] and all(process_alive(p) for p in pids.values())
         # Detached: each voter leads its own session (survives the ssh session of `ray up`).
         assert all(os.getsid(p) == p for p in pids.values())
         # The secret never appears on a command line.
@@ -117,7 +109,7 @@ def test_up_status_restart_down(tmp_path: Path) -> None:
 
         # A dead voter is restarted, the others kept.
         os.kill(pids["v2"], signal.SIGKILL)
-        wait_until(lambda: not _alive(pids["v2"]), timeout=10, what="v2 to die")
+        wait_until(lambda: not process_alive(pids["v2"]), timeout=10, what="v2 to die")
         again = _cli("up", "--data-dir", str(d), "--base-port", str(base))
         assert again.returncode == 0, again.stderr
         new = _pids(d)
@@ -133,7 +125,7 @@ def test_up_status_restart_down(tmp_path: Path) -> None:
         assert down.returncode == 0, down.stderr
         assert down.stdout.split() == ["v1", "stopped", "v2", "stopped", "v3", "stopped"]
         assert not list(d.glob("*.pid"))
-        wait_until(lambda: not any(_alive(p) for p in new.values()), timeout=10,
+        wait_until(lambda: not any(process_alive(p) for p in new.values()), timeout=10,
                    what="voters to exit")
         assert "not running" in _cli("down", "--data-dir", str(d)).stdout
 

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests._services.fixtures import kafka_broker, raft_cluster  # noqa: F401
-from tests._services.procs import repo_env, wait_until
+from tests._services.procs import process_alive, repo_env, wait_until
 from tests.delta.workload import (
     DDL,
     KAFKA_DDL,
@@ -116,15 +116,7 @@ def test_a_paused_actor_is_replaced_and_its_tokens_fenced(raft_cluster, database
     assert paused["tokens"], "the paused actor owned vnodes"
     with pytest.raises(StaleEpochError):
         voters.client().check_fence(paused["tokens"][0])
-    wait_until(lambda: not _alive(paused["pid"]), timeout=20)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
+    wait_until(lambda: not process_alive(paused["pid"]), timeout=20)
 
 
 # -- Kafka → Kafka: the pipeline lives in the cluster ---------------------------------------

@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from tests._services.fixtures import kafka_broker  # noqa: F401
-from tests._services.procs import wait_until
+from tests._services.procs import process_alive, wait_until
 from tests.delta.workload import (
     DDL,
     KAFKA_DDL,
@@ -47,15 +47,7 @@ def _head_pid(db) -> int:
 
 def _kill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
-    wait_until(lambda: not os.path.exists(f"/proc/{pid}") or _zombie(pid), timeout=10, interval=0.05)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] == "Z"
-    except FileNotFoundError:
-        return True
+    wait_until(lambda: not process_alive(pid), timeout=10, interval=0.05)
 
 
 def _with_file_sinks(out: str) -> str:

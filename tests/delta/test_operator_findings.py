@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests._services.fixtures import kafka_broker  # noqa: F401
-from tests._services.procs import wait_until
+from tests._services.procs import process_alive, wait_until
 from tests.delta.workload import DDL, STREAMS, assert_exactly_once, batch
 
 pytestmark = pytest.mark.integration
@@ -20,14 +20,6 @@ BATCHES = 30
 # 5-10 s on a loaded 2-core machine; a recovery slowed by the paused actor (calls waiting out
 # actor_call_timeout, 30 s) took 60 s before the fix
 _ONE_RECOVERY_S = 25.0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 # -- 6: a paused actor is replaced within actor_lost_after plus one recovery ----------------
@@ -66,7 +58,7 @@ def test_a_paused_actor_is_replaced_within_actor_lost_after(database):
     assert took <= lost_after + _ONE_RECOVERY_S, (took, recovery)
     # the insert waiting on the killed actor recovers (ActorLostError), or the watchdog does
     assert recovery["cause"] == "ActorLostError" or recovery["cause"].startswith("unresponsive"), recovery
-    wait_until(lambda: not _alive(paused["pid"]), timeout=20, what="the paused actor to be gone")
+    wait_until(lambda: not process_alive(paused["pid"]), timeout=20, what="the paused actor to be gone")
 
 
 def test_a_paused_actor_of_a_kafka_pipeline_is_replaced_within_actor_lost_after(database, kafka_broker):  # noqa: F811
@@ -248,7 +240,7 @@ def test_dropping_the_last_database_stops_the_coordinator_and_its_jvm(database, 
 
     assert drop_database(db.database)
     wait_until(lambda: _coordinator() is None, timeout=30, what="the coordinator actor to end")
-    wait_until(lambda: not any(_alive(j) for j in java) and not _alive(pid), timeout=30,
+    wait_until(lambda: not any(process_alive(j) for j in java) and not process_alive(pid), timeout=30,
                what="the coordinator's process and its JVM to exit")
 
     again = database(checkpoint_interval="off")  # a new coordinator for the next database
