@@ -3,6 +3,7 @@
 * ``raft_cluster`` — factory: ``raft_cluster(n=3, extra_args=())`` starts voters in the test's
   tmp dir; all are killed at teardown (also when the test fails).
 * ``kafka_broker`` — session-scoped Tansu broker (``.bootstrap``), killed at session end.
+* ``postgres_server``, ``mariadb_server`` — session-scoped database servers (``databases.py``).
 """
 
 from __future__ import annotations
@@ -43,3 +44,33 @@ def kafka_broker() -> Iterator[object]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[object]:
+    """A real PostgreSQL server (``wal_level = logical``) on loopback for the whole session;
+    ``.create_database()`` gives each test its own database."""
+    from tests._services.databases import postgres_available, start_postgres
+
+    if not postgres_available():
+        pytest.fail("PostgreSQL is not installed: apt-get install postgresql (.ci/run installs it)")
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[object]:
+    """A real MariaDB server (row-based binlog) on loopback for the whole session; user
+    ``ldb``/``ldb``; ``.create_database()`` gives each test its own database."""
+    from tests._services.databases import mariadb_available, start_mariadb
+
+    if not mariadb_available():
+        pytest.fail("MariaDB is not installed: apt-get install mariadb-server (.ci/run installs it)")
+    server = start_mariadb()
+    try:
+        yield server
+    finally:
+        server.stop()
