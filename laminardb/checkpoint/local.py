@@ -183,6 +183,7 @@ class LocalCoordinator:
             self.source_positions = self._sources_at.pop(epoch, {})
             self._commit_sinks(epoch, sinks)
             self._prune(epoch)
+            self._sources_committed(epoch)
             dt = time.perf_counter() - t0
             self.stats.update(checkpoints=self.stats["checkpoints"] + 1, last_epoch=epoch,
                               last_duration_s=dt, last_bytes=nbytes, last_error=None,
@@ -285,6 +286,7 @@ class LocalCoordinator:
                 self.source_positions = self._sources_at.pop(epoch, self.source_positions)
                 self._commit_sinks(epoch, sinks)
                 self._prune(epoch)
+                self._sources_committed(epoch)
                 self.stats.update(checkpoints=self.stats["checkpoints"] + 1, last_epoch=epoch,
                                   last_duration_s=took, last_bytes=nbytes, last_error=None,
                                   bytes_written=self.stats["bytes_written"] + nbytes)
@@ -319,6 +321,24 @@ class LocalCoordinator:
             self.stats["sink_commit_failures"] += 1
             log.warning("sink %s: commit of epoch %d failed (retried at the next checkpoint): %s",
                         name, epoch, exc)
+
+    def _sources_committed(self, epoch: int) -> None:
+        """Tell each polled source the position of the checkpoint that just became the recovery
+        point (``contracts.Source.checkpoint_committed``): a CDC source lets its server discard
+        changes up to there. Never before the manifest is durable (the caller's order), so the
+        server keeps every change a recovery may replay. A failure is logged; the next
+        checkpoint calls again with its newer position."""
+        nodes = self.reactor.nodes
+        for name, state in self.source_positions.items():
+            node = nodes.get(name)
+            hook = getattr(node.connector, "checkpoint_committed", None) if node is not None else None
+            if hook is None:  # optional in contracts.Source
+                continue
+            try:
+                hook(state)
+            except Exception as exc:  # noqa: BLE001 - the checkpoint stands; retried at the next one
+                log.warning("source %s: releasing changes up to checkpoint %d failed (retried at the next "
+                            "checkpoint): %s", name, epoch, exc)
 
     def _prune(self, epoch: int) -> None:
         oldest = self.store.prune(self.retain, epoch)

@@ -20,6 +20,13 @@ __all__ = [
     "SourceFailingError",
     "KafkaOffsetResetError",
     "DeltaConfigError",
+    "CdcConfigError",
+    "CdcSchemaError",
+    "CdcPositionLostError",
+    "ChangelogSourceInsertError",
+    "CdcUnsupportedChangeError",
+    "CdcUnavailableError",
+    "CdcDataError",
 ]
 
 
@@ -91,3 +98,59 @@ class DeltaConfigError(ConnectorError, ValueError):
     """A Delta Lake sink option is missing, unknown or invalid, or deltalake is missing."""
 
     code = "LDB-4020"
+
+
+# ---------------------------------------------------------------- CDC (changelog) sources: LDB-407x
+
+
+class CdcConfigError(ConnectorError, ValueError):
+    """A CDC source cannot start as configured: the server's settings (``wal_level``), the
+    table (missing, REPLICA IDENTITY not FULL), a slot or publication in the way, or an option.
+    Permanent: the source stops until the configuration is fixed."""
+
+    code = "LDB-4070"
+    permanent = True
+
+
+class CdcSchemaError(ConnectorError, TypeError):
+    """A declared column of a CDC source is missing upstream, or its upstream type does not fit
+    the declared one (dropped or retyped after the source was created). Permanent: the source
+    stops rather than write wrong values; recreate the source with the new columns."""
+
+    code = "LDB-4071"
+    permanent = True
+
+
+class CdcPositionLostError(ConnectorError):
+    """The position a checkpoint resumes from is gone upstream (the replication slot was
+    dropped, or has already confirmed past it): changes in between cannot be replayed."""
+
+    code = "LDB-4072"
+    permanent = True
+
+
+class ChangelogSourceInsertError(ConnectorError, TypeError):
+    """``insert()`` into a CDC source: its rows come from the database's change stream only."""
+
+    code = "LDB-4073"
+
+
+class CdcUnsupportedChangeError(ConnectorError):
+    """A change the source cannot express as row retractions (TRUNCATE of the table)."""
+
+    code = "LDB-4074"
+    permanent = True
+
+
+class CdcUnavailableError(ConnectorError, ConnectionError):
+    """The database server cannot be reached (retried with backoff; not permanent)."""
+
+    code = "LDB-4075"
+
+
+class CdcDataError(ConnectorError, ValueError):
+    """An upstream value cannot be represented in its declared column (e.g. a timestamp of
+    ``infinity``). Permanent: the source stops rather than write a wrong value."""
+
+    code = "LDB-4076"
+    permanent = True

@@ -101,7 +101,14 @@ class Source(Protocol):
     - ``fetch_failure()`` is ``(since monotonic, why)`` while reads fail without raising, else None;
     - an exception with ``permanent = True`` stops the runner (retrying cannot help);
     - optional ``take_warnings()``: ``LaminarError`` s the runner shows (``errors``,
-      ``last_error``, a WARNING) without stopping, each once — e.g. an offset reset.
+      ``last_error``, a WARNING) without stopping, each once — e.g. an offset reset;
+    - optional ``checkpoint_committed(state)``: called after a checkpoint commits, with the
+      ``checkpoint_state()`` that checkpoint recorded for this source (now the recovery point),
+      so a source can release upstream what no recovery will replay (a CDC source confirms its
+      replication slot up to there). Called outside the engine lock, from the checkpointing
+      thread; an error is logged and the next checkpoint calls it again with its newer state. A
+      database without checkpoints (in memory) calls it from the source's poller right after each
+      poll's rows are ingested: nothing there can replay them.
     """
 
     def poll(self, timeout_ms: int = 100) -> tuple[Any, int | None]: ...

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from laminardb.connectors.exceptions import ChangelogSourceInsertError
 from laminardb.connectors.polled import FROM_DATA
 from laminardb.engine.event_time import OPTION_KEYS as EVENT_TIME_OPTIONS
 from laminardb.engine.event_time import EventTimeRules
@@ -29,6 +30,7 @@ from laminardb.operators.plan_operator import PlanOperator
 from laminardb.operators.query_operator import QueryOperator
 from laminardb.sql import ddl
 from laminardb.sql.arrays import numeric_view
+from laminardb.sql.changelog_kinds import CHANGELOG_KINDS, is_changelog_kind
 from laminardb.sql.convert import REJECTED_SCHEMA
 from laminardb.sql.exceptions import (
     DependentObjectsError,
@@ -47,8 +49,13 @@ def make_source_connector(kind: str, node: Node, options: dict[str, str],
                           restore_state: dict | None = None):
     """The polled connector behind ``CREATE SOURCE … FROM <KIND> (…)``; ``restore_state``
     (from a checkpoint) resumes it where the checkpoint's data ended."""
+    if is_changelog_kind(kind):  # postgres_cdc, mysql_cdc: connectors/changelog_source.py
+        from laminardb.connectors.changelog_source import build_changelog_source
+
+        return build_changelog_source(kind, node, options, restore_state)
     if kind != "kafka":
-        raise UnsupportedSqlError(f"FROM {kind.upper()} is not a known source connector; use FROM KAFKA (…)")
+        kinds = ", ".join(["KAFKA", *(k.upper() for k in CHANGELOG_KINDS)])
+        raise UnsupportedSqlError(f"FROM {kind.upper()} is not a known source connector; use FROM {kinds} (…)")
     from laminardb._extras import require
 
     require("kafka", extra="kafka", for_what=f"Kafka source {node.name!r}")
@@ -169,6 +176,10 @@ class Reactor:
             return False
         self._check_new(stmt.name)
         schema = pa.schema([pa.field(c.name, c.type, nullable=not c.not_null) for c in stmt.columns])
+        # a CDC source is a changelog keyed by its primary key: its rows carry __weight (+1 / −1)
+        changelog = is_changelog_kind(stmt.connector)
+        if changelog:
+            schema = schema.append(pa.field(WEIGHT, pa.int64()))
         not_null = {c.name for c in stmt.columns if c.not_null}
         delay = 0
         if stmt.watermark_col is not None:
@@ -176,7 +187,7 @@ class Reactor:
             delay = stmt.watermark_delay_ms * ticks_per_ms(t)
             not_null.add(stmt.watermark_col)  # rows without event time cannot be placed in time
         node = Node(stmt.name, "source", schema, time_col=stmt.watermark_col,
-                    not_null=frozenset(not_null), delay_ticks=delay, options=stmt.options)
+                    not_null=frozenset(not_null), delay_ticks=delay, options=stmt.options, changelog=changelog)
         node.rules = self._event_time_rules(stmt, schema)
         node.source_connector = stmt.connector
         node.primary_key = stmt.primary_key
@@ -339,6 +350,10 @@ class Reactor:
         node = self._node(source)
         if node.kind != "source":
             raise NotQueryableError(f"{source!r} is a {node.kind}; insert() writes to sources only")
+        if node.changelog:
+            raise ChangelogSourceInsertError(
+                f"{node.name!r} is a {node.source_connector} source: its rows come from the database's "
+                "change stream only; write to the upstream table (or insert into a source of your own)")
         if self.finished:
             raise EngineError("the connection has finished (end of input); open a new connection to continue",
                               code="LDB-3004")

@@ -51,6 +51,7 @@ class SourceRunner:
         backoff = 0.05
         conn = self.node.connector
         take_warnings = getattr(conn, "take_warnings", None)  # optional (contracts.Source)
+        committed = getattr(conn, "checkpoint_committed", None)  # optional (contracts.Source)
         while not self._stop.is_set():
             try:
                 batch, wm = conn.poll(_POLL_TIMEOUT_MS)
@@ -66,6 +67,9 @@ class SourceRunner:
                         self.reactor.ingest(self.node, batch, watermark=wm)
                     finally:  # a query's error does not un-ingest the batch
                         self.node.connector_state = state
+                    no_checkpoints = self.reactor.journal is None
+                if committed is not None and no_checkpoints:  # in memory: ingested is as far as it goes
+                    committed(state)
                 backoff = 0.05
                 for warning in take_warnings() if take_warnings is not None else ():
                     self._warned(warning)

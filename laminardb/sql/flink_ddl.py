@@ -10,8 +10,8 @@ connector and on how the script uses it:
 ============================  =====================================================================
 ``CREATE TABLE t … WITH``      becomes
 ============================  =====================================================================
-kafka / filesystem / datagen   ``CREATE SOURCE t`` — unless the script only ``INSERT``s INTO t (then
-                               it is only a sink). datagen and filesystem are polled by
+kafka / filesystem / datagen,  ``CREATE SOURCE t`` — unless the script only ``INSERT``s INTO t (then
+                               it is only a sink); postgres-cdc / mysql-cdc: a changelog source. datagen and filesystem are polled by
                                ``Connection.start()`` (``connectors/flink_tables.py`` builds them from
                                the specs of ``sql/table_specs.py``)
 blackhole                      nothing until ``INSERT INTO t SELECT …`` = ``CREATE STREAM t AS SELECT …``
@@ -49,6 +49,7 @@ from sqlglot.tokens import TokenType
 from laminardb.sql import function_registry, options
 from laminardb.sql._dialect import parse_select, tokenize
 from laminardb.sql._lexer import close_paren
+from laminardb.sql.changelog_kinds import CHANGELOG_KINDS
 from laminardb.sql.exceptions import (
     JavaFunctionError,
     SqlParseError,
@@ -80,8 +81,10 @@ from laminardb.sql.udf import UdfRegistry
 __all__ = ["FlinkTable", "InsertInto", "CreateFunction", "is_flink_table", "parse_table", "parse_statement",
            "translate", "flink_type"]
 
-CONNECTORS = ("kafka", "filesystem", "datagen", "blackhole")
-_SOURCE_CONNECTORS = ("kafka", "filesystem", "datagen")
+# CDC connectors (postgres-cdc, mysql-cdc): sql/changelog_kinds.py
+_CDC_CONNECTORS = tuple(k.flink_name for k in CHANGELOG_KINDS.values())
+CONNECTORS = ("kafka", "filesystem", "datagen", "blackhole", *_CDC_CONNECTORS)
+_SOURCE_CONNECTORS = ("kafka", "filesystem", "datagen", *_CDC_CONNECTORS)
 # Kafka keys that concern reading only / writing only: dropped from the other side's options
 _KAFKA_READ_ONLY = ("scan.", "properties.group.id", "group.id")
 _KAFKA_WRITE_ONLY = ("sink.",)
@@ -199,6 +202,10 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
     if connector == "kafka":  # the Kafka source of CREATE SOURCE … WITH ('connector' = 'kafka'), checked alike
         kafka = {k: v for k, v in opts.items() if not k.startswith(_KAFKA_WRITE_ONLY)}
         src = source_from_options(head, kafka)
+        src_connector, src_opts, laminar_opts = src.connector, src.connector_options, src.options
+        wm_col, wm_delay = src.watermark_col, src.watermark_delay_ms
+    elif connector in _CDC_CONNECTORS:  # a changelog keyed by its PRIMARY KEY (sql/changelog_kinds.py)
+        src = source_from_options(head, opts)
         src_connector, src_opts, laminar_opts = src.connector, src.connector_options, src.options
         wm_col, wm_delay = src.watermark_col, src.watermark_delay_ms
     elif connector == "datagen":
@@ -454,9 +461,10 @@ def _translate_insert(ins: InsertInto, tables: dict[str, FlinkTable]) -> tuple[C
         name = table.name
         query = with_stream_options(query, name, {})
         return CreateStream(name, query), f"CREATE STREAM {_quote(name)} AS {body}"
-    if table.flink_connector == "datagen":
-        raise UnsupportedSqlError(f"INSERT INTO {table.name}: a datagen table generates rows; it cannot be "
-                                  "written to (use 'blackhole', 'kafka' or 'filesystem')")
+    if table.flink_connector in ("datagen", *_CDC_CONNECTORS):
+        what = "generates rows" if table.flink_connector == "datagen" else "reads a database's changes"
+        raise UnsupportedSqlError(f"INSERT INTO {table.name}: a {table.flink_connector} table {what}; it cannot "
+                                  "be written to (use 'blackhole', 'kafka' or 'filesystem')")
     name = f"{table.name}_insert"
     native, opts = options.sink_with_options(name, _sink_options(table))
     query = with_stream_options(query, name, {})

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from laminardb.sql._lexer import split_top_level
+from laminardb.sql.changelog_kinds import is_changelog_kind, native_kind
 from laminardb.sql.exceptions import (
     SqlParseError,
     SqlTypeError,
@@ -156,6 +157,8 @@ def lateness_ms(value: str, what: str) -> int:
 
 # --------------------------------------------------------------------------- sources
 
+_EVENT_TIME_KEYS = ("event_time_range", "max_future", "max_ahead_of_clock")
+
 
 @dataclass(frozen=True)
 class SourceOptions:
@@ -173,11 +176,14 @@ def source_options(name: str, opts: dict[str, str], columns: list[str]) -> Sourc
     connector = opts.get("connector")
     if connector is not None:
         connector = connector.lower()
+        if is_changelog_kind(connector):  # its keys: changelog_kinds.check_changelog_source
+            return _changelog_source_options(name, opts, columns)
         if connector not in ("kafka",):
             raise UnknownOptionError(
                 f"{where}: connector {connector!r} is not supported; laminardb sources read Kafka "
                 "(WITH ('connector' = 'kafka', 'topic' = '…', 'properties.bootstrap.servers' = '…') or "
-                "FROM KAFKA (brokers = '…', topic = '…')), or take rows from insert() (leave out "
+                "FROM KAFKA (brokers = '…', topic = '…')), database change streams ('postgres-cdc', "
+                "'mysql-cdc'), or take rows from insert() (leave out "
                 "'connector'); files: `laminardb run --input name=file.csv`")
     wm_col = None
     delay = None
@@ -187,7 +193,7 @@ def source_options(name: str, opts: dict[str, str], columns: list[str]) -> Sourc
             wm_col = value
         elif key == "allowed_lateness":
             delay = lateness_ms(value, f"{where}: allowed_lateness")
-        elif key in ("connector", "event_time_range", "max_future", "max_ahead_of_clock"):
+        elif key in ("connector", *_EVENT_TIME_KEYS):
             continue  # event-time rules: checked where the source is built (reactor, _event_time)
         elif connector == "kafka" and (key in _KAFKA_SOURCE_KEYS or key.startswith(("properties.", "kafka."))):
             target = _KAFKA_SOURCE_KEYS[key] if key in _KAFKA_SOURCE_KEYS else "kafka." + key.split(".", 1)[1]
@@ -220,6 +226,16 @@ def source_options(name: str, opts: dict[str, str], columns: list[str]) -> Sourc
             f"{where}: allowed_lateness is the delay of the source's watermark: name its event-time "
             "column too, WITH (watermark = 'ts', allowed_lateness = INTERVAL '5' SECOND)")
     return SourceOptions(wm_col, delay, connector, kafka if connector else None)
+
+
+def _changelog_source_options(name: str, opts: dict[str, str], columns: list[str]) -> SourceOptions:
+    """A CDC source's WITH (…): the watermark keys are laminardb's, every other key goes to the
+    connector (checked with the primary key in ``statements.source_from_options``)."""
+    conn = {k: v for k, v in opts.items()
+            if k not in ("connector", "watermark", "allowed_lateness", *_EVENT_TIME_KEYS)}
+    rest = {k: v for k, v in opts.items() if k not in conn and k != "connector"}
+    own = source_options(name, rest, columns)
+    return SourceOptions(own.watermark_col, own.delay_ms, native_kind(opts["connector"]), conn)
 
 
 # --------------------------------------------------------------------------- streams and sinks

@@ -19,6 +19,7 @@ from sqlglot import exp
 from laminardb.sql import _lexer, options
 from laminardb.sql._dialect import parse_select
 from laminardb.sql._lexer import close_paren, split_top_level
+from laminardb.sql.changelog_kinds import check_changelog_source, is_changelog_kind, native_kind
 from laminardb.sql.exceptions import SqlParseError, UnknownOptionError, UnsupportedSqlError
 from laminardb.sql.intervals import interval_ms
 from laminardb.sql.types import parse_type
@@ -295,6 +296,10 @@ def source_from_options(head: TableHead, opts: dict[str, str], connector: str | 
             raise UnknownOptionError(f"source {name!r}: give the connector once, as FROM {connector.upper()} (…) "
                                      f"or as WITH ('connector' = '{given.connector}', …)")
         connector, conn_opts = given.connector, dict(given.connector_options or {})
+    if is_changelog_kind(connector):  # FROM POSTGRES_CDC (…) / WITH ('connector' = 'postgres-cdc', …)
+        connector = native_kind(connector)
+        conn_opts = check_changelog_source(name, connector, conn_opts, head.primary_key,
+                                           [c.name for c in head.columns])
     return CreateSource(name, head.columns, wm_col, wm_delay, opts, head.if_not_exists, connector, conn_opts,
                         head.primary_key)
 
