@@ -131,6 +131,13 @@ class ClusterBackend:
         return DistributedPlanOperator(name, plan, self.cluster, ring=self.ring)
 
     def make_source(self, kind: str, node, options: dict[str, str], restore_state: dict | None = None):
+        from laminardb.sql.changelog_kinds import native_kind
+
+        if native_kind(kind) is not None:  # a CDC log: one actor reads it (actor_source.py)
+            from laminardb.cluster.actor_source import ClusterActorSource
+
+            return ClusterActorSource(self.cluster, node, kind, options, lambda: self._routed_queries(node.name),
+                                      restore_state=restore_state)
         if kind != "kafka":
             from laminardb.engine.reactor import make_source_connector
 
