@@ -17,6 +17,7 @@ everything), so its connection factory refuses to connect a second stream (``_Re
 from __future__ import annotations
 
 import collections
+import logging
 import socket
 import threading
 import time
@@ -27,6 +28,10 @@ from typing import Any
 from laminardb.connectors.exceptions import CdcPositionLostError
 
 __all__ = ["BinlogReader", "Position", "Transaction"]
+
+# the library warns on every connection that binlog_row_metadata is not FULL (rows are read by
+# position here, see _mysql_columns) and on the reconnect this module refuses by design
+logging.getLogger("pymysqlreplication").setLevel(logging.ERROR)
 
 _HEARTBEAT_S = 1.0  # idle wake-up for close(); also how soon a dead server is noticed (× 2)
 _READ_TIMEOUT_S = 30  # socket timeout of the stream (the server heartbeats well within it)
@@ -186,7 +191,9 @@ class BinlogReader:
         def connect(**kw: Any) -> Any:
             import pymysql
 
-            ctl = kw.get("db") == "information_schema"
+            if "db" in kw:  # the library's older name for it (PyMySQL warns)
+                kw["database"] = kw.pop("db")
+            ctl = kw.get("database") == "information_schema"
             if not ctl:
                 if made["stream"]:
                     raise _Reconnect("the binlog connection was lost")
