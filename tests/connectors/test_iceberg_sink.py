@@ -5,14 +5,20 @@ rows; a SQL pipeline's table equals DuckDB's answer over the same rows."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pytest
 
 pytest.importorskip("pyiceberg")  # the 'iceberg' extra, part of 'dev'
@@ -33,6 +39,7 @@ from laminardb.connectors.sinks import make_sink, sink_class_name  # noqa: E402
 from laminardb.sql import ddl  # noqa: E402
 from laminardb.sql.exceptions import UnsupportedSqlError  # noqa: E402
 from tests._services.fixtures import postgres_server  # noqa: E402,F401
+from tests._services.procs import kill_proc, wait_until  # noqa: E402
 
 SCHEMA = pa.schema([
     pa.field("id", pa.int64(), nullable=False),
@@ -275,6 +282,7 @@ def test_sql_catalog_needs_a_warehouse(stage: Path) -> None:
         IcebergSink(name="s", schema=SCHEMA, options={"table": "db.t"}, stage_dir=stage)
 
 
+@pytest.mark.filterwarnings("ignore:Deprecated in 0.8.0:DeprecationWarning")  # pyiceberg REST OAuth default
 def test_unreachable_catalog_is_a_catalog_error_without_the_password(sinks) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -386,3 +394,75 @@ def test_catalog_in_postgresql(postgres_server, tmp_path: Path, stage: Path) -> 
             assert cur.fetchall() == [("laminardb", "db", "t")]
     finally:
         conn.close()
+
+
+# -- exactly-once under SIGKILL ---------------------------------------------------------------
+
+_HERE = Path(__file__).resolve().parent
+_CRASH_ROWS = 1500
+_CHILD_TIMEOUT_S = 90
+
+
+def _spawn(cfg: dict, cfg_path: Path, log: Path, crash_at: str = "") -> subprocess.Popen:
+    cfg_path.write_text(json.dumps(cfg))
+    env = dict(os.environ, PYTHONPATH=str(_HERE.parents[1]), LAMINARDB_TEST_CRASH_AT=crash_at)
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, str(_HERE / "_iceberg_crash_child.py"), str(cfg_path)],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def _kill_when_started(proc: subprocess.Popen, log: Path, before: int, after_s: float) -> None:
+    """SIGKILL ``proc`` ``after_s`` seconds after it logged its ``before + 1``-th start."""
+    def started() -> bool:
+        assert proc.poll() is None, f"child died early: {log.read_text()[-3000:]}"
+        return log.read_text(errors="replace").count("resume at") > before
+    wait_until(started, timeout=_CHILD_TIMEOUT_S, interval=0.02, what="the child to start")
+    time.sleep(after_s)
+    proc.kill()
+    proc.wait(30)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_sigkill_loop_gives_the_unbroken_answer(tmp_path: Path, catalog: SqlCatalog, warehouse: Path) -> None:
+    seed = int(os.environ.get("LAMINARDB_CRASH_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    cfg = {"db": str(tmp_path / "db"), "warehouse": str(warehouse), "rows": _CRASH_ROWS,
+           "batch": 30, "pause": 0.02, "interval": "150ms"}
+    cfg_path, log = tmp_path / "cfg.json", tmp_path / "child.log"
+    log.touch()
+    proc = None
+    try:
+        # the dangerous steps: sinks pre-committed; manifest written, Iceberg not committed yet;
+        # Iceberg committed, the staged epoch not dropped yet
+        for crash_at, after_append in (("after_pre_commit", False), ("after_manifest", False), ("", True)):
+            proc = _spawn({**cfg, "crash_after_append": after_append}, cfg_path, log, crash_at)
+            proc.wait(_CHILD_TIMEOUT_S)
+            assert proc.returncode == -9, f"seed {seed}: should have died at {crash_at or 'append'}: {log.read_text()[-3000:]}"
+        assert "appended, dying" in log.read_text()
+        for _ in range(3):  # random moments
+            before = log.read_text(errors="replace").count("resume at")
+            proc = _spawn(cfg, cfg_path, log)
+            _kill_when_started(proc, log, before, rng.uniform(0.0, 1.5))
+        proc = _spawn({**cfg, "finish": True}, cfg_path, log)
+        proc.wait(_CHILD_TIMEOUT_S)
+        assert proc.returncode == 0, f"seed {seed}: final run failed: {log.read_text()[-4000:]}"
+    finally:
+        if proc is not None and proc.poll() is None:
+            kill_proc(proc, hard=True)
+
+    from tests.connectors._iceberg_crash_child import KEYS, row
+
+    seqs = catalog.load_table("db.seq").scan().to_arrow()
+    for k in range(KEYS):
+        got = sorted(seqs.filter(pa.compute.equal(seqs["k"], f"k{k}"))["seq"].to_pylist())
+        want = list(range(len(range(k, _CRASH_ROWS, KEYS))))
+        assert got == want, (f"seed {seed}: key k{k}: {len(got) - len(set(got))} duplicates, "
+                             f"missing {sorted(set(want) - set(got))[:10]}")
+    ev = pa.Table.from_pylist([row(i) for i in range(_CRASH_ROWS)])  # noqa: F841 - read by DuckDB
+    win = catalog.load_table("db.win").scan().to_arrow()  # noqa: F841 - read by DuckDB
+    want = duckdb.sql("SELECT k, (ts // 1000) * 1000, count(*), sum(v) FROM ev GROUP BY ALL ORDER BY ALL").fetchall()
+    assert duckdb.sql("SELECT k, window_start, n, s FROM win ORDER BY ALL").fetchall() == want, f"seed {seed}"
+    for table in ("db.seq", "db.win"):  # no epoch appended twice, in order
+        epochs = [int(p["laminardb.epoch"]) for p in snapshots(catalog, table)]
+        assert epochs == sorted(set(epochs)), f"seed {seed}: {table} epochs {epochs}"
