@@ -51,7 +51,7 @@ def _die_after_first_append() -> None:
 
 def main() -> None:
     cfg = json.loads(open(sys.argv[1]).read())
-    if cfg.get("crash_after_append"):
+    if cfg.get("crash_after_append") == "in_recovery":
         _die_after_first_append()
     db = laminardb.open(cfg["db"], config={"checkpoint_interval": cfg.get("interval", "150ms"),
                                            "vars": {"WH": cfg["warehouse"]}})
@@ -60,7 +60,13 @@ def main() -> None:
     total, batch = cfg["rows"], cfg["batch"]
     i = db.offset("ev")
     print(f"resume at {i}", flush=True)
+    if cfg.get("crash_after_append") == "running":
+        _die_after_first_append()
     while i < total:
+        if cfg.get("crash_at") and i >= cfg.get("crash_from", 0):
+            from laminardb.checkpoint import local
+
+            local._CRASH_AT = cfg["crash_at"]  # read by local._crash_point at each checkpoint
         n = min(batch, total - i)
         db.insert("ev", [row(j) for j in range(i, i + n)])
         i += n

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -403,9 +404,9 @@ _CRASH_ROWS = 1500
 _CHILD_TIMEOUT_S = 90
 
 
-def _spawn(cfg: dict, cfg_path: Path, log: Path, crash_at: str = "") -> subprocess.Popen:
+def _spawn(cfg: dict, cfg_path: Path, log: Path) -> subprocess.Popen:
     cfg_path.write_text(json.dumps(cfg))
-    env = dict(os.environ, PYTHONPATH=str(_HERE.parents[1]), LAMINARDB_TEST_CRASH_AT=crash_at)
+    env = dict(os.environ, PYTHONPATH=str(_HERE.parents[1]))
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, str(_HERE / "_iceberg_crash_child.py"), str(cfg_path)],
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -434,13 +435,18 @@ def test_sigkill_loop_gives_the_unbroken_answer(tmp_path: Path, catalog: SqlCata
     proc = None
     try:
         # the dangerous steps: sinks pre-committed; manifest written, Iceberg not committed yet;
-        # Iceberg committed, the staged epoch not dropped yet
-        for crash_at, after_append in (("after_pre_commit", False), ("after_manifest", False), ("", True)):
-            proc = _spawn({**cfg, "crash_after_append": after_append}, cfg_path, log, crash_at)
+        # Iceberg committed (by recovery, then while running), the staged epoch not dropped yet
+        for crash in ({"crash_at": "after_pre_commit", "crash_from": 150},
+                      {"crash_at": "after_manifest", "crash_from": 450},
+                      {"crash_after_append": "in_recovery"}, {"crash_after_append": "running"}):
+            proc = _spawn({**cfg, **crash}, cfg_path, log)
             proc.wait(_CHILD_TIMEOUT_S)
-            assert proc.returncode == -9, f"seed {seed}: should have died at {crash_at or 'append'}: {log.read_text()[-3000:]}"
-        assert "appended, dying" in log.read_text()
-        for _ in range(3):  # random moments
+            assert proc.returncode == -9, f"seed {seed}: should have died at {crash}: {log.read_text()[-3000:]}"
+        text = log.read_text()
+        starts = [int(x) for x in re.findall(r"resume at (\d+)", text)]
+        assert starts[0] == 0 and starts[1] >= 150 and starts[2] >= 450, starts  # killed with rows at stake
+        assert text.count("appended, dying") == 2 and len(starts) == 3  # the 3rd run died recovering
+        for _ in range(2):  # random moments
             before = log.read_text(errors="replace").count("resume at")
             proc = _spawn(cfg, cfg_path, log)
             _kill_when_started(proc, log, before, rng.uniform(0.0, 1.5))
