@@ -278,6 +278,13 @@ def test_bad_options_are_refused(sinks, options: dict, match: str) -> None:
     assert err.value.code == "LDB-4060"
 
 
+def test_sql_layer_knows_the_same_keys() -> None:
+    from laminardb.connectors._iceberg_options import OPTIONS
+    from laminardb.sql.options import known_sink_options
+
+    assert known_sink_options("ICEBERG") == OPTIONS
+
+
 def test_sql_catalog_needs_a_warehouse(stage: Path) -> None:
     with pytest.raises(IcebergConfigError, match="needs warehouse"):
         IcebergSink(name="s", schema=SCHEMA, options={"table": "db.t"}, stage_dir=stage)
