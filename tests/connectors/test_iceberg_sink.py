@@ -231,6 +231,33 @@ def test_a_lost_commit_is_retried_at_the_next_checkpoint(sinks, catalog: SqlCata
     assert [p["laminardb.epoch"] for p in snapshots(catalog)] == ["1", "2"]
 
 
+def test_a_concurrent_commit_that_wins_is_retried_at_the_next_checkpoint(
+        sinks, catalog: SqlCatalog, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = sinks()
+    with catalog.load_table("db.t").transaction() as tx:  # no retries inside pyiceberg
+        tx.set_properties({"commit.retry.num-retries": "0"})
+    other = catalog.load_table("db.t")
+    refresh = s._table.refresh
+
+    def refresh_then_another_writer_commits():  # a real commit between our read and our append
+        table = refresh()
+        other.refresh().append(pa.Table.from_batches([rows(100, 101)]).cast(other.schema().as_arrow()))
+        return table
+
+    s.write(rows(0, 2))
+    s.pre_commit(1)
+    monkeypatch.setattr(s._table, "refresh", refresh_then_another_writer_commits)
+    with pytest.raises(IcebergCommitError, match="another writer kept changing the table") as err:
+        s.commit(1)
+    assert err.value.code == "LDB-4062"
+    monkeypatch.undo()
+    assert ids(catalog) == [100] and EpochStage(s._stage.dir, SCHEMA).epochs() == [1]  # kept
+    s.write(rows(2, 3))
+    checkpoint(s, 2)
+    assert ids(catalog) == [0, 1, 2, 100]
+    assert [p.get("laminardb.epoch") for p in snapshots(catalog)] == [None, "1", "2"]
+
+
 # -- existing tables and options --------------------------------------------------------------
 
 
