@@ -38,6 +38,7 @@ class ClusterActorSource:
         self._lag = 0
         self._failing: tuple[float, str] | None = None
         self._warnings: list[tuple[str | None, str]] = []  # (code, message) of the reader's warnings
+        self._changelog: dict | None = None  # the reader's last changelog_metrics()
         self.cluster.call_each([self.reader], "start_source", self.name, kind, json.dumps(options),
                                None if restore_state is None else json.dumps(restore_state))
 
@@ -50,6 +51,7 @@ class ClusterActorSource:
         failing = desc.get("failing")
         self._failing = None if failing is None else (float(failing[0]), str(failing[1]))
         self._warnings += list(desc.get("warnings") or ())
+        self._changelog = desc.get("changelog")
         mark = desc.get("watermark")
         wm = FROM_DATA if mark == "data" else mark
         return RemoteRows.merge(self.schema, [(self.reader, desc)], self.cluster.n_actors), wm
@@ -72,8 +74,11 @@ class ClusterActorSource:
         out, self._warnings = self._warnings, []
         return [LaminarError(message, code=code) for code, message in out]
 
-    def metrics(self) -> dict:
-        return {"reader": self.reader}
+    def changelog_metrics(self) -> dict:
+        """What ``metrics()`` shows under the source's ``changelog``: the connector's own figures
+        as the reading actor's last poll had them (never a call to a possibly paused actor),
+        and which actor reads."""
+        return {**(self._changelog or {}), "reader": self.reader}
 
     def close(self) -> None:
         try:

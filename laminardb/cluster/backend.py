@@ -94,7 +94,9 @@ class ClusterBackend:
             self._on_restored(self.engine)
 
     def make_sink(self, stmt: ddl.CreateSink, schema, *, durable: bool, stage_root: str | None):
-        if self.coordinated and durable and _exactly_once(stmt):
+        from laminardb.connectors.sinks import is_two_phase
+
+        if self.coordinated and durable and is_two_phase(stmt):
             from laminardb.checkpoint.staged_sink import StagedSink
             from laminardb.connectors.sinks import sink_class_name
 
@@ -473,16 +475,6 @@ def _tree_reads_processing_time(node) -> bool:
 
 
 _PROCTIME = re.compile(r"(?i)\bPROCTIME\s*\(")
-
-
-def _exactly_once(stmt: ddl.CreateSink) -> bool:
-    """Sinks a durable database writes with two-phase commit (see ``connectors/sinks.py``)."""
-    kind = stmt.connector.lower()
-    if kind == "kafka":
-        from laminardb.connectors.kafka_sink import delivery_guarantee
-
-        return delivery_guarantee(stmt.options) == "exactly-once"
-    return kind in ("file", "delta_lake", "deltalake", "delta")
 
 
 def _sink_sql(stmt: ddl.CreateSink) -> str:

@@ -45,7 +45,8 @@ class ReactorActorImpl:
         self.cpu_s = 0.0  # of which on the CPU (busy_s − cpu_s: waiting for a core)
         self.polled_rows = 0  # Kafka records this actor read (the autoscaler's processed rows)
         self.poll_cpu_s = 0.0  # CPU seconds of fetching and decoding them (busy, for the autoscaler)
-        self.kafka: dict = {}
+        self.kafka: dict = {}  # source → the connector this actor reads (Kafka partitions, a CDC log)
+        self.changelog_seen: dict = {}  # source → (monotonic, its last changelog_metrics())
         self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
         self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
         self.images: dict = {}  # node → StateImage taken at the last barrier, until encoded
@@ -367,8 +368,25 @@ class ReactorActorImpl:
 
         mark = "data" if wm is FROM_DATA else (wm if isinstance(wm, int) else None)
         health = {"failing": src.fetch_failure(), "lag": src.lag(), "watermark": mark,
+                  "changelog": self._changelog_metrics(source, src),
                   "warnings": [(getattr(w, "code", None), getattr(w, "message", str(w))) for w in (take() if take else ())]}
         return self._keep_rows(source, batch, routed_queries, health), src.checkpoint_state()
+
+    def _changelog_metrics(self, source: str, src) -> dict | None:
+        """The connector's own ``changelog_metrics()`` (a CDC source's slot, position, lag: it may
+        ask its server), at most once a second; the head shows the last one."""
+        read = getattr(src, "changelog_metrics", None)
+        if read is None:
+            return None
+        now = time.monotonic()
+        last = self.changelog_seen.get(source)
+        if last is None or now - last[0] >= 1.0:
+            try:
+                last = (now, read())
+            except Exception:  # noqa: BLE001 - the server unreachable: the poll's health says so
+                last = (now, None)
+            self.changelog_seen[source] = last
+        return last[1]
 
     def source_committed(self, source: str, state_json: str) -> None:
         """A checkpoint holding ``source`` at this position committed (``Source.checkpoint_committed``:

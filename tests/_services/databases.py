@@ -16,6 +16,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -111,10 +112,14 @@ class Postgres:
     def stop(self) -> None:
         """Fast shutdown (SIGINT), then SIGKILL if it lingers; the data directory is removed."""
         if self.proc.poll() is None:
-            self.proc.send_signal(2)
+            # the whole process group: as root, ``proc`` is runuser, which does not pass SIGINT on
             try:
+                os.killpg(self.proc.pid, signal.SIGINT)
                 self.proc.wait(timeout=15)
+            except ProcessLookupError:
+                pass
             except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 kill_proc(self.proc, hard=True)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 

@@ -1,9 +1,11 @@
-"""CDC sources in the Delta mode: one actor reads the change log, the rows go to their keys'
-owners actor → actor, and a killed reader loses and doubles nothing.
+"""Database connectors in the Delta mode, against real PostgreSQL, MariaDB and Ray.
 
-Real PostgreSQL and MariaDB servers (``tests/_services/databases.py``), real Ray. The oracle is
-the database itself: at the end, the cluster's view equals ``SELECT k, COUNT(*), SUM(v) … GROUP
-BY k`` run on the server over the table the changes made.
+- CDC sources: one actor reads the change log, the rows go to their keys' owners actor → actor,
+  and a killed reader loses and doubles nothing. The oracle is the database itself: the
+  cluster's view ends equal to ``SELECT k, COUNT(*), SUM(v) … GROUP BY k`` run on the server.
+- PostgreSQL and Iceberg sinks: staged by the head, committed by the Delta coordinator once per
+  epoch, through an actor kill; the committed tables hold every (key, seq) once and the window
+  aggregates of the embedded engine over the same rows.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import pytest
 
 from tests._services.fixtures import mariadb_server, postgres_server  # noqa: F401
 from tests._services.procs import wait_until
+from tests.delta.workload import DDL, ROWS, batch, reference, rows
+from tests.delta.workload import KEYS as WORKLOAD_KEYS
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +80,7 @@ def test_postgres_cdc_on_two_actors_through_a_killed_reader(database, postgres_s
     rng, next_id = random.Random(7), [1000]
     _changes(conn, rng, next_id, 40)
     wait_until(lambda: db.metrics()["checkpoints"]["checkpoints"] >= 2, timeout=60, what="two checkpoints")
-    reader = db.metrics()["sources"]["cdc"].get("reader", 0)
+    reader = db.metrics()["sources"]["cdc"]["changelog"]["reader"]
     os.kill(db.metrics()["cluster"]["members"][reader]["pid"], signal.SIGKILL)
     _changes(conn, rng, next_id, 40)
     truth = _truth(conn)
@@ -103,3 +107,48 @@ def test_mysql_cdc_on_two_actors(database, mariadb_server) -> None:  # noqa: F81
     _changes(conn, rng, next_id, 60)
     truth = _truth(conn)
     wait_until(lambda: _view(db) == truth, timeout=120, interval=0.5, what="the view to equal MariaDB's GROUP BY")
+    assert db.metrics()["sources"]["cdc"]["changelog"]["reader"] in (0, 1)  # read on an actor
+
+
+SINK_BATCHES = 8
+
+
+def test_postgres_and_iceberg_sinks_commit_exactly_once_through_an_actor_kill(
+        database, postgres_server, tmp_path) -> None:  # noqa: F811
+    import psycopg2
+    from pyiceberg.catalog import load_catalog
+
+    pg = postgres_server
+    name = pg.create_database("sinkray")
+    url = f"postgresql://postgres@{pg.host}:{pg.port}/{name}"
+    warehouse = tmp_path / "lake"
+    warehouse.mkdir()
+    db = database(checkpoint_interval="1s")
+    db.execute(DDL + f"""
+        ; CREATE SINK pg_seqs FROM passthru INTO POSTGRES (url = '{url}', table = 'seqs')
+        ; CREATE SINK ice_windows FROM per_window INTO ICEBERG (warehouse = '{warehouse}', table = 'ldb.windows')""")
+    for i in range(SINK_BATCHES):
+        db.insert("t", batch(i))
+        if i == SINK_BATCHES // 2:
+            db.checkpoint()
+            os.kill(db.metrics()["cluster"]["members"][1]["pid"], signal.SIGKILL)
+    db.finish()
+    db.checkpoint()
+
+    conn = psycopg2.connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT k, count(*), count(DISTINCT seq), min(seq), max(seq) FROM seqs GROUP BY k ORDER BY k")
+            per_key = SINK_BATCHES * ROWS // WORKLOAD_KEYS
+            assert cur.fetchall() == [(k, per_key, per_key, 0, per_key - 1) for k in range(WORKLOAD_KEYS)]
+    finally:
+        conn.close()
+    catalog = load_catalog("laminardb", type="sql", uri=f"sqlite:///{warehouse}/catalog.db",
+                           warehouse=f"file://{warehouse}")
+    table = catalog.load_table("ldb.windows")
+    got = table.scan().to_arrow()
+    expected, _ = reference(SINK_BATCHES)
+    assert rows(got.select(["window_start", "c", "s"])) == rows(expected["per_window"])
+    epochs = [s.summary.additional_properties.get("laminardb.epoch") for s in table.snapshots()]
+    assert len(epochs) == len(set(epochs))  # one snapshot per epoch
+    assert len(db.metrics()["database"]["recoveries"]) >= 1
