@@ -20,7 +20,7 @@ from laminardb.sql.exceptions import UnsupportedSqlError
 __all__ = ["make_sink"]
 
 _CONNECTORS = ("FILE (path = '…', format = 'jsonl'[, partitioned_by = 'col, …'])", "KAFKA (brokers = '…', topic = '…')",
-               "DELTA_LAKE (path = '…')")
+               "DELTA_LAKE (path = '…')", "POSTGRES (url = 'postgresql://…', table = '…')")
 
 
 def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
@@ -44,6 +44,8 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         DELTA_LAKE: a :class:`~laminardb.connectors.delta_lake.DeltaLakeSink` (durable only).
         KAFKA: an :class:`~laminardb.connectors.kafka_sink.ExactlyOnceKafkaSink` with
         ``delivery.guarantee = 'exactly-once'`` (durable only), else a ``KafkaSink``.
+        POSTGRES: an :class:`~laminardb.connectors.postgres_sink.ExactlyOncePostgresSink` when
+        durable, else a ``PostgresSink`` (at-least-once).
 
     Raises:
         UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE in memory. (Unknown
@@ -102,6 +104,13 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         stage_dir = os.path.join(stage_root, _dir_name(stmt.name))
         return DeltaLakeSink(name=stmt.name, schema=schema, options=stmt.options,
                              stage_dir=stage_dir)
+    if connector in ("postgres", "postgresql"):
+        from laminardb.connectors.postgres_sink import ExactlyOncePostgresSink, PostgresSink
+
+        if durable and stage_root is not None:
+            return ExactlyOncePostgresSink(name=stmt.name, schema=schema, options=stmt.options,
+                                           stage_dir=os.path.join(stage_root, _dir_name(stmt.name)))
+        return PostgresSink(name=stmt.name, schema=schema, options=stmt.options)
     raise UnsupportedSqlError(f"sink connector {stmt.connector.upper()} is not available; use "
                               f"{', '.join(_CONNECTORS[:-1])} or {_CONNECTORS[-1]}")
 
@@ -120,6 +129,8 @@ def sink_class_name(stmt: ddl.CreateSink, *, durable: bool) -> str:
         return f"{partitioned}{'TransactionalFileSink' if durable else 'FileSink'}"
     if connector in ("delta_lake", "deltalake", "delta"):
         return "DeltaLakeSink"
+    if connector in ("postgres", "postgresql"):
+        return "ExactlyOncePostgresSink" if durable else "PostgresSink"
     return stmt.connector
 
 
