@@ -47,6 +47,16 @@ WEIGHT = "__weight"  # laminardb.sql.plan.WEIGHT: +1 insert, -1 retraction of a 
 #: the table (in the target's schema) recording which epochs each writer applied
 EPOCHS_TABLE = "laminardb_epochs"
 _WRITER_FILE = "postgres-writer"
+# Fault injection for the crash tests (as checkpoint/local.py): SIGKILL right after an epoch's
+# transaction committed, before its staged file is dropped. Unset in normal use.
+_CRASH_AT = os.environ.get("LAMINARDB_TEST_CRASH_AT", "")
+
+
+def _crash_point(step: str) -> None:
+    if _CRASH_AT == step:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _Target:
@@ -70,28 +80,30 @@ class _Target:
         self.rows_dropped = 0  # rows with a NULL key (a keyed table cannot hold them)
         self._conn: Any = None
 
-    def cursor(self, what: str) -> Any:
-        """A cursor on the (re)opened connection."""
-        if self._conn is None or self._conn.closed:
-            self._conn = pg.connect(self.opts, f"PostgreSQL sink {self.name!r} could not connect")
-        return self._conn.cursor()
-
     def transaction(self, what: str, body) -> Any:
-        """Run ``body(cursor)`` in one transaction; a failure rolls it back and raises the typed
-        error (a connection that broke is dropped and opened again next time)."""
+        """Run ``body(cursor)`` in one transaction and commit; a failure rolls it back and raises
+        the typed error. A connection found dead on reuse (the server restarted, an idle
+        timeout) is opened again and the transaction tried once more."""
         import psycopg2
 
-        try:
-            with self.cursor(what) as cur:
-                out = body(cur)
-            self._conn.commit()
-            return out
-        except psycopg2.Error as exc:
-            self._reset()
-            raise pg.pg_error(self.opts, f"PostgreSQL sink {self.name!r} could not {what}", exc) from None
-        except BaseException:
-            self._reset()
-            raise
+        for attempt in (1, 2):
+            reused = self._conn is not None and not self._conn.closed
+            try:
+                if not reused:
+                    self._conn = pg.connect(self.opts, f"PostgreSQL sink {self.name!r} could not connect")
+                with self._conn.cursor() as cur:
+                    out = body(cur)
+                self._conn.commit()
+                return out
+            except psycopg2.Error as exc:
+                lost = exc.pgcode is None and bool(self._conn is None or self._conn.closed)
+                self._reset()
+                if not (lost and reused and attempt == 1):
+                    raise pg.pg_error(self.opts, f"PostgreSQL sink {self.name!r} could not {what}", exc) from None
+            except BaseException:
+                self._reset()
+                raise
+        raise AssertionError("unreachable")
 
     def setup(self, with_epochs: bool) -> None:
         """Create or check the table (and ``laminardb_epochs``)."""
@@ -99,7 +111,8 @@ class _Target:
 
         def body(cur: Any) -> None:
             pg.ensure_table(cur, self.opts, schema, self.name)
-            if with_epochs:
+            cur.execute("SELECT to_regclass(%s)", (self.epochs,))
+            if with_epochs and cur.fetchone()[0] is None:  # IF NOT EXISTS alone needs CREATE on the schema
                 cur.execute(f"CREATE TABLE IF NOT EXISTS {self.epochs} (sink text NOT NULL, writer text NOT NULL, "
                             "epoch bigint NOT NULL, target text NOT NULL, rows bigint NOT NULL, "
                             "committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink, writer, epoch))")
@@ -245,6 +258,7 @@ class ExactlyOncePostgresSink(TwoPhaseSink):
                 self.epochs_committed += 1
                 self.rows_committed += table.num_rows
             self._recorded = max(self._recorded, e)
+            _crash_point("after_postgres_commit")
             self._stage.drop(e)  # a crash before this: the transaction is recorded, recovery skips it
 
     def abort(self, epoch: int) -> None:
