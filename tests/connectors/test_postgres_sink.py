@@ -178,7 +178,7 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
     seed = int(os.environ.get("LAMINARDB_CRASH_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     n = 2135
-    cfg = {"db": str(tmp_path / "db"), "url": pg.url(), "rows": n, "batch": 30, "pause": 0.01,
+    cfg = {"db": str(tmp_path / "db"), "url": pg.url(), "rows": n, "batch": 20, "pause": 0.02,
            "interval": "100ms"}
     cfg_path = tmp_path / "cfg.json"
     cfg_path.write_text(json.dumps(cfg))
@@ -198,7 +198,7 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
             p = _spawn(cfg_path, log)
             procs.append(p)
             assert _wait_for_more(log, "resume at", before, p, _CHILD_TIMEOUT_S), log.read_text()[-3000:]
-            time.sleep(rng.uniform(0.1, 1.0))
+            time.sleep(rng.uniform(0.2, 1.2))
             p.kill()
             p.wait(30)
         cfg["finish"] = True
@@ -213,7 +213,8 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
                 p.kill()
                 p.wait(30)
     resumed = [int(line.split()[-1]) for line in log.read_text().splitlines() if line.startswith("resume at")]
-    assert len(resumed) == 6 and resumed[-1] > 0, f"seed {seed}: {resumed}"
+    # (a crash point may strike before the first "resume at": a checkpoint of the empty database)
+    assert len(resumed) >= 5 and len({r for r in resumed if 0 < r < n}) >= 2, f"seed {seed}: {resumed}"
     per_key = pg.rows("SELECT k, count(*), count(DISTINCT seq), min(seq), max(seq) FROM seq_out GROUP BY k ORDER BY k")
     assert per_key == [(f"k{k}", c, c, 0, c - 1) for k, c in
                        ((k, len(range(k, n, KEYS))) for k in range(KEYS))], f"seed {seed}: gaps or duplicates"
