@@ -89,9 +89,12 @@ def raw_copy(conn, table_name: str, epochs: list[pa.Table]) -> float:
     return time.perf_counter() - t0
 
 
-def run_sink(url: str, table_name: str, epochs: list[pa.Table], *, key: str | None, schema: pa.Schema,
-             stage: Path) -> float:
+def run_sink(conn, url: str, table_name: str, epochs: list[pa.Table], *, key: str | None,
+             schema: pa.Schema, stage: Path) -> float:
     shutil.rmtree(stage, ignore_errors=True)
+    with conn.cursor() as cur:  # a fresh table (a new stage is a new writer: it would append again)
+        cur.execute(f"DROP TABLE IF EXISTS {table_name}")
+    conn.commit()
     opts = {"url": url, "table": table_name, **({"primary_key": key} if key else {})}
     s = ExactlyOncePostgresSink(name=table_name, schema=schema, options=opts, stage_dir=stage)
     try:
@@ -128,10 +131,10 @@ def main() -> None:
         for _ in range(a.repeat):
             for label, fn in [
                 ("raw COPY (psycopg2)", lambda: raw_copy(conn, "raw_t", append)),
-                ("sink append (COPY)", lambda: run_sink(url, "app_t", append, key=None, schema=SCHEMA,
+                ("sink append (COPY)", lambda: run_sink(conn, url, "app_t", append, key=None, schema=SCHEMA,
                                                         stage=tmp / "app")),
                 ("raw COPY of the changelog rows", lambda: raw_copy(conn, "rawc_t", changes)),
-                ("sink upsert (changelog)", lambda: run_sink(url, "up_t", changes, key="k", schema=CHANGELOG,
+                ("sink upsert (changelog)", lambda: run_sink(conn, url, "up_t", changes, key="k", schema=CHANGELOG,
                                                              stage=tmp / "up")),
             ]:
                 best[label] = min(best.get(label, float("inf")), fn())
