@@ -63,6 +63,9 @@ class _Target:
     """The table a sink writes: options, connection, the stream's columns."""
 
     def __init__(self, name: str, schema: pa.Schema, options: dict[str, str]) -> None:
+        from laminardb._extras import require
+
+        require("psycopg2", extra="postgres", for_what=f"PostgreSQL sink {name!r}")
         self.name = name
         self.opts = pg.read_options(name, options)
         self.schema = schema
