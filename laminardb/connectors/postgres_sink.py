@@ -34,6 +34,7 @@ from laminardb.connectors import _postgres as pg
 from laminardb.connectors._sinks import conform_to_sink
 from laminardb.connectors.exceptions import (
     PostgresConfigError,
+    PostgresPrivilegeError,
     SinkClosedError,
     SinkWriteError,
 )
@@ -119,8 +120,23 @@ class _Target:
                 cur.execute(f"CREATE TABLE IF NOT EXISTS {self.epochs} (sink text NOT NULL, writer text NOT NULL, "
                             "epoch bigint NOT NULL, target text NOT NULL, rows bigint NOT NULL, "
                             "committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink, writer, epoch))")
+            self._check_privileges(cur, with_epochs)
 
         self.transaction(f"prepare table {self.opts.qualified}", body)
+
+    def _check_privileges(self, cur: Any, with_epochs: bool) -> None:
+        """Refuse the sink now, not at every checkpoint, when its role cannot write."""
+        need = [(pg._ident(self.opts.schema, self.opts.table), p)
+                for p in ("INSERT", *(("UPDATE", "DELETE") if self.opts.primary_key else ()))]
+        if with_epochs:
+            need += [(self.epochs, "SELECT"), (self.epochs, "INSERT")]
+        cur.execute("SELECT " + ", ".join(["has_table_privilege(%s, %s)"] * len(need)),
+                    [x for pair in need for x in pair])
+        missing = [f"{p} ON {t}" for (t, p), ok in zip(need, cur.fetchone(), strict=True) if not ok]
+        if missing:
+            raise PostgresPrivilegeError(
+                f"PostgreSQL sink {self.name!r} ({self.opts.where}) lacks {', '.join(missing)}: GRANT "
+                f"{', '.join(missing)} TO the sink's role, then create the sink again")
 
     @property
     def epochs(self) -> str:

@@ -349,7 +349,10 @@ def test_bad_options_and_tables_give_typed_errors(pg: Pg, role: str) -> None:
         (f"{good}, table = 'extra_required'", PostgresSchemaError, "'z' is NOT NULL"),
         (f"{good}, table = 'nosuchschema.t'", PostgresConfigError, "schema"),
         (f"url = '{pg.url(role)}', table = 'private.t'", PostgresPrivilegeError, "GRANT"),
+        (f"url = '{pg.url(role)}', table = 'readonly_t'", PostgresPrivilegeError, "INSERT ON"),
     ]
+    pg.rows("CREATE TABLE readonly_t (k text, v bigint)")
+    pg.rows(f'GRANT SELECT ON readonly_t TO "{role}"')
     pg.rows("CREATE SCHEMA private")
     with laminardb.open() as db:
         db.execute("CREATE SOURCE ev (k VARCHAR, v BIGINT)")
