@@ -1,4 +1,4 @@
-"""Errors of the connectors (LDB-4xxx): file sources and sinks.
+"""Errors of the connectors (LDB-4xxx): files, Kafka, Delta Lake and PostgreSQL sinks.
 
 Every message says what went wrong and what to do about it. Rows that merely fail to convert
 are *not* errors: readers keep the valid rows and report the rest (see ``files.ReadReport``).
@@ -31,6 +31,12 @@ __all__ = [
     "IcebergCatalogError",
     "IcebergCommitError",
     "IcebergChangelogError",
+    "PostgresAuthError",
+    "PostgresConfigError",
+    "PostgresPrivilegeError",
+    "PostgresSchemaError",
+    "PostgresUnavailableError",
+    "PostgresWriteError",
 ]
 
 
@@ -183,3 +189,39 @@ class IcebergChangelogError(ConnectorError, ValueError):
     writes no equality deletes, so retractions cannot be applied; sink an append-only stream."""
 
     code = "LDB-4063"
+class PostgresConfigError(ConnectorError, ValueError):
+    """A PostgreSQL sink option is missing, unknown or invalid, or the database does not exist."""
+
+    code = "LDB-4090"
+
+
+class PostgresUnavailableError(ConnectorError, ConnectionError):
+    """The PostgreSQL server cannot be reached (down, wrong host/port, network)."""
+
+    code = "LDB-4091"
+
+
+class PostgresAuthError(ConnectorError, PermissionError):
+    """The PostgreSQL server refused the sink's login (wrong user or password, pg_hba.conf)."""
+
+    code = "LDB-4092"
+
+
+class PostgresPrivilegeError(ConnectorError, PermissionError):
+    """The sink's role lacks a privilege it needs on the table, its schema or laminardb_epochs."""
+
+    code = "LDB-4093"
+
+
+class PostgresSchemaError(SinkSchemaError):
+    """The existing table's columns, types or key do not fit the stream, or a stream type has
+    no PostgreSQL column type."""
+
+    code = "LDB-4094"
+
+
+class PostgresWriteError(SinkWriteError):
+    """Writing an epoch's rows into PostgreSQL failed (lock timeout, constraint, server error);
+    the staged rows are kept and written at the next checkpoint."""
+
+    code = "LDB-4095"

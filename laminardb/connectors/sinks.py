@@ -20,7 +20,8 @@ from laminardb.sql.exceptions import UnsupportedSqlError
 __all__ = ["make_sink"]
 
 _CONNECTORS = ("FILE (path = '…', format = 'jsonl'[, partitioned_by = 'col, …'])", "KAFKA (brokers = '…', topic = '…')",
-               "DELTA_LAKE (path = '…')", "ICEBERG (warehouse = '…', table = 'namespace.name')")
+               "DELTA_LAKE (path = '…')", "ICEBERG (warehouse = '…', table = 'namespace.name')",
+               "POSTGRES (url = 'postgresql://…', table = '…')")
 
 
 def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
@@ -45,6 +46,8 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         ICEBERG: an :class:`~laminardb.connectors.iceberg_sink.IcebergSink` (durable only).
         KAFKA: an :class:`~laminardb.connectors.kafka_sink.ExactlyOnceKafkaSink` with
         ``delivery.guarantee = 'exactly-once'`` (durable only), else a ``KafkaSink``.
+        POSTGRES: an :class:`~laminardb.connectors.postgres_sink.ExactlyOncePostgresSink` when
+        durable, else a ``PostgresSink`` (at-least-once).
 
     Raises:
         UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE/ICEBERG in memory. (Unknown
@@ -112,6 +115,13 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
 
         return IcebergSink(name=stmt.name, schema=schema, options=stmt.options,
                            stage_dir=os.path.join(stage_root, _dir_name(stmt.name)))
+    if connector in ("postgres", "postgresql"):
+        from laminardb.connectors.postgres_sink import ExactlyOncePostgresSink, PostgresSink
+
+        if durable and stage_root is not None:
+            return ExactlyOncePostgresSink(name=stmt.name, schema=schema, options=stmt.options,
+                                           stage_dir=os.path.join(stage_root, _dir_name(stmt.name)))
+        return PostgresSink(name=stmt.name, schema=schema, options=stmt.options)
     raise UnsupportedSqlError(f"sink connector {stmt.connector.upper()} is not available; use "
                               f"{', '.join(_CONNECTORS[:-1])} or {_CONNECTORS[-1]}")
 
@@ -132,6 +142,8 @@ def sink_class_name(stmt: ddl.CreateSink, *, durable: bool) -> str:
         return "DeltaLakeSink"
     if connector == "iceberg":
         return "IcebergSink"
+    if connector in ("postgres", "postgresql"):
+        return "ExactlyOncePostgresSink" if durable else "PostgresSink"
     return stmt.connector
 
 
@@ -143,7 +155,7 @@ def is_two_phase(stmt: ddl.CreateSink) -> bool:
         from laminardb.connectors.kafka_sink import delivery_guarantee
 
         return delivery_guarantee(stmt.options) == "exactly-once"
-    return connector in ("file", "delta_lake", "deltalake", "delta", "iceberg", "postgres")
+    return connector in ("file", "delta_lake", "deltalake", "delta", "iceberg", "postgres", "postgresql")
 
 
 def _dir_name(name: str) -> str:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests._services.procs import free_port, kill_proc, wait_until
+from tests._services.procs import free_port, kill_proc, process_alive, wait_until
 
 __all__ = ["MariaDB", "Postgres", "mariadb_available", "postgres_available", "start_mariadb",
            "start_postgres"]
@@ -105,22 +105,41 @@ class Postgres:
         self._made.append(name)
         return name
 
+    def _postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data_dir / "data" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def log(self) -> str:
         path = self.data_dir / "server.log"
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def stop(self) -> None:
-        """Fast shutdown (SIGINT), then SIGKILL if it lingers; the data directory is removed."""
-        if self.proc.poll() is None:
-            # the whole process group: as root, ``proc`` is runuser, which does not pass SIGINT on
+        """Fast shutdown (SIGINT), then SIGKILL if it lingers; the data directory is removed.
+
+        The signals go to the server's process group: as root the server runs under
+        ``runuser``, which does not pass SIGINT on, and killing only ``runuser`` would leave
+        the server running."""
+        server = self._postmaster_pid()
+
+        def gone() -> bool:
+            return not process_alive(server) if server else self.proc.poll() is not None
+
+        for sig in (signal.SIGINT, signal.SIGKILL):
+            if gone():
+                break
             try:
-                os.killpg(self.proc.pid, signal.SIGINT)
-                self.proc.wait(timeout=15)
+                os.killpg(self.proc.pid, sig)  # runuser and the server share the group
             except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                kill_proc(self.proc, hard=True)
+                break
+            try:
+                wait_until(gone, timeout=15, interval=0.05, what="PostgreSQL to stop")
+                break
+            except TimeoutError:
+                continue
+        if self.proc.poll() is None:
+            kill_proc(self.proc, hard=True)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
