@@ -20,6 +20,7 @@ Before the snapshot's poll has returned, the state says so and a restart snapsho
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any
 
@@ -36,6 +37,8 @@ from laminardb.connectors.changelog_source import weighted_batch
 from laminardb.connectors.exceptions import CdcConfigError, CdcSchemaError, CdcUnavailableError
 
 __all__ = ["MySqlCdcSource", "check_binlog_settings"]
+
+_log = logging.getLogger(__name__)
 
 _STATE_VERSION = 1
 _SNAPSHOT_CHUNK_ROWS = 10_000  # rows fetched from the server-side cursor per Arrow conversion
@@ -111,6 +114,10 @@ class MySqlCdcSource:
         finally:
             conn.close()
         self._signatures: dict[tuple[int, ...], list[int]] = {}
+        p = self._position
+        at = None if p is None else f"GTID {p.gtid}" if p.gtid is not None else f"{p.file}:{p.pos}"
+        _log.info("source %s: %s", name, f"snapshot of {self._where} first" if at is None
+                  else f"binlog of {self._where} resumes at {at}")
 
     # -- connecting and checking -------------------------------------------------------------
 
