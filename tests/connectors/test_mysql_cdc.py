@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import laminardb
-from laminardb.connectors.exceptions import CdcConfigError, CdcSchemaError
+from laminardb.connectors.exceptions import CdcConfigError, CdcPositionLostError, CdcSchemaError
 from laminardb.connectors.mysql_cdc import MySqlCdcSource, check_binlog_settings
 from laminardb.sql.plan import WEIGHT
 from tests._services.procs import wait_until
@@ -303,3 +303,38 @@ def test_bad_declarations_are_refused_at_start(maria, sources) -> None:
         cur.execute("CREATE TABLE e (id INT PRIMARY KEY, c ENUM('a', 'b')) DEFAULT CHARSET = utf8mb4")
     with pytest.raises(CdcSchemaError, match="enum.*leave the column out"):
         sources(server, db, table="e", schema=pa.schema([("id", pa.int32()), ("c", pa.string())]))
+
+
+def test_a_killed_binlog_connection_resumes_from_the_last_whole_transaction(maria, sources) -> None:
+    server, db, conn = maria
+    random_changes(conn, random.Random(21), 30)
+    src = sources(server, db)
+    got: list[pa.RecordBatch] = []
+    rng = random.Random(22)
+    for _ in range(3):
+        random_changes(conn, rng, 20)
+        _poll_until(src, got, lambda: +_fold(got) == _table(conn))
+        for pid in wait_until(lambda: src.poll(10)[0] is None and _binlog_dumps(conn), timeout=10,
+                              what="the reader's binlog connection"):
+            with conn.cursor() as cur:  # the server drops the reader's binlog connection
+                cur.execute(f"KILL {int(pid)}")
+    random_changes(conn, rng, 20)
+    _poll_until(src, got, lambda: +_fold(got) == _table(conn))
+    assert all(w in (0, 1) for w in _fold(got).values())
+
+
+def _binlog_dumps(conn: Any) -> list[int]:
+    with conn.cursor() as cur:
+        cur.execute("SHOW PROCESSLIST")
+        return [r[0] for r in cur.fetchall() if r[4] == "Binlog Dump"]
+
+
+def test_a_position_no_longer_in_the_binlog_stops_the_source(maria, sources) -> None:
+    server, db, conn = maria
+    src = sources(server, db)
+    src.poll(100)
+    state = {**src.checkpoint_state(), "gtid": "0-1-999999999"}  # never written: not in the binlog
+    src.close()
+    src = sources(server, db, restore_state=state)
+    with pytest.raises(CdcPositionLostError, match=r"LDB-4072.*no longer has the binlog at GTID 0-1-999999999"):
+        _poll_for_error(src)
