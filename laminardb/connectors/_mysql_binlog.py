@@ -38,6 +38,8 @@ _READ_TIMEOUT_S = 30  # socket timeout of the stream (the server heartbeats well
 _BACKOFF_S = (0.2, 5.0)  # first and longest wait between reconnects
 _MAX_QUEUED_ROWS = 200_000  # the reader waits (the server's TCP send blocks) beyond this
 _POSITION_LOST = 1236  # ER_MASTER_FATAL_ERROR_READING_BINLOG: file purged / GTID not in binlog
+# query events logged *inside* a transaction; any other (COMMIT, a DDL statement) ends it
+_INSIDE = ("BEGIN", "SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT")
 _ACCESS_DENIED = (1044, 1045, 1142, 1227)  # retrying cannot fix a missing grant
 
 
@@ -236,7 +238,7 @@ class BinlogReader:
                 elif isinstance(event, (WriteRowsEvent, DeleteRowsEvent, UpdateRowsEvent)):
                     _add_rows(txn, event, ordinals)
                 elif isinstance(event, XidEvent) or (
-                        isinstance(event, QueryEvent) and _query(event) != "BEGIN"):
+                        isinstance(event, QueryEvent) and not _query(event).startswith(_INSIDE)):
                     self._commit(txn, gtid, stream.log_file, stream.log_pos)
                     txn, gtid = Transaction(), None
         finally:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -101,6 +102,7 @@ class MySqlCdcSource:
         self._closed = False
         self._reader: BinlogReader | None = None
         self._ctl: Any = None  # lag()'s connection, opened when first asked
+        self._ctl_lock = threading.Lock()  # lag() is asked from flush() and metrics() threads
         conn = self._connect()
         try:
             self._check_server(conn)
@@ -316,15 +318,16 @@ class MySqlCdcSource:
         if reader is None:
             return 1
         queued = reader.queued_rows()
-        try:
-            if self._ctl is None:
-                self._ctl = self._connect()
-            with self._ctl.cursor() as cur:
-                cur.execute("SHOW MASTER STATUS")
-                file, pos = cur.fetchone()[:2]
-        except Exception:  # noqa: BLE001 - unknown is not behind; fetch_failure() says why
-            self._ctl = None
-            return queued
+        with self._ctl_lock:
+            try:
+                if self._ctl is None:
+                    self._ctl = self._connect()
+                with self._ctl.cursor() as cur:
+                    cur.execute("SHOW MASTER STATUS")
+                    file, pos = cur.fetchone()[:2]
+            except Exception:  # noqa: BLE001 - unknown is not behind; fetch_failure() says why
+                self._ctl = None
+                return queued
         read = (reader.read_file or "", reader.read_pos or 0)
         return queued + (1 if read < (str(file), int(pos)) else 0)
 
@@ -346,9 +349,10 @@ class MySqlCdcSource:
         self._closed = True
         if self._reader is not None:
             self._reader.close()
-        if self._ctl is not None:
-            self._ctl.close()
-            self._ctl = None
+        with self._ctl_lock:
+            if self._ctl is not None:
+                self._ctl.close()
+                self._ctl = None
 
 
 def _option(options: dict[str, str], key: str, source: str) -> str:

@@ -32,7 +32,9 @@ def random_changes(conn: Any, rng: random.Random, transactions: int) -> None:
             ops = rng.randint(1, 4)
             if ops > 1:
                 cur.execute("BEGIN")
-            for _ in range(ops):
+            for n in range(ops):
+                if n == 2:  # a savepoint is logged inside the transaction: it must not end it
+                    cur.execute("SAVEPOINT sp")
                 i, what = rng.randrange(IDS), rng.random()
                 if what < 0.45:
                     cur.execute("INSERT INTO t VALUES (%s, %s, %s) ON DUPLICATE KEY UPDATE v = v + 1",

@@ -27,8 +27,9 @@ _CHILD_TIMEOUT_S = 90
 
 def _spawn(cfg: Path, log: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, str(HERE / "_mysql_cdc_crash_child.py"), str(cfg)],
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115
+    with open(log, "ab") as out:  # the child holds its own descriptor
+        return subprocess.Popen([sys.executable, str(HERE / "_mysql_cdc_crash_child.py"), str(cfg)],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
 def _wait_started(log: Path, before: int, proc: subprocess.Popen) -> None:
