@@ -30,7 +30,7 @@ def main() -> None:
     logging.basicConfig(stream=sys.stdout, level=logging.WARNING)
     logging.getLogger("laminardb.connectors.mysql_cdc").setLevel(logging.INFO)  # where it resumes
     db = laminardb.open(cfg["db"], config={"checkpoint_interval": "100ms"})
-    db.execute(source_sql(_Server(cfg), cfg["database"], if_not_exists=True))
+    db.execute(source_sql(_Server(cfg), cfg["database"], if_not_exists=True, extra=cfg.get("options")))
     db.execute(VIEW_SQL)
     db.start()
     print("started", flush=True)

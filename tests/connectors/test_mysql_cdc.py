@@ -50,9 +50,10 @@ def sources() -> Any:
     made: list[MySqlCdcSource] = []
 
     def make(server: Any, db: str, *, schema: pa.Schema = _SCHEMA, table: str = "t",
-             key: tuple[str, ...] = ("id",), **kw: Any) -> MySqlCdcSource:
+             key: tuple[str, ...] = ("id",), extra: dict[str, str] | None = None,
+             **kw: Any) -> MySqlCdcSource:
         src = MySqlCdcSource(name="src", schema=schema, primary_key=key,
-                             options=options(server, db, table), **kw)
+                             options={**options(server, db, table), **(extra or {})}, **kw)
         made.append(src)
         return src
 
@@ -145,6 +146,45 @@ def test_resume_from_checkpoint_state_reads_each_transaction_once(maria, sources
         src = sources(server, db, restore_state=state)
     _poll_until(src, got, lambda: +_fold(got) == _table(conn))
     assert all(w in (0, 1) for w in _fold(got).values())
+
+
+def test_a_restart_inside_a_chunked_snapshot_goes_on_without_gap_or_overlap(maria, sources) -> None:
+    server, db, conn = maria
+    rng = random.Random(31)
+    random_changes(conn, rng, 300, ids=200)
+    chunk = {"scan.incremental.snapshot.chunk.size": "9"}
+    src = sources(server, db, extra=chunk)
+    got: list[pa.RecordBatch] = []
+    for _ in range(4):  # stop after two chunks each time: the snapshot spans several positions
+        for _ in range(2):
+            batch, _ = src.poll(100)
+            assert batch is not None and batch.num_rows == 9
+            got.append(batch)
+        state = src.checkpoint_state()
+        assert "snapshot" in state
+        src.close()
+        # rows on both sides of the chunk boundary change, and move across it
+        random_changes(conn, rng, 40, ids=200)
+        src = sources(server, db, extra=chunk, restore_state=state)
+    assert len(state["snapshot"]) == 4
+    random_changes(conn, rng, 40, ids=200)
+    _poll_until(src, got, lambda: +_fold(got) == _table(conn))
+    assert all(w in (0, 1) for w in _fold(got).values())
+    random_changes(conn, rng, 40, ids=200)  # past every snapshot position: the filter is gone
+    _poll_until(src, got, lambda: +_fold(got) == _table(conn) and not src.checkpoint_state()["segments"])
+
+
+def test_latest_offset_skips_the_snapshot(maria, sources) -> None:
+    server, db, conn = maria
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (1, 1, 10), (2, 2, 20)")
+    src = sources(server, db, extra={"scan.startup.mode": "latest-offset"})
+    with conn.cursor() as cur:
+        cur.execute("UPDATE t SET v = 11 WHERE id = 1")
+        cur.execute("INSERT INTO t VALUES (3, 3, 30)")
+    got: list[pa.RecordBatch] = []
+    _poll_until(src, got, lambda: sum(b.num_rows for b in got) >= 3)
+    assert _fold(got) == collections.Counter({(1, 1, 10): -1, (1, 1, 11): 1, (3, 3, 30): 1})
 
 
 def test_view_over_the_source_equals_mariadbs_group_by(maria) -> None:

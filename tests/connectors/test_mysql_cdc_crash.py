@@ -22,6 +22,7 @@ from tests.connectors._mysql_cdc_util import TABLE_DDL, group_by, random_changes
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 KILLS = 3
+_IDS = 2000  # primary keys of the random changes
 _CHILD_TIMEOUT_S = 90
 
 
@@ -45,9 +46,11 @@ def test_sigkilled_durable_pipeline_ends_equal_to_mariadbs_group_by(mariadb_serv
     conn = mariadb_server.connect(database)
     with conn.cursor() as cur:
         cur.execute(TABLE_DDL)
-    random_changes(conn, random.Random(11), 100)  # the snapshot's rows
+    random_changes(conn, random.Random(11), 1500, ids=_IDS)  # the snapshot's rows
+    # small snapshot chunks: the first kill may land inside the snapshot (a restart goes on there)
     cfg = {"db": str(tmp_path / "db"), "host": mariadb_server.host, "port": mariadb_server.port,
-           "database": database, "out": str(tmp_path / "out.json")}
+           "database": database, "out": str(tmp_path / "out.json"),
+           "options": {"scan.incremental.snapshot.chunk.size": "5"}}
     cfg_path, log = tmp_path / "cfg.json", tmp_path / "child.log"
     cfg_path.write_text(json.dumps(cfg))
     stop = threading.Event()
@@ -57,7 +60,7 @@ def test_sigkilled_durable_pipeline_ends_equal_to_mariadbs_group_by(mariadb_serv
         rng = random.Random(12)
         try:
             while not stop.is_set():
-                random_changes(w, rng, 3)
+                random_changes(w, rng, 3, ids=_IDS)
                 time.sleep(0.005)
         finally:
             w.close()
@@ -70,7 +73,7 @@ def test_sigkilled_durable_pipeline_ends_equal_to_mariadbs_group_by(mariadb_serv
             proc = _spawn(cfg_path, log)
             try:
                 _wait_started(log, kill, proc)
-                time.sleep(rng.uniform(0.2, 1.2))  # mid-snapshot, mid-stream, mid-checkpoint
+                time.sleep(rng.uniform(0.05, 0.4) if kill == 0 else rng.uniform(0.2, 1.2))
             finally:
                 kill_proc(proc, hard=True)
     finally:
