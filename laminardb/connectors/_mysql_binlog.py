@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from laminardb.connectors.exceptions import CdcPositionLostError
+from laminardb.connectors.exceptions import CdcConfigError, CdcPositionLostError
 
 __all__ = ["BinlogReader", "Position", "Transaction"]
 
@@ -38,6 +38,9 @@ _READ_TIMEOUT_S = 30  # socket timeout of the stream (the server heartbeats well
 _BACKOFF_S = (0.2, 5.0)  # first and longest wait between reconnects
 _MAX_QUEUED_ROWS = 200_000  # the reader waits (the server's TCP send blocks) beyond this
 _POSITION_LOST = 1236  # ER_MASTER_FATAL_ERROR_READING_BINLOG: file purged / GTID not in binlog
+# query events logged *inside* a transaction; any other (COMMIT, a DDL statement) ends it
+_INSIDE = ("BEGIN", "SAVEPOINT", "ROLLBACK TO", "RELEASE SAVEPOINT")
+_ACCESS_DENIED = (1044, 1045, 1142, 1227)  # retrying cannot fix a missing grant
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,13 @@ class BinlogReader:
                 if getattr(exc, "permanent", False):
                     self._fail(exc)
                     return
-                if isinstance(exc, pymysql.err.OperationalError) and exc.args and exc.args[0] == _POSITION_LOST:
+                code = exc.args[0] if isinstance(exc, pymysql.err.MySQLError) and exc.args else None
+                if code in _ACCESS_DENIED:
+                    self._fail(CdcConfigError(
+                        f"source {self._name!r}: the server refused the binlog connection ({exc.args[-1]}); "
+                        "grant the user REPLICATION SLAVE and REPLICATION CLIENT"))
+                    return
+                if code == _POSITION_LOST:
                     where = f"GTID {self._gtid_text()}" if self._mariadb else f"{self._file}:{self._pos}"
                     self._fail(CdcPositionLostError(
                         f"source {self._name!r}: the server no longer has the binlog at {where} "
@@ -229,7 +238,7 @@ class BinlogReader:
                 elif isinstance(event, (WriteRowsEvent, DeleteRowsEvent, UpdateRowsEvent)):
                     _add_rows(txn, event, ordinals)
                 elif isinstance(event, XidEvent) or (
-                        isinstance(event, QueryEvent) and _query(event) != "BEGIN"):
+                        isinstance(event, QueryEvent) and not _query(event).startswith(_INSIDE)):
                     self._commit(txn, gtid, stream.log_file, stream.log_pos)
                     txn, gtid = Transaction(), None
         finally:

@@ -20,7 +20,9 @@ Before the snapshot's poll has returned, the state says so and a restart snapsho
 
 from __future__ import annotations
 
+import logging
 import random
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -32,13 +34,22 @@ from laminardb.connectors._mysql_columns import (
     table_columns,
     table_map_matches,
 )
+from laminardb.connectors._mysql_snapshot import (
+    Segment,
+    SegmentFilter,
+    SnapshotReader,
+    after,
+    chunkable,
+)
 from laminardb.connectors.changelog_source import weighted_batch
 from laminardb.connectors.exceptions import CdcConfigError, CdcSchemaError, CdcUnavailableError
 
 __all__ = ["MySqlCdcSource", "check_binlog_settings"]
 
+_log = logging.getLogger(__name__)
+
 _STATE_VERSION = 1
-_SNAPSHOT_CHUNK_ROWS = 10_000  # rows fetched from the server-side cursor per Arrow conversion
+_SNAPSHOT_CHUNK_ROWS = 8096  # snapshot rows per poll (Flink CDC's scan.incremental.snapshot.chunk.size)
 _MAX_POLL_ROWS = 65_536  # binlog rows per poll (whole transactions; one may exceed it)
 _SERVER_IDS = (1 << 24, (1 << 32) - 1)  # random default server-id: far from hand-picked ones
 _CONNECT_TIMEOUT_S = 10
@@ -94,10 +105,12 @@ class MySqlCdcSource:
             "user": _option(options, "username", name), "password": str(options.get("password", "")),
             "connect_timeout": _int(options, "connect.timeout", _CONNECT_TIMEOUT_S, name)}
         self.server_id = _int(options, "server-id", random.randint(*_SERVER_IDS), name)
+        self._chunk_rows = max(1, _int(options, "scan.incremental.snapshot.chunk.size", _SNAPSHOT_CHUNK_ROWS, name))
         self.rows_read = 0
         self._closed = False
         self._reader: BinlogReader | None = None
         self._ctl: Any = None  # lag()'s connection, opened when first asked
+        self._ctl_lock = threading.Lock()  # lag() is asked from flush() and metrics() threads
         conn = self._connect()
         try:
             self._check_server(conn)
@@ -105,12 +118,24 @@ class MySqlCdcSource:
             self._check_table(conn, primary_key)
             self._plans = plan_columns(name, schema, self._upstream, self._where,
                                        charsets_logged=self._charsets_logged)
-            self._position = _restored(name, self._where, restore_state)
-            if self._position is None and mode == "latest-offset":
+            by_name = {p.name.lower(): i for i, p in enumerate(self._plans)}
+            self._key_idx = [by_name[k.lower()] for k in self._key_cols]
+            # the stream's position (None: the snapshot is not complete) and the snapshot's key
+            # ranges with their positions (_mysql_snapshot); a restart inside a snapshot goes on
+            self._position, self._segments = _restored(name, self._where, restore_state)
+            if self._position is None and not self._segments and mode == "latest-offset":
                 self._position = self._current_position(conn)
         finally:
             conn.close()
+        self._snapshot: SnapshotReader | None = None
+        self._filter = (SegmentFilter(self._segments, self._plans, self._key_idx)
+                        if self._position is not None and len(self._segments) > 1 else None)
         self._signatures: dict[tuple[int, ...], list[int]] = {}
+        p = self._position
+        at = None if p is None else f"GTID {p.gtid}" if p.gtid is not None else f"{p.file}:{p.pos}"
+        _log.info("source %s: %s", name, f"binlog of {self._where} resumes at {at}" if at is not None
+                  else f"snapshot of {self._where} goes on after key {self._segments[-1].upto}"
+                  if self._segments else f"snapshot of {self._where} first")
 
     # -- connecting and checking -------------------------------------------------------------
 
@@ -154,10 +179,12 @@ class MySqlCdcSource:
         if engine.lower() != "innodb":
             raise CdcConfigError(f"source {self.name!r}: table {self._where} uses the {engine} engine; "
                                  "a consistent snapshot needs InnoDB: ALTER TABLE … ENGINE = InnoDB")
-        if sorted(upstream_key) != sorted(k.lower() for k in primary_key):
+        declared = {f.name.lower() for f in self.schema}
+        if sorted(upstream_key) != sorted(k.lower() for k in primary_key) or not set(upstream_key) <= declared:
             raise CdcConfigError(
                 f"source {self.name!r}: declared PRIMARY KEY ({', '.join(primary_key)}) is not the primary "
                 f"key of {self._where} ({', '.join(upstream_key) or 'none'}); declare the table's own key")
+        self._key_cols = [c.name for k in upstream_key for c in self._upstream if c.name.lower() == k]
 
     def _current_position(self, conn: Any) -> Position:
         with conn.cursor() as cur:
@@ -176,7 +203,7 @@ class MySqlCdcSource:
         if self._closed:
             return None, None
         if self._position is None:
-            return self._snapshot(), None
+            return self._snapshot_chunk(), None
         if self._reader is None:
             self._reader = self._start_reader(self._position)
         txns = self._reader.take(_MAX_POLL_ROWS, timeout_ms / 1000)
@@ -185,41 +212,63 @@ class MySqlCdcSource:
         self._position = txns[-1].end
         return self._batch(txns), None
 
-    def _snapshot(self) -> pa.RecordBatch | None:
-        """The table as of one binlog position, read in chunks column-wise into Arrow; the
-        position becomes the stream's start, so nothing is missed or read twice."""
+    def _snapshot_chunk(self) -> pa.RecordBatch | None:
+        """The next chunk of the snapshot (keys in order; the whole table at once unless the
+        primary key is all-integer, see ``_mysql_snapshot``); after the last, the stream's start:
+        the earliest snapshot position, so nothing is missed or read twice."""
         import pymysql
 
+        try:
+            if self._snapshot is None:
+                self._snapshot = self._open_snapshot()
+            snap = self._snapshot
+            arrays, n = snap.next_chunk()
+        except pymysql.err.MySQLError as exc:
+            if self._snapshot is not None and self._snapshot.rows == 0:
+                self._segments.pop()  # this snapshot delivered nothing: the next one replaces it
+            self._drop_snapshot()
+            raise CdcUnavailableError(f"source {self.name!r}: the snapshot of {self._where} failed: "
+                                      f"{exc.args[-1]} (retried)") from None
+        if snap.done:
+            self._drop_snapshot()
+            self._segments[-1] = Segment(None, snap.position)
+            self._position = min((g.at for g in self._segments), key=lambda p: (p.file or "", p.pos or 0))
+            if len(self._segments) > 1:
+                self._filter = SegmentFilter(self._segments, self._plans, self._key_idx)
+            else:
+                self._segments = []
+        else:
+            self._segments[-1] = Segment(snap.last_key, snap.position)
+        if not n:
+            return None
+        self.rows_read += n
+        return weighted_batch(self.schema, arrays, pa.array([1] * n, pa.int64()))
+
+    def _open_snapshot(self) -> SnapshotReader:
         conn = self._connect()
         try:
             self._upstream = table_columns(conn, self.database, self.table)
             self._plans = plan_columns(self.name, self.schema, self._upstream, self._where,
                                        charsets_logged=self._charsets_logged)
-            with conn.cursor() as cur:
-                cur.execute("SET SESSION time_zone = '+00:00'")  # TIMESTAMP values as UTC
-                cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                position = self._begin_snapshot(cur)
-            cols = ", ".join(f"`{p.name}`" for p in self._plans)
-            chunks: list[list[pa.Array]] = []
-            with conn.cursor(pymysql.cursors.SSCursor) as cur:
-                cur.execute(f"SELECT {cols} FROM `{self.database}`.`{self.table}`")
-                while rows := cur.fetchmany(_SNAPSHOT_CHUNK_ROWS):
-                    values = list(zip(*rows, strict=True))
-                    chunks.append([column_array(p, v, source=self.name)
-                                   for p, v in zip(self._plans, values, strict=True)])
-            conn.commit()
-        except pymysql.err.OperationalError as exc:
-            raise CdcUnavailableError(f"source {self.name!r}: the snapshot of {self._where} failed: "
-                                      f"{exc.args[-1]} (retried)") from None
-        finally:
+            after_key = self._segments[-1].upto if self._segments else None
+            whole = not chunkable(self._plans, self._key_idx)
+            snap = SnapshotReader(conn, source=self.name, table=f"`{self.database}`.`{self.table}`",
+                                  plans=self._plans, key_cols=self._key_cols, key_idx=self._key_idx,
+                                  after_key=after_key, chunk_rows=None if whole else self._chunk_rows,
+                                  begin=self._begin_snapshot)
+        except BaseException:
             conn.close()
-        self._position = position
-        n = sum(len(c[0]) for c in chunks)
-        self.rows_read += n
-        if not n:
-            return None
-        arrays = [pa.concat_arrays([c[i] for c in chunks]) for i in range(len(self._plans))]
-        return weighted_batch(self.schema, arrays, pa.array([1] * n, pa.int64()))
+            raise
+        self._segments.append(Segment(after_key, snap.position))  # empty so far: (after_key, after_key]
+        return snap
+
+    def _drop_snapshot(self) -> None:
+        if self._snapshot is not None:
+            snap, self._snapshot = self._snapshot, None
+            try:
+                snap.close()
+            except Exception:  # noqa: BLE001 - a broken connection: nothing left to release
+                pass
 
     def _begin_snapshot(self, cur: Any) -> Position:
         if self.mariadb:  # exact position of the snapshot, writers never blocked
@@ -279,10 +328,22 @@ class MySqlCdcSource:
         return ordinals
 
     def _batch(self, txns: list[Transaction]) -> pa.RecordBatch | None:
-        rows = [r for t in txns for r in t.rows]
+        rows, weights = [], []
+        for t in txns:
+            flt = self._filter
+            if flt is not None and after(t.end, flt.last):  # past every snapshot segment
+                self._filter, self._segments, flt = None, [], None
+            if flt is None:
+                rows += t.rows
+                weights += t.weights
+            else:
+                for row, w, keep in zip(t.rows, t.weights, flt.keep(t.rows, t.end), strict=True):
+                    if keep:
+                        rows.append(row)
+                        weights.append(w)
         if not rows:
             return None
-        weights = pa.array([w for t in txns for w in t.weights], pa.int64())
+        weights = pa.array(weights, pa.int64())
         values = list(zip(*rows, strict=True))
         arrays = [column_array(p, v, source=self.name) for p, v in zip(self._plans, values, strict=True)]
         self.rows_read += len(rows)
@@ -294,9 +355,11 @@ class MySqlCdcSource:
         """The position after the rows the last poll returned (msgpack-able): MariaDB's GTID
         state and/or the binlog file/offset; ``snapshot`` while it has not been read."""
         p = self._position
+        segments = [g.state() for g in self._segments]
         if p is None:
-            return {"v": _STATE_VERSION, "table": self._where, "snapshot": "pending"}
-        return {"v": _STATE_VERSION, "table": self._where, "gtid": p.gtid, "file": p.file, "pos": p.pos}
+            return {"v": _STATE_VERSION, "table": self._where, "snapshot": segments}
+        return {"v": _STATE_VERSION, "table": self._where, "gtid": p.gtid, "file": p.file, "pos": p.pos,
+                "segments": segments}
 
     def lag(self) -> int:
         """Rows read but not yet returned, plus 1 while the server's binlog is ahead of what
@@ -309,15 +372,16 @@ class MySqlCdcSource:
         if reader is None:
             return 1
         queued = reader.queued_rows()
-        try:
-            if self._ctl is None:
-                self._ctl = self._connect()
-            with self._ctl.cursor() as cur:
-                cur.execute("SHOW MASTER STATUS")
-                file, pos = cur.fetchone()[:2]
-        except Exception:  # noqa: BLE001 - unknown is not behind; fetch_failure() says why
-            self._ctl = None
-            return queued
+        with self._ctl_lock:
+            try:
+                if self._ctl is None:
+                    self._ctl = self._connect()
+                with self._ctl.cursor() as cur:
+                    cur.execute("SHOW MASTER STATUS")
+                    file, pos = cur.fetchone()[:2]
+            except Exception:  # noqa: BLE001 - unknown is not behind; fetch_failure() says why
+                self._ctl = None
+                return queued
         read = (reader.read_file or "", reader.read_pos or 0)
         return queued + (1 if read < (str(file), int(pos)) else 0)
 
@@ -337,11 +401,13 @@ class MySqlCdcSource:
         if self._closed:
             return
         self._closed = True
+        self._drop_snapshot()
         if self._reader is not None:
             self._reader.close()
-        if self._ctl is not None:
-            self._ctl.close()
-            self._ctl = None
+        with self._ctl_lock:
+            if self._ctl is not None:
+                self._ctl.close()
+                self._ctl = None
 
 
 def _option(options: dict[str, str], key: str, source: str) -> str:
@@ -361,10 +427,11 @@ def _int(options: dict[str, str], key: str, default: int, source: str) -> int:
         raise CdcConfigError(f"source {source!r}: option {key!r} must be an integer, not {value!r}") from None
 
 
-def _restored(source: str, where: str, state: dict[str, Any] | None) -> Position | None:
-    """The position of a :meth:`MySqlCdcSource.checkpoint_state` (None: snapshot first)."""
-    if state is None or state.get("snapshot") == "pending":
-        return None
+def _restored(source: str, where: str, state: dict[str, Any] | None) -> tuple[Position | None, list[Segment]]:
+    """The stream position of a :meth:`MySqlCdcSource.checkpoint_state` (None: the snapshot is
+    not complete) and the snapshot's segments."""
+    if state is None:
+        return None, []
     if state.get("v") != _STATE_VERSION:
         from laminardb.checkpoint.exceptions import SnapshotFormatError
 
@@ -373,4 +440,7 @@ def _restored(source: str, where: str, state: dict[str, Any] | None) -> Position
     if state.get("table") != where:
         raise CdcConfigError(f"source {source!r}: the checkpoint holds a position in {state.get('table')}, "
                              f"the source reads {where}: drop and recreate the source to snapshot it")
-    return Position(state.get("gtid"), state.get("file"), state.get("pos"))
+    if "snapshot" in state:
+        return None, [Segment.restore(d) for d in state["snapshot"]]
+    segments = [Segment.restore(d) for d in state.get("segments") or ()]
+    return Position(state.get("gtid"), state.get("file"), state.get("pos")), segments

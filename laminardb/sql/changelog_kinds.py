@@ -39,6 +39,7 @@ CHANGELOG_KINDS: dict[str, ChangelogKind] = {
         "mysql-cdc",
         required=("hostname", "username", "database-name", "table-name"),
         optional=("port", "password", "server-id", "server-time-zone", "scan.startup.mode",
+                  "scan.incremental.snapshot.chunk.size",
                   "connect.timeout")),
 }
 _BY_FLINK_NAME = {k.flink_name: name for name, k in CHANGELOG_KINDS.items()}

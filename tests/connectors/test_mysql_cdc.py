@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 import laminardb
-from laminardb.connectors.exceptions import CdcConfigError, CdcSchemaError
+from laminardb.connectors.exceptions import CdcConfigError, CdcPositionLostError, CdcSchemaError
 from laminardb.connectors.mysql_cdc import MySqlCdcSource, check_binlog_settings
 from laminardb.sql.plan import WEIGHT
 from tests._services.procs import wait_until
@@ -50,9 +50,10 @@ def sources() -> Any:
     made: list[MySqlCdcSource] = []
 
     def make(server: Any, db: str, *, schema: pa.Schema = _SCHEMA, table: str = "t",
-             key: tuple[str, ...] = ("id",), **kw: Any) -> MySqlCdcSource:
+             key: tuple[str, ...] = ("id",), extra: dict[str, str] | None = None,
+             **kw: Any) -> MySqlCdcSource:
         src = MySqlCdcSource(name="src", schema=schema, primary_key=key,
-                             options=options(server, db, table), **kw)
+                             options={**options(server, db, table), **(extra or {})}, **kw)
         made.append(src)
         return src
 
@@ -145,6 +146,45 @@ def test_resume_from_checkpoint_state_reads_each_transaction_once(maria, sources
         src = sources(server, db, restore_state=state)
     _poll_until(src, got, lambda: +_fold(got) == _table(conn))
     assert all(w in (0, 1) for w in _fold(got).values())
+
+
+def test_a_restart_inside_a_chunked_snapshot_goes_on_without_gap_or_overlap(maria, sources) -> None:
+    server, db, conn = maria
+    rng = random.Random(31)
+    random_changes(conn, rng, 300, ids=200)
+    chunk = {"scan.incremental.snapshot.chunk.size": "9"}
+    src = sources(server, db, extra=chunk)
+    got: list[pa.RecordBatch] = []
+    for _ in range(4):  # stop after two chunks each time: the snapshot spans several positions
+        for _ in range(2):
+            batch, _ = src.poll(100)
+            assert batch is not None and batch.num_rows == 9
+            got.append(batch)
+        state = src.checkpoint_state()
+        assert "snapshot" in state
+        src.close()
+        # rows on both sides of the chunk boundary change, and move across it
+        random_changes(conn, rng, 40, ids=200)
+        src = sources(server, db, extra=chunk, restore_state=state)
+    assert len(state["snapshot"]) == 4
+    random_changes(conn, rng, 40, ids=200)
+    _poll_until(src, got, lambda: +_fold(got) == _table(conn))
+    assert all(w in (0, 1) for w in _fold(got).values())
+    random_changes(conn, rng, 40, ids=200)  # past every snapshot position: the filter is gone
+    _poll_until(src, got, lambda: +_fold(got) == _table(conn) and not src.checkpoint_state()["segments"])
+
+
+def test_latest_offset_skips_the_snapshot(maria, sources) -> None:
+    server, db, conn = maria
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (1, 1, 10), (2, 2, 20)")
+    src = sources(server, db, extra={"scan.startup.mode": "latest-offset"})
+    with conn.cursor() as cur:
+        cur.execute("UPDATE t SET v = 11 WHERE id = 1")
+        cur.execute("INSERT INTO t VALUES (3, 3, 30)")
+    got: list[pa.RecordBatch] = []
+    _poll_until(src, got, lambda: sum(b.num_rows for b in got) >= 3)
+    assert _fold(got) == collections.Counter({(1, 1, 10): -1, (1, 1, 11): 1, (3, 3, 30): 1})
 
 
 def test_view_over_the_source_equals_mariadbs_group_by(maria) -> None:
@@ -303,3 +343,38 @@ def test_bad_declarations_are_refused_at_start(maria, sources) -> None:
         cur.execute("CREATE TABLE e (id INT PRIMARY KEY, c ENUM('a', 'b')) DEFAULT CHARSET = utf8mb4")
     with pytest.raises(CdcSchemaError, match="enum.*leave the column out"):
         sources(server, db, table="e", schema=pa.schema([("id", pa.int32()), ("c", pa.string())]))
+
+
+def test_a_killed_binlog_connection_resumes_from_the_last_whole_transaction(maria, sources) -> None:
+    server, db, conn = maria
+    random_changes(conn, random.Random(21), 30)
+    src = sources(server, db)
+    got: list[pa.RecordBatch] = []
+    rng = random.Random(22)
+    for _ in range(3):
+        random_changes(conn, rng, 20)
+        _poll_until(src, got, lambda: +_fold(got) == _table(conn))
+        for pid in wait_until(lambda: src.poll(10)[0] is None and _binlog_dumps(conn), timeout=10,
+                              what="the reader's binlog connection"):
+            with conn.cursor() as cur:  # the server drops the reader's binlog connection
+                cur.execute(f"KILL {int(pid)}")
+    random_changes(conn, rng, 20)
+    _poll_until(src, got, lambda: +_fold(got) == _table(conn))
+    assert all(w in (0, 1) for w in _fold(got).values())
+
+
+def _binlog_dumps(conn: Any) -> list[int]:
+    with conn.cursor() as cur:
+        cur.execute("SHOW PROCESSLIST")
+        return [r[0] for r in cur.fetchall() if r[4] == "Binlog Dump"]
+
+
+def test_a_position_no_longer_in_the_binlog_stops_the_source(maria, sources) -> None:
+    server, db, conn = maria
+    src = sources(server, db)
+    src.poll(100)
+    state = {**src.checkpoint_state(), "gtid": "0-1-999999999"}  # never written: not in the binlog
+    src.close()
+    src = sources(server, db, restore_state=state)
+    with pytest.raises(CdcPositionLostError, match=r"LDB-4072.*no longer has the binlog at GTID 0-1-999999999"):
+        _poll_for_error(src)
