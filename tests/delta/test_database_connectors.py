@@ -67,7 +67,7 @@ def _view(db) -> list[tuple]:
 
 def test_postgres_cdc_on_two_actors_through_a_killed_reader(database, postgres_server) -> None:  # noqa: F811
     """The snapshot, then random changes; the reading actor SIGKILLed mid-stream; the view ends
-    equal to PostgreSQL's own GROUP BY, and the slot never confirms past a committed checkpoint."""
+    equal to PostgreSQL's own GROUP BY, and the slot is confirmed through the reading actor."""
     pg = postgres_server
     name, conn = _pg_table(pg)
     db = database(checkpoint_interval="1s")
@@ -77,6 +77,8 @@ def test_postgres_cdc_on_two_actors_through_a_killed_reader(database, postgres_s
                            database-name = '{name}', table-name = 't', slot.name = 'ray_slot');
         {VIEW};""")
     db.start()
+    wait_until(lambda: db.metrics()["sources"]["cdc"]["rows_in"] >= 200, timeout=60, what="the snapshot")
+    start = _lsn(_slot_confirmed(conn, "ray_slot"))
     rng, next_id = random.Random(7), [1000]
     _changes(conn, rng, next_id, 40)
     wait_until(lambda: db.metrics()["checkpoints"]["checkpoints"] >= 2, timeout=60, what="two checkpoints")
@@ -86,6 +88,26 @@ def test_postgres_cdc_on_two_actors_through_a_killed_reader(database, postgres_s
     truth = _truth(conn)
     wait_until(lambda: _view(db) == truth, timeout=120, interval=0.5, what="the view to equal PostgreSQL's GROUP BY")
     assert len(db.metrics()["database"]["recoveries"]) >= 1
+    # the head's committed checkpoints reach the reading actor, which confirms the slot up to
+    # them: it moves past the slot's start, never past what the source has read
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_current_wal_lsn()::text")
+        end = _lsn(cur.fetchone()[0])
+    wait_until(lambda: _lsn(_slot_confirmed(conn, "ray_slot")) >= end - 2**20 and
+               _lsn(_slot_confirmed(conn, "ray_slot")) > start, timeout=30, what="the slot to be confirmed")
+    read = _lsn(db.metrics()["sources"]["cdc"]["changelog"]["position"])
+    assert _lsn(_slot_confirmed(conn, "ray_slot")) <= read
+
+
+def _lsn(text: str) -> int:
+    hi, lo = text.split("/")
+    return (int(hi, 16) << 32) | int(lo, 16)
+
+
+def _slot_confirmed(conn, slot: str) -> str:
+    with conn.cursor() as cur:
+        cur.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        return cur.fetchone()[0]
 
 
 def test_mysql_cdc_on_two_actors(database, mariadb_server) -> None:  # noqa: F811
