@@ -291,6 +291,28 @@ def test_failed_commits_keep_rows_until_a_later_checkpoint(pg: Pg, role: str, tm
     assert pg.rows("SELECT count(*), count(DISTINCT epoch) FROM laminardb_epochs") == [(5, 5)]
 
 
+def test_a_checkpoint_whose_commit_fails_is_written_by_the_next(pg: Pg, role: str, tmp_path: Path) -> None:
+    """Through the database's own coordinator: the failed commit is counted, not raised, and
+    the next checkpoint applies both epochs, in order."""
+    with laminardb.open(str(tmp_path / "db"), config={"checkpoint_interval": "off"}) as db:
+        db.execute("CREATE SOURCE ev (k VARCHAR, v BIGINT)")
+        db.execute("CREATE STREAM agg AS SELECT k, sum(v) AS s FROM ev GROUP BY k EMIT CHANGES")
+        db.execute(f"CREATE SINK s FROM agg INTO POSTGRES (url = '{pg.url(role)}', table = 'agg_t', primary_key = 'k')")
+        db.start()
+        db.insert("ev", [{"k": "a", "v": 1}, {"k": "b", "v": 2}])
+        db.checkpoint()
+        pg.rows(f'REVOKE UPDATE ON agg_t FROM "{role}"')
+        db.insert("ev", [{"k": "a", "v": 10}])
+        db.checkpoint()  # the commit of epoch 2 fails: logged and counted, the rows kept
+        failures = db.metrics()["checkpoints"]["sink_commit_failures"]
+        assert failures == 1 and pg.rows("SELECT k, s FROM agg_t ORDER BY k") == [("a", 1), ("b", 2)]
+        pg.rows(f'GRANT UPDATE ON agg_t TO "{role}"')
+        db.insert("ev", [{"k": "c", "v": 5}])
+        db.checkpoint()
+        assert pg.rows("SELECT k, s FROM agg_t ORDER BY k") == [("a", 11), ("b", 2), ("c", 5)]
+        assert pg.rows("SELECT epoch FROM laminardb_epochs ORDER BY epoch") == [(1,), (2,), (3,)]
+
+
 def test_unreachable_server_at_commit_keeps_rows(pg: Pg, tmp_path: Path) -> None:
     """The server goes away (here: a proxy in front of it closes) and comes back."""
     from tests.connectors._tcp_proxy import TcpProxy
