@@ -185,7 +185,18 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
     log = tmp_path / "child.log"
     log.touch()
     procs: list[subprocess.Popen] = []
+
+    def kill_at_random() -> None:
+        before = log.read_text(errors="replace").count("resume at")
+        p = _spawn(cfg_path, log)
+        procs.append(p)
+        assert _wait_for_more(log, "resume at", before, p, _CHILD_TIMEOUT_S), log.read_text()[-3000:]
+        time.sleep(rng.uniform(0.2, 1.2))
+        p.kill()
+        p.wait(30)
+
     try:
+        kill_at_random()  # first, so that the crash points below strike checkpoints with rows
         # the dangerous steps: sinks pre-committed; manifest written; an epoch's transaction
         # committed in PostgreSQL but its staged rows not yet dropped
         for crash_at in ("after_pre_commit", "after_manifest", "after_postgres_commit"):
@@ -193,14 +204,7 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
             procs.append(p)
             p.wait(_CHILD_TIMEOUT_S)
             assert p.returncode == -9, f"child should have died at {crash_at}: {log.read_text()[-3000:]}"
-        for _ in range(2):
-            before = log.read_text(errors="replace").count("resume at")
-            p = _spawn(cfg_path, log)
-            procs.append(p)
-            assert _wait_for_more(log, "resume at", before, p, _CHILD_TIMEOUT_S), log.read_text()[-3000:]
-            time.sleep(rng.uniform(0.2, 1.2))
-            p.kill()
-            p.wait(30)
+        kill_at_random()
         cfg["finish"] = True
         cfg_path.write_text(json.dumps(cfg))
         p = _spawn(cfg_path, log)
@@ -213,8 +217,8 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
                 p.kill()
                 p.wait(30)
     resumed = [int(line.split()[-1]) for line in log.read_text().splitlines() if line.startswith("resume at")]
-    # (a crash point may strike before the first "resume at": a checkpoint of the empty database)
-    assert len(resumed) >= 5 and len({r for r in resumed if 0 < r < n}) >= 2, f"seed {seed}: {resumed}"
+    # (a crash point may strike before "resume at": a restart checkpoints its replay at once)
+    assert len({r for r in resumed if 0 < r < n}) >= 2, f"seed {seed}: {resumed}"
     per_key = pg.rows("SELECT k, count(*), count(DISTINCT seq), min(seq), max(seq) FROM seq_out GROUP BY k ORDER BY k")
     assert per_key == [(f"k{k}", c, c, 0, c - 1) for k, c in
                        ((k, len(range(k, n, KEYS))) for k in range(KEYS))], f"seed {seed}: gaps or duplicates"
