@@ -33,7 +33,7 @@ from laminardb.connectors.exceptions import (
 )
 from laminardb.errors import ConnectorError
 
-__all__ = ["OPTIONS", "PgOptions", "connect", "ensure_table", "pg_error", "read_options", "write_rows"]
+__all__ = ["OPTIONS", "PgOptions", "connect", "ensure_table", "pg_error", "quote_ident", "read_options", "write_rows"]
 
 #: the keys ``INTO POSTGRES (…)`` takes
 OPTIONS = ("url", "hostname", "port", "username", "password", "database-name", "table", "primary_key")
@@ -198,7 +198,8 @@ def pg_error(opts: PgOptions, what: str, exc: BaseException) -> ConnectorError:
                               "next checkpoint")
 
 
-def _ident(*parts: str | None) -> str:
+def quote_ident(*parts: str | None) -> str:
+    """``schema.table`` (or one name) as quoted SQL identifiers, exactly as written."""
     return ".".join('"' + p.replace('"', '""') + '"' for p in parts if p)
 
 
@@ -222,13 +223,13 @@ def ensure_table(cur: Any, opts: PgOptions, schema: pa.Schema, sink: str) -> Non
     """
     where = f"PostgreSQL sink {sink!r}"
     types = {f.name: pg_type(f.name, f.type) for f in schema}
-    target = _ident(opts.schema, opts.table)
+    target = quote_ident(opts.schema, opts.table)
     cur.execute("SELECT to_regclass(%s)::oid", (target,))
     oid = cur.fetchone()[0]
     if oid is None:
-        cols = [f"{_ident(n)} {t}" for n, t in types.items()]
+        cols = [f"{quote_ident(n)} {t}" for n, t in types.items()]
         if opts.primary_key:
-            cols.append(f"PRIMARY KEY ({', '.join(map(_ident, opts.primary_key))})")
+            cols.append(f"PRIMARY KEY ({', '.join(map(quote_ident, opts.primary_key))})")
         cur.execute(f"CREATE TABLE IF NOT EXISTS {target} ({', '.join(cols)})")
         return
     cur.execute("SELECT attname, format_type(atttypid, atttypmod), attnotnull, atthasdef FROM pg_attribute "
@@ -289,8 +290,8 @@ def write_rows(cur: Any, opts: PgOptions, table: pa.Table, columns: list[str], w
     """Write ``table`` (the stream's rows, ``weight``: its changelog column) in the current
     transaction: COPY for an unkeyed sink, staged upsert/delete for a keyed one. Returns the
     number of rows dropped for a NULL key."""
-    target = _ident(opts.schema, opts.table)
-    cols = ", ".join(map(_ident, columns))
+    target = quote_ident(opts.schema, opts.table)
+    cols = ", ".join(map(quote_ident, columns))
     if not opts.primary_key:
         if weight is not None:  # only reached for insert-only data (a changelog needs a key)
             table = table.filter(pc.greater(table[weight], 0))
@@ -305,10 +306,10 @@ def write_rows(cur: Any, opts: PgOptions, table: pa.Table, columns: list[str], w
     cur.execute(f"CREATE TEMP TABLE {_STAGE} ON COMMIT DROP AS SELECT {cols}, 0::smallint AS {_OP} "
                 f"FROM {target} WITH NO DATA")
     cur.copy_expert(f"COPY {_STAGE} ({cols}, {_OP}) FROM STDIN WITH (FORMAT csv)", _csv(staged))
-    on_key = " AND ".join(f"t.{_ident(k)} = s.{_ident(k)}" for k in opts.primary_key)
+    on_key = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in opts.primary_key)
     cur.execute(f"DELETE FROM {target} AS t USING {_STAGE} AS s WHERE s.{_OP} < 0 AND {on_key}")
     rest = [c for c in columns if c not in opts.primary_key]
-    action = ("DO UPDATE SET " + ", ".join(f"{_ident(c)} = EXCLUDED.{_ident(c)}" for c in rest)) if rest else "DO NOTHING"
+    action = ("DO UPDATE SET " + ", ".join(f"{quote_ident(c)} = EXCLUDED.{quote_ident(c)}" for c in rest)) if rest else "DO NOTHING"
     cur.execute(f"INSERT INTO {target} ({cols}) SELECT {cols} FROM {_STAGE} WHERE {_OP} > 0 "
-                f"ON CONFLICT ({', '.join(map(_ident, opts.primary_key))}) {action}")
+                f"ON CONFLICT ({', '.join(map(quote_ident, opts.primary_key))}) {action}")
     return dropped

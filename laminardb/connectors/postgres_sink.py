@@ -126,7 +126,7 @@ class _Target:
 
     def _check_privileges(self, cur: Any, with_epochs: bool) -> None:
         """Refuse the sink now, not at every checkpoint, when its role cannot write."""
-        need = [(pg._ident(self.opts.schema, self.opts.table), p)
+        need = [(pg.quote_ident(self.opts.schema, self.opts.table), p)
                 for p in ("INSERT", *(("UPDATE", "DELETE") if self.opts.primary_key else ()))]
         if with_epochs:
             need += [(self.epochs, "SELECT"), (self.epochs, "INSERT")]
@@ -140,7 +140,7 @@ class _Target:
 
     @property
     def epochs(self) -> str:
-        return pg._ident(self.opts.schema, EPOCHS_TABLE)
+        return pg.quote_ident(self.opts.schema, EPOCHS_TABLE)
 
     def write(self, cur: Any, table: pa.Table) -> None:
         dropped = pg.write_rows(cur, self.opts, table, self.columns, self.weight)

@@ -185,7 +185,18 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
     log = tmp_path / "child.log"
     log.touch()
     procs: list[subprocess.Popen] = []
+
+    def kill_at_random() -> None:
+        before = log.read_text(errors="replace").count("resume at")
+        p = _spawn(cfg_path, log)
+        procs.append(p)
+        assert _wait_for_more(log, "resume at", before, p, _CHILD_TIMEOUT_S), log.read_text()[-3000:]
+        time.sleep(rng.uniform(0.2, 1.2))
+        p.kill()
+        p.wait(30)
+
     try:
+        kill_at_random()  # first, so that the crash points below strike checkpoints with rows
         # the dangerous steps: sinks pre-committed; manifest written; an epoch's transaction
         # committed in PostgreSQL but its staged rows not yet dropped
         for crash_at in ("after_pre_commit", "after_manifest", "after_postgres_commit"):
@@ -193,14 +204,7 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
             procs.append(p)
             p.wait(_CHILD_TIMEOUT_S)
             assert p.returncode == -9, f"child should have died at {crash_at}: {log.read_text()[-3000:]}"
-        for _ in range(2):
-            before = log.read_text(errors="replace").count("resume at")
-            p = _spawn(cfg_path, log)
-            procs.append(p)
-            assert _wait_for_more(log, "resume at", before, p, _CHILD_TIMEOUT_S), log.read_text()[-3000:]
-            time.sleep(rng.uniform(0.2, 1.2))
-            p.kill()
-            p.wait(30)
+        kill_at_random()
         cfg["finish"] = True
         cfg_path.write_text(json.dumps(cfg))
         p = _spawn(cfg_path, log)
@@ -213,8 +217,8 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
                 p.kill()
                 p.wait(30)
     resumed = [int(line.split()[-1]) for line in log.read_text().splitlines() if line.startswith("resume at")]
-    # (a crash point may strike before the first "resume at": a checkpoint of the empty database)
-    assert len(resumed) >= 5 and len({r for r in resumed if 0 < r < n}) >= 2, f"seed {seed}: {resumed}"
+    # (a crash point may strike before "resume at": a restart checkpoints its replay at once)
+    assert len({r for r in resumed if 0 < r < n}) >= 2, f"seed {seed}: {resumed}"
     per_key = pg.rows("SELECT k, count(*), count(DISTINCT seq), min(seq), max(seq) FROM seq_out GROUP BY k ORDER BY k")
     assert per_key == [(f"k{k}", c, c, 0, c - 1) for k, c in
                        ((k, len(range(k, n, KEYS))) for k in range(KEYS))], f"seed {seed}: gaps or duplicates"
@@ -289,6 +293,28 @@ def test_failed_commits_keep_rows_until_a_later_checkpoint(pg: Pg, role: str, tm
         again.close()
     assert pg.rows("SELECT k, v FROM t ORDER BY v") == [(f"k{i}", i) for i in range(12)]
     assert pg.rows("SELECT count(*), count(DISTINCT epoch) FROM laminardb_epochs") == [(5, 5)]
+
+
+def test_a_checkpoint_whose_commit_fails_is_written_by_the_next(pg: Pg, role: str, tmp_path: Path) -> None:
+    """Through the database's own coordinator: the failed commit is counted, not raised, and
+    the next checkpoint applies both epochs, in order."""
+    with laminardb.open(str(tmp_path / "db"), config={"checkpoint_interval": "off"}) as db:
+        db.execute("CREATE SOURCE ev (k VARCHAR, v BIGINT)")
+        db.execute("CREATE STREAM agg AS SELECT k, sum(v) AS s FROM ev GROUP BY k EMIT CHANGES")
+        db.execute(f"CREATE SINK s FROM agg INTO POSTGRES (url = '{pg.url(role)}', table = 'agg_t', primary_key = 'k')")
+        db.start()
+        db.insert("ev", [{"k": "a", "v": 1}, {"k": "b", "v": 2}])
+        db.checkpoint()
+        pg.rows(f'REVOKE UPDATE ON agg_t FROM "{role}"')
+        db.insert("ev", [{"k": "a", "v": 10}])
+        db.checkpoint()  # the commit of epoch 2 fails: logged and counted, the rows kept
+        failures = db.metrics()["checkpoints"]["sink_commit_failures"]
+        assert failures == 1 and pg.rows("SELECT k, s FROM agg_t ORDER BY k") == [("a", 1), ("b", 2)]
+        pg.rows(f'GRANT UPDATE ON agg_t TO "{role}"')
+        db.insert("ev", [{"k": "c", "v": 5}])
+        db.checkpoint()
+        assert pg.rows("SELECT k, s FROM agg_t ORDER BY k") == [("a", 11), ("b", 2), ("c", 5)]
+        assert pg.rows("SELECT epoch FROM laminardb_epochs ORDER BY epoch") == [(1,), (2,), (3,)]
 
 
 def test_unreachable_server_at_commit_keeps_rows(pg: Pg, tmp_path: Path) -> None:
