@@ -27,8 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from laminardb.checkpoint.sink import EpochStage, TwoPhaseSink
-from laminardb.connectors._sinks import conform_to_sink
+from laminardb.connectors._epoch_sink import EpochRecordingSink
 from laminardb.connectors.exceptions import DeltaConfigError, SinkSchemaError, SinkWriteError
 
 __all__ = ["DeltaConfigError", "DeltaLakeSink", "delta_schema"]
@@ -89,7 +88,7 @@ def _deltalake() -> Any:
     return deltalake
 
 
-class DeltaLakeSink(TwoPhaseSink):
+class DeltaLakeSink(EpochRecordingSink):
     """Appends a stream's rows to a Delta table, one commit per checkpoint epoch.
 
     Args:
@@ -105,115 +104,32 @@ class DeltaLakeSink(TwoPhaseSink):
         SinkSchemaError: a table already at ``path`` has other columns than the stream.
     """
 
-    commit_outside_lock = True  # commit() reads sealed epochs only
+    label = "Delta Lake sink"
 
     def __init__(self, *, name: str, schema: pa.Schema, options: dict[str, str],
                  stage_dir: str | os.PathLike[str], writer: str = "0") -> None:
         self.name = name
         self.path, self.write_mode = _options(name, options)
+        self.target = f"table {self.path}"
         self._dl = _deltalake()
-        self.schema = schema
         self.table_schema = delta_schema(schema)
         self.app_id = f"laminardb-{name}-{writer}"
-        self.rows_written = 0
-        self.rows_committed = 0  # rows appended to the table by this object's commits
-        self.epochs_committed = 0
-        self._failed: str | None = None
         self._check_table()
-        try:
-            self._stage = EpochStage(stage_dir, schema)
-        except OSError as exc:
-            raise self._error("create the staging directory", stage_dir, exc) from exc
+        self._open_stage(name, schema, stage_dir)
 
-    # ------------------------------------------------------------------ phases
-    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Stage rows of the open epoch.
-
-        Raises:
-            SinkSchemaError: the batch does not fit the sink's schema.
-            SinkWriteError: the stage cannot be written (the open epoch is then lost until
-                the database is reopened; later rows are dropped, and rebuilt on reopen).
-        """
-        data = conform_to_sink(batch, self.schema, f"Delta Lake sink {self.name!r}")
-        if self._failed is not None:
-            return  # nothing can be committed before recover() rebuilds the epoch
-        try:
-            for b in data.to_batches() if isinstance(data, pa.Table) else [data]:
-                self._stage.append(b)
-        except OSError as exc:
-            raise self._fail("stage rows in", self._stage.dir, exc) from exc
-        self.rows_written += data.num_rows
-
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
-        """Seal the open epoch's rows as ``epoch``; returns ``{"rows": n}``."""
-        if self._failed is not None:
-            raise SinkWriteError(self._failed)
-        if self._stage.open_rows == 0:
-            return {"rows": 0}  # no rows, no Delta commit
-        try:
-            n = self._stage.seal(epoch)
-        except OSError as exc:
-            raise self._fail("seal the rows of epoch", self._stage.path(epoch), exc) from exc
-        return {"rows": n}
-
-    def commit(self, epoch: int) -> None:
-        """Append every staged epoch ``<= epoch`` not yet in the table, oldest first.
-
-        Raises:
-            SinkWriteError: a Delta commit failed (the epoch stays staged; retried later).
-        """
-        epochs = [e for e in self._stage.epochs() if e <= epoch]
-        if not epochs:
-            return
-        done = self._version()
+    # ------------------------------------------------------------------ the target
+    def _apply(self, epoch: int, table: pa.Table) -> bool:
+        """One Delta commit carrying the app transaction (app id, ``epoch``)."""
         dl = self._dl
-        for e in epochs:
-            # invariant: the coordinator's epochs increase, so the table's version for our
-            # app id is the newest epoch already in it; everything up to it is skipped
-            if e > done:
-                props = dl.CommitProperties(app_transactions=[dl.Transaction(self.app_id, e)])
-                try:
-                    table = self._stage.read(e)
-                    dl.write_deltalake(self.path, _to_delta(table, self.table_schema),
-                                       mode=self.write_mode, commit_properties=props)
-                except (OSError, dl.exceptions.DeltaError, pa.ArrowException) as exc:
-                    raise self._error(f"commit epoch {e} to", self.path, exc) from exc
-                done = e
-                self.epochs_committed += 1
-                self.rows_committed += table.num_rows
-            self._stage.drop(e)
+        props = dl.CommitProperties(app_transactions=[dl.Transaction(self.app_id, epoch)])
+        try:
+            dl.write_deltalake(self.path, _to_delta(table, self.table_schema),
+                               mode=self.write_mode, commit_properties=props)
+        except (OSError, dl.exceptions.DeltaError, pa.ArrowException) as exc:
+            raise self._error(f"commit epoch {epoch} to", self.path, exc) from exc
+        return True
 
-    def abort(self, epoch: int) -> None:
-        """Drop the staged rows of ``epoch``."""
-        self._stage.drop(epoch)
-
-    def recover(self, epoch: int, info: dict[str, Any] | None) -> None:
-        """Settle after a restart from checkpoint ``epoch``: append staged epochs <= ``epoch``
-        the table lacks, drop later ones and any unsealed rows; the open epoch is ``epoch + 1``."""
-        self._stage.settle(epoch)
-        self._failed = None
-        self.commit(epoch)
-        done = self._version()
-        self._recovered_version = done
-        if done > epoch:
-            # see KafkaSink.recover: the rows come again in an epoch above ``done``, never
-            # under a reused number that commit() would skip as already appended
-            log.warning("Delta Lake sink %s: table %s records epochs up to %d of app %s, beyond the "
-                        "database's checkpoint %d (a skipped checkpoint, or a directory restored "
-                        "from a backup): their rows are appended again from epoch %d on",
-                        self.name, self.path, done, self.app_id, epoch, done + 1)
-
-    def highest_epoch(self) -> int:
-        """The table's version for this sink's app id (as ``recover()`` read it) or the newest
-        staged epoch."""
-        return max([getattr(self, "_recovered_version", 0)] + self._stage.epochs())
-
-    def close(self) -> None:
-        """Release the stage file; staged epochs stay for recovery."""
-        self._stage.close()
-
-    # ------------------------------------------------------------------ internals
-    def _version(self) -> int:
+    def _last_committed(self) -> int:
         """The newest epoch the table records for this sink's app id (0: none)."""
         dl = self._dl
         try:
@@ -245,16 +161,6 @@ class DeltaLakeSink(TwoPhaseSink):
                "check the disk and the path's permissions: the staged rows are kept and "
                "committed at the next checkpoint or when the database is reopened")
         return SinkWriteError(msg)
-
-    def _fail(self, what: str, path: str | os.PathLike[str], exc: BaseException) -> SinkWriteError:
-        """Give up the open epoch (its stage file is broken): remember why, build the error."""
-        self._failed = (
-            f"Delta Lake sink {self.name!r} could not {what} {os.fspath(path)!r}: {exc}; free "
-            "space or fix the directory's permissions, then reopen the database: its output "
-            "since the last checkpoint is rebuilt from the write-ahead log")
-        self._stage.close()
-        (self._stage.dir / "open.arrow").unlink(missing_ok=True)  # free the space it held
-        return SinkWriteError(self._failed)
 
 
 def _describe(schema: pa.Schema) -> str:

@@ -27,15 +27,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from laminardb.checkpoint.sink import EpochStage, TwoPhaseSink
+from laminardb.connectors._epoch_sink import EpochRecordingSink
 from laminardb.connectors._iceberg_options import IcebergOptions, iceberg_options
-from laminardb.connectors._sinks import conform_to_sink
 from laminardb.connectors.exceptions import (
     IcebergCatalogError,
     IcebergChangelogError,
     IcebergCommitError,
     SinkSchemaError,
-    SinkWriteError,
 )
 
 __all__ = ["IcebergSink", "iceberg_schema", "SINK_KEY", "EPOCH_KEY"]
@@ -67,7 +65,7 @@ def _pyiceberg() -> Any:
     return require("pyiceberg.catalog", extra="iceberg", for_what="an Iceberg sink")
 
 
-class IcebergSink(TwoPhaseSink):
+class IcebergSink(EpochRecordingSink):
     """Appends a stream's rows to an Iceberg table, one snapshot per checkpoint epoch.
 
     Args:
@@ -85,12 +83,13 @@ class IcebergSink(TwoPhaseSink):
         SinkSchemaError: the existing table cannot take the stream's columns.
     """
 
-    commit_outside_lock = True  # commit() reads sealed epochs only
+    label = "Iceberg sink"
 
     def __init__(self, *, name: str, schema: pa.Schema, options: dict[str, str],
                  stage_dir: str | os.PathLike[str], writer: str = "0") -> None:
         self.name = name
         self.options: IcebergOptions = iceberg_options(name, options)
+        self.target = f"table {self.options.identifier}"
         if _WEIGHT in schema.names:
             msg = (f"Iceberg sink {name!r}: its stream is a changelog (an aggregate, join or "
                    "TopN that updates rows it emitted), and pyiceberg cannot write the equality "
@@ -101,112 +100,35 @@ class IcebergSink(TwoPhaseSink):
         self.schema = schema
         self.table_schema = iceberg_schema(schema)
         self.sink_id = name if writer == "0" else f"{name}/{writer}"
-        self.rows_written = 0
-        self.rows_committed = 0  # rows appended to the table by this object's commits
-        self.epochs_committed = 0
-        self._recovered_epoch = 0
-        self._failed: str | None = None
         self._catalog = self._load_catalog()
         self._table = self._load_table()
-        try:
-            self._stage = EpochStage(stage_dir, schema)
-        except OSError as exc:
-            raise SinkWriteError(f"Iceberg sink {name!r} could not create its staging directory "
-                                 f"{os.fspath(stage_dir)!r}: {exc}; check the disk") from exc
+        self._open_stage(name, schema, stage_dir)
 
-    # ------------------------------------------------------------------ phases
-    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Stage rows of the open epoch.
-
-        Raises:
-            SinkSchemaError: the batch does not fit the sink's schema.
-            SinkWriteError: the stage cannot be written (the open epoch is then lost until
-                the database is reopened; later rows are dropped, and rebuilt on reopen).
-        """
-        data = conform_to_sink(batch, self.schema, f"Iceberg sink {self.name!r}")
-        if self._failed is not None:
-            return  # nothing can be committed before recover() rebuilds the epoch
-        try:
-            for b in data.to_batches() if isinstance(data, pa.Table) else [data]:
-                self._stage.append(b)
-        except OSError as exc:
-            raise self._fail(exc) from exc
-        self.rows_written += data.num_rows
-
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
-        """Seal the open epoch's rows as ``epoch``; returns ``{"rows": n}``."""
-        if self._failed is not None:
-            raise SinkWriteError(self._failed)
-        if self._stage.open_rows == 0:
-            return {"rows": 0}  # no rows, no snapshot
-        try:
-            n = self._stage.seal(epoch)
-        except OSError as exc:
-            raise self._fail(exc) from exc
-        return {"rows": n}
-
-    def commit(self, epoch: int) -> None:
-        """Append every staged epoch ``<= epoch`` the table lacks, oldest first, one snapshot
-        each.
+    # ------------------------------------------------------------------ the target
+    def _apply(self, epoch: int, table: pa.Table) -> bool:
+        """One snapshot whose summary carries this sink's id and ``epoch``.
 
         Raises:
             IcebergCommitError: the catalog or the table's files could not be reached, or a
-                concurrent writer won every retry: the epoch stays staged and is retried at the
-                next checkpoint.
+                concurrent writer won every retry: the epoch stays staged.
         """
-        epochs = [e for e in self._stage.epochs() if e <= epoch]
-        if not epochs:
-            return
-        done = self._last_epoch()
-        for e in epochs:
-            # invariant: the coordinator's epochs increase, so the epoch of this sink's newest
-            # snapshot is the newest one in the table; everything up to it is skipped
-            if e > done:
-                table = self._stage.read(e)
-                props = {SINK_KEY: self.sink_id, EPOCH_KEY: str(e)}
-                try:
-                    self._table.append(table.cast(self.table_schema, safe=False), snapshot_properties=props)
-                except Exception as exc:  # noqa: BLE001 - catalog, FileIO and REST errors alike
-                    raise self._commit_error(f"append epoch {e} to", exc) from exc
-                done = e
-                self.epochs_committed += 1
-                self.rows_committed += table.num_rows
-            self._stage.drop(e)
-
-    def abort(self, epoch: int) -> None:
-        """Drop the staged rows of ``epoch``."""
-        self._stage.drop(epoch)
-
-    def recover(self, epoch: int, info: dict[str, Any] | None) -> None:
-        """Settle after a restart from checkpoint ``epoch``: append staged epochs <= ``epoch``
-        the table lacks, drop later ones and any unsealed rows; the open epoch is ``epoch + 1``."""
-        self._stage.settle(epoch)
-        self._failed = None
-        self.commit(epoch)
-        done = self._recovered_epoch = self._last_epoch()
-        if done > epoch:
-            # see DeltaLakeSink.recover: the rows come again in an epoch above ``done``, never
-            # under a reused number that commit() would skip as already appended
-            log.warning("Iceberg sink %s: table %s has snapshots of epochs up to %d, beyond the "
-                        "database's checkpoint %d (a skipped checkpoint, or a directory restored "
-                        "from a backup): their rows are appended again from epoch %d on",
-                        self.name, self.options.identifier, done, epoch, done + 1)
-
-    def highest_epoch(self) -> int:
-        """The epoch of this sink's newest snapshot (as ``recover()`` read it) or the newest
-        staged epoch."""
-        return max([self._recovered_epoch] + self._stage.epochs())
+        props = {SINK_KEY: self.sink_id, EPOCH_KEY: str(epoch)}
+        try:
+            self._table.append(table.cast(self.table_schema, safe=False), snapshot_properties=props)
+        except Exception as exc:  # noqa: BLE001 - catalog, FileIO and REST errors alike
+            raise self._commit_error(f"append epoch {epoch} to", exc) from exc
+        return True
 
     def close(self) -> None:
         """Release the stage file and the catalog's connections; staged epochs stay."""
-        self._stage.close()
+        super().close()
         from pyiceberg.catalog.sql import SqlCatalog
 
         if isinstance(self._catalog, SqlCatalog):
             self._catalog.engine.dispose()  # its pooled database connections
 
     # ------------------------------------------------------------------ internals
-    def _last_epoch(self) -> int:
+    def _last_committed(self) -> int:
         """The epoch of this sink's newest snapshot in the current snapshot's ancestry (0:
         none). Reloads the table's metadata from the catalog first."""
         try:
@@ -261,16 +183,6 @@ class IcebergSink(TwoPhaseSink):
                f"({self.options.describe()}): {why}; the staged rows are kept and committed at "
                "the next checkpoint or when the database is reopened")
         return IcebergCommitError(msg)
-
-    def _fail(self, exc: BaseException) -> SinkWriteError:
-        """Give up the open epoch (its stage file is broken): remember why, build the error."""
-        self._failed = (
-            f"Iceberg sink {self.name!r} could not stage rows in {str(self._stage.dir)!r}: {exc}; "
-            "free space or fix the directory's permissions, then reopen the database: its output "
-            "since the last checkpoint is rebuilt from the write-ahead log")
-        self._stage.close()
-        (self._stage.dir / "open.arrow").unlink(missing_ok=True)  # free the space it held
-        return SinkWriteError(self._failed)
 
 
 def _mismatches(table: Any, ours: pa.Schema) -> list[str]:

@@ -29,8 +29,8 @@ from typing import Any
 import pyarrow as pa
 
 from laminardb.checkpoint._files import atomic_write
-from laminardb.checkpoint.sink import EpochStage, TwoPhaseSink
 from laminardb.connectors import _postgres as pg
+from laminardb.connectors._epoch_sink import EpochRecordingSink
 from laminardb.connectors._sinks import conform_to_sink
 from laminardb.connectors.exceptions import (
     PostgresConfigError,
@@ -197,7 +197,7 @@ class PostgresSink:
         self._t.close()
 
 
-class ExactlyOncePostgresSink(TwoPhaseSink):
+class ExactlyOncePostgresSink(EpochRecordingSink):
     """Writes a stream into a PostgreSQL table, one transaction per checkpoint epoch.
 
     Args:
@@ -213,99 +213,47 @@ class ExactlyOncePostgresSink(TwoPhaseSink):
         PostgresSchemaError: the existing table does not fit the stream.
     """
 
-    commit_outside_lock = True  # commit() reads sealed epochs only
+    label = "PostgreSQL sink"
 
     def __init__(self, *, name: str, schema: pa.Schema, options: dict[str, str],
                  stage_dir: str | os.PathLike[str]) -> None:
         self._t = _Target(name, schema, options)
-        self.name = name
-        self.schema = schema
-        self.rows_written = 0
-        self.rows_committed = 0
-        self.epochs_committed = 0
-        self._failed: str | None = None
+        self.target = f"{EPOCHS_TABLE} of {self._t.opts.qualified}"
+        self._open_stage(name, schema, stage_dir)
         try:
-            self._stage = EpochStage(stage_dir, schema)
             self.writer = _writer_id(Path(stage_dir))
         except OSError as exc:
-            raise SinkWriteError(f"PostgreSQL sink {name!r} could not create its staging directory "
+            raise SinkWriteError(f"PostgreSQL sink {name!r} could not keep its writer id in "
                                  f"{os.fspath(stage_dir)!r}: {exc}; check the disk and its permissions") from exc
         self._t.setup(with_epochs=True)
-        self._recorded = self._t.transaction("read laminardb_epochs", self._done)
+        self._recovered = self._t.transaction("read laminardb_epochs", self._done)
 
-    # ------------------------------------------------------------------ phases
-    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        """Stage rows of the open epoch (nothing reaches PostgreSQL before commit)."""
-        data = conform_to_sink(batch, self.schema, f"PostgreSQL sink {self.name!r}")
-        if self._failed is not None:
-            return  # nothing can be committed before recover() rebuilds the epoch
-        try:
-            for b in data.to_batches() if isinstance(data, pa.Table) else [data]:
-                self._stage.append(b)
-        except OSError as exc:
-            self._failed = (f"PostgreSQL sink {self.name!r} could not stage rows in {str(self._stage.dir)!r}: "
-                            f"{exc}; free space, then reopen the database: its output since the last "
-                            "checkpoint is rebuilt from the write-ahead log")
-            self._stage.close()
-            raise SinkWriteError(self._failed) from exc
-        self.rows_written += data.num_rows
+    # ------------------------------------------------------------------ the target
+    def _last_committed(self) -> int:
+        return self._t.transaction("read laminardb_epochs", self._done)
 
-    def pre_commit(self, epoch: int) -> dict[str, Any]:
-        """Seal the open epoch's rows as ``epoch``; returns ``{"rows": n}``."""
-        if self._failed is not None:
-            raise SinkWriteError(self._failed)
-        if self._stage.open_rows == 0:
-            return {"rows": 0}  # no rows, no transaction
-        try:
-            return {"rows": self._stage.seal(epoch)}
-        except OSError as exc:
-            raise SinkWriteError(f"PostgreSQL sink {self.name!r} could not seal epoch {epoch}: {exc}") from exc
-
-    def commit(self, epoch: int) -> None:
-        """Apply every staged epoch ``<= epoch`` that PostgreSQL has not recorded, oldest first,
-        one transaction each. Idempotent.
+    def _apply(self, epoch: int, table: pa.Table) -> bool:
+        """One PostgreSQL transaction: the rows, and (sink, writer, epoch) in ``laminardb_epochs``.
 
         Raises:
             ConnectorError (a Postgres* error): the epoch stays staged and is retried by the
                 next checkpoint's commit (and by recovery).
         """
-        for e in [e for e in self._stage.epochs() if e <= epoch]:
-            table = self._stage.read(e)
-            applied = self._t.transaction(f"commit epoch {e} to {self._t.opts.qualified}",
-                                          lambda cur, e=e, table=table: self._apply(cur, e, table))
-            if applied:
-                self.epochs_committed += 1
-                self.rows_committed += table.num_rows
-            self._recorded = max(self._recorded, e)
-            _crash_point("after_postgres_commit")
-            self._stage.drop(e)  # a crash before this: the transaction is recorded, recovery skips it
+        applied = self._t.transaction(f"commit epoch {epoch} to {self._t.opts.qualified}",
+                                      lambda cur: self._apply_in(cur, epoch, table))
+        _crash_point("after_postgres_commit")
+        return applied
 
-    def abort(self, epoch: int) -> None:
-        """Drop the staged rows of ``epoch``."""
-        self._stage.drop(epoch)
-
-    def recover(self, epoch: int, info: dict[str, Any] | None) -> None:
-        """After a restart from checkpoint ``epoch``: apply staged epochs ``<= epoch`` PostgreSQL
-        lacks (if it cannot now, the next checkpoint does), drop later ones and unsealed rows."""
-        self._stage.settle(epoch)
-        self._failed = None
+    def _commit_on_recovery(self, epoch: int) -> None:
+        """The server may be down while the database opens: the epochs wait, staged."""
         try:
             self.commit(epoch)
         except ConnectorError as exc:
             log.warning("PostgreSQL sink %s: staged epochs wait for the next checkpoint: %s", self.name, exc)
-        if self._recorded > epoch:
-            # the rows come again in epochs above it, never under a number commit() would skip
-            log.warning("PostgreSQL sink %s: %s records epochs up to %d, beyond the database's checkpoint "
-                        "%d (a skipped checkpoint, or a directory restored from a backup): their rows are "
-                        "written again from epoch %d on", self.name, EPOCHS_TABLE, self._recorded, epoch,
-                        self._recorded + 1)
-
-    def highest_epoch(self) -> int:
-        return max([self._recorded, *self._stage.epochs()])
 
     def close(self) -> None:
         """Release the stage file and the connection; staged epochs stay for recovery."""
-        self._stage.close()
+        super().close()
         self._t.close()
 
     # ------------------------------------------------------------------ internals
@@ -315,7 +263,7 @@ class ExactlyOncePostgresSink(TwoPhaseSink):
                     (self.name, self.writer))
         return int(cur.fetchone()[0])
 
-    def _apply(self, cur: Any, epoch: int, table: pa.Table) -> bool:
+    def _apply_in(self, cur: Any, epoch: int, table: pa.Table) -> bool:
         """One epoch in the open transaction; False if PostgreSQL already has it."""
         # serializes writers of this id (a stale process still committing) around the check
         cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"{self.name}/{self.writer}",))

@@ -281,7 +281,7 @@ def test_failed_commits_keep_rows_until_a_later_checkpoint(pg: Pg, role: str, tm
         s.write(kv(10, 12))
         s.pre_commit(5)
         table = s._stage.read(5)
-        assert s._t.transaction("commit", lambda cur: s._apply(cur, 5, table)) is True
+        assert s._t.transaction("commit", lambda cur: s._apply_in(cur, 5, table)) is True
     finally:
         s.close()
     again = ExactlyOncePostgresSink(name="s", schema=KV, options=opts, stage_dir=stage)
