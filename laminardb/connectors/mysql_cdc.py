@@ -13,9 +13,12 @@ into the GTID state the stream starts from. MySQL has no such status: there the 
 taken under a brief ``FLUSH TABLES WITH READ LOCK`` (as Debezium does; RELOAD privilege) and
 the stream starts from ``SHOW MASTER STATUS`` 's file/offset.
 
+The snapshot is delivered a chunk per poll in primary-key order; a checkpoint inside it keeps
+the key ranges read and their positions, and a restart goes on from there
+(:mod:`laminardb.connectors._mysql_snapshot`).
+
 Checkpoints (``checkpoint_state``) hold MariaDB's GTID state (it survives binlog rotation and a
 move to a replica with the same GTIDs) plus the file/offset for reading; MySQL: file/offset.
-Before the snapshot's poll has returned, the state says so and a restart snapshots again.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class MySqlCdcSource:
         options: Flink CDC names: ``hostname``, ``port`` (3306), ``username``, ``password``,
             ``database-name``, ``table-name``, ``server-id`` (default random), ``scan.startup.mode``
             (``initial``: snapshot then binlog, default; ``latest-offset``: binlog from now),
+            ``scan.incremental.snapshot.chunk.size`` (snapshot rows per poll, 8096),
             ``connect.timeout`` (seconds), ``server-time-zone`` (accepted; TIMESTAMP is read as UTC).
         restore_state: a :meth:`checkpoint_state` to resume from.
 
@@ -198,7 +202,7 @@ class MySqlCdcSource:
     # -- reading -----------------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 100) -> tuple[pa.RecordBatch | None, int | None]:
-        """The snapshot (first poll) or the binlog rows of the next whole transactions, as one
+        """The next chunk of the snapshot, then the binlog rows of the next whole transactions, as one
         changelog batch (None if none came within ``timeout_ms``); no watermark of its own."""
         if self._closed:
             return None, None
@@ -278,7 +282,9 @@ class MySqlCdcSource:
             file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
             cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
             gtid = cur.fetchone()[0]
-            return Position(str(gtid or ""), file, pos)
+            # NULL (no GTID state known there): stream by file/offset rather than from '' (the
+            # first binlog), which would read changes the snapshot already holds
+            return Position(None if gtid is None else str(gtid), file, pos)
         cur.execute("FLUSH TABLES WITH READ LOCK")  # MySQL: no snapshot status; block writes briefly
         try:
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -353,7 +359,8 @@ class MySqlCdcSource:
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The position after the rows the last poll returned (msgpack-able): MariaDB's GTID
-        state and/or the binlog file/offset; ``snapshot`` while it has not been read."""
+        state and/or the binlog file/offset, and ``segments`` while binlog rows are still
+        filtered by the snapshot's key ranges; ``snapshot`` (those ranges) while it is read."""
         p = self._position
         segments = [g.state() for g in self._segments]
         if p is None:
