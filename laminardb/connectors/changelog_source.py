@@ -122,8 +122,9 @@ def _from_text(values: pa.Array, family: str, target: pa.DataType, *, source: st
     try:
         if family in ("text", "json"):
             return values
-        if family == "boolean":
-            return pc.equal(values, "t")
+        if family == "boolean":  # 't' / 'f' from pgoutput, 'true' / 'false' from boolean::text
+            return pc.if_else(values.is_null(), pa.scalar(None, pa.bool_()),
+                              pc.is_in(values, pa.array(["t", "true"])))
         if family == "timestamptz":  # text with its offset → UTC instant → naive UTC (the engine's)
             utc = pc.cast(values, pa.timestamp("us", tz="UTC"))
             return pc.cast(pc.cast(utc, pa.timestamp("us")), target, safe=False)

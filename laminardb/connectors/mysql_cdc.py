@@ -110,7 +110,7 @@ class MySqlCdcSource:
             "connect_timeout": _int(options, "connect.timeout", _CONNECT_TIMEOUT_S, name)}
         self.server_id = _int(options, "server-id", random.randint(*_SERVER_IDS), name)
         self._chunk_rows = max(1, _int(options, "scan.incremental.snapshot.chunk.size", _SNAPSHOT_CHUNK_ROWS, name))
-        self.rows_read = 0
+        self.rows_read = self.transactions = 0
         self._closed = False
         self._reader: BinlogReader | None = None
         self._ctl: Any = None  # lag()'s connection, opened when first asked
@@ -335,6 +335,7 @@ class MySqlCdcSource:
 
     def _batch(self, txns: list[Transaction]) -> pa.RecordBatch | None:
         rows, weights = [], []
+        self.transactions += sum(1 for t in txns if t.rows)
         for t in txns:
             flt = self._filter
             if flt is not None and after(t.end, flt.last):  # past every snapshot segment
@@ -399,9 +400,17 @@ class MySqlCdcSource:
         failing = None if self._reader is None else self._reader.failure()
         return None if failing is None else (time.monotonic() - failing[0], failing[1])
 
-    def metrics(self) -> dict[str, Any]:
-        return {"rows_read": self.rows_read, "position": self.checkpoint_state(),
-                "server_id": self.server_id}
+    def changelog_metrics(self) -> dict[str, Any]:
+        """For ``metrics()['sources'][name]['changelog']`` (no server round trip): the table,
+        the position after the rows returned, snapshot progress, counts."""
+        p = self._position
+        at = None if p is None else f"GTID {p.gtid}" if p.gtid is not None else f"{p.file}:{p.pos}"
+        snapshot = None if p is not None else {"after_key": None if not self._segments
+                                               else self._segments[-1].upto}
+        reader = self._reader
+        return {"table": self._where, "position": at, "server_id": self.server_id, "snapshot": snapshot,
+                "transactions": self.transactions, "rows": self.rows_read,
+                "queued_rows": 0 if reader is None else reader.queued_rows()}
 
     def close(self) -> None:
         """Stop the binlog reader and close connections; idempotent."""

@@ -106,6 +106,7 @@ def _source_counters(node: Any, reactor: Any, wm: int | None, now_ms: float) -> 
         "watermark_lag_ms": lag_ms,
         "kafka_lag": None,
         "kafka_lag_total": None,
+        "changelog": None,  # CDC sources: slot, position, confirmed LSN, WAL lag in bytes
         "status": "ok",
         "errors": 0,
         "last_error": None,
@@ -126,6 +127,12 @@ def _connector(out: dict[str, Any], conn: Any, runner: Any) -> None:
         out["kafka_lag"] = per
         known = [v for v in per.values() if v is not None]
         out["kafka_lag_total"] = sum(known) if known else None
+    changelog = getattr(conn, "changelog_metrics", None)  # CDC sources (connectors/postgres_cdc.py)
+    if changelog is not None:
+        try:
+            out["changelog"] = changelog()
+        except Exception:  # noqa: BLE001 - the server is unreachable: the runner's health says so
+            out["changelog"] = None
     bad = int(getattr(conn, "dead_lettered", 0))
     out["parse_errors"] += bad
     out["dead_letters"] += bad - int(getattr(conn, "dead_letter_failures", 0))

@@ -15,7 +15,7 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from tests._services.fixtures import kafka_broker, mariadb_server  # noqa: E402,F401
+from tests._services.fixtures import kafka_broker, mariadb_server, postgres_server  # noqa: E402,F401
 
 
 @pytest.fixture

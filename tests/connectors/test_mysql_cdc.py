@@ -201,7 +201,9 @@ def test_view_over_the_source_equals_mariadbs_group_by(maria) -> None:
             time.sleep(0.05)
         wait_until(lambda: view_rows(ldb) == group_by(conn), timeout=20,
                    what="the view to equal MariaDB's GROUP BY")
-        assert ldb.metrics()["sources"]["src"]["status"] != "error"
+        health = ldb.metrics()["sources"]["src"]
+        assert health["status"] != "error" and health["changelog"]["position"].startswith("GTID 0-1-")
+        assert health["changelog"]["rows"] > 0 and health["changelog"]["snapshot"] is None
     finally:
         ldb.close()
 
