@@ -135,6 +135,7 @@ class MySqlCdcSource:
         self._filter = (SegmentFilter(self._segments, self._plans, self._key_idx)
                         if self._position is not None and len(self._segments) > 1 else None)
         self._signatures: dict[tuple[int, ...], list[int]] = {}
+        self._recheck = False  # an ALTER TABLE went by: the next TableMap reads information_schema
         p = self._position
         at = None if p is None else f"GTID {p.gtid}" if p.gtid is not None else f"{p.file}:{p.pos}"
         _log.info("source %s: %s", name, f"binlog of {self._where} resumes at {at}" if at is not None
@@ -297,17 +298,22 @@ class MySqlCdcSource:
     def _start_reader(self, start: Position) -> BinlogReader:
         reader = BinlogReader(settings={**self._settings, "charset": "utf8mb4"}, server_id=self.server_id,
                               database=self.database, table=self.table, start=start,
-                              on_table_map=self._on_table_map, name=self.name)
+                              on_table_map=self._on_table_map, on_alter=self._on_alter, name=self.name)
         reader.start()
         return reader
 
+    def _on_alter(self) -> None:
+        """An ALTER TABLE of the table went by (reader thread): check the next TableMap afresh."""
+        self._signatures.clear()
+        self._recheck = True
+
     def _on_table_map(self, codes: list[int]) -> list[int]:
-        """The declared columns' ordinals for a TableMap of the table; a new column layout
-        is checked against ``information_schema`` again (reader thread)."""
+        """The declared columns' ordinals for a TableMap of the table; a new column layout, or
+        any after an ALTER TABLE, is checked against ``information_schema`` again (reader thread)."""
         key = tuple(codes)
         if key in self._signatures:
             return self._signatures[key]
-        if not table_map_matches(self._plans, self._upstream, codes):
+        if self._recheck or not table_map_matches(self._plans, self._upstream, codes):
             conn = self._connect()
             try:
                 upstream = table_columns(conn, self.database, self.table)
@@ -328,7 +334,7 @@ class MySqlCdcSource:
                        f"({before.get(p.name)} → {p.upstream}); the source stopped rather than mix values "
                        "of both types: recreate the source to snapshot the table again")
                 raise CdcSchemaError(msg)
-            self._upstream, self._plans = upstream, plans
+            self._upstream, self._plans, self._recheck = upstream, plans, False
         ordinals = [p.ordinal for p in self._plans]
         self._signatures[key] = ordinals
         return ordinals
