@@ -320,11 +320,13 @@ def _query(event: Any) -> str:
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
 _NAME = r"(?:`[^`]+`|\w+)(?:\s*\.\s*(?:`[^`]+`|\w+))?"
 _REMOVING = (("TRUNCATED", re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({_NAME})")),
+             ("REPLACED", re.compile(rf"^CREATE\s+OR\s+REPLACE\s+(?:TEMPORARY\s+)?TABLE\s+({_NAME})")),
              ("DROPPED", re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.S)),
              ("RENAMED", re.compile(rf"^(?:RENAME\s+TABLES?|ALTER\s+TABLE\s+{_NAME}\s+RENAME"
                                     r"(?!\s+(?:COLUMN|INDEX|KEY)\b))\s+(.+)$", re.S)))
 
 
+_DROP_DATABASE = re.compile(r"^DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?(`[^`]+`|\w+)")
 _ALTER = re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+({_NAME})")
 
 
@@ -342,6 +344,9 @@ def _same(name: str, schema: str, database: str, table: str) -> bool:
 def _removes_table(query: str, schema: str, database: str, table: str) -> str | None:
     """``'TRUNCATED'`` / ``'DROPPED'`` / ``'RENAMED'`` when ``query`` (upper case) removes the
     rows of ``database.table`` (unqualified names are in the statement's ``schema``), else None."""
+    m = _DROP_DATABASE.match(query)
+    if m is not None and m.group(1).strip("`").upper() == database.upper():
+        return "DROPPED"
     for verb, pattern in _REMOVING:
         m = pattern.match(query)
         if m is None:
