@@ -9,6 +9,10 @@ Why a thread: ``BinLogStreamReader`` blocks in a socket read until the server se
 the runner's ``poll(timeout_ms)`` must return on time. The server's heartbeat (every
 ``_HEARTBEAT_S``) wakes the thread when idle so it sees ``close()``.
 
+Statements that remove the table's rows without row events (TRUNCATE, DROP, RENAME, CREATE OR
+REPLACE, DROP DATABASE) stop the reader after the transactions before them; an ALTER TABLE of
+the table makes the source check the next TableMap against ``information_schema``.
+
 Reconnects are done here, from the last whole transaction read: the library's own silent
 reconnect would resume a MariaDB GTID stream from where it *first* started (re-reading
 everything), so its connection factory refuses to connect a second stream (``_Reconnect``).
