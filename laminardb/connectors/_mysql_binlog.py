@@ -9,6 +9,10 @@ Why a thread: ``BinLogStreamReader`` blocks in a socket read until the server se
 the runner's ``poll(timeout_ms)`` must return on time. The server's heartbeat (every
 ``_HEARTBEAT_S``) wakes the thread when idle so it sees ``close()``.
 
+Statements that remove the table's rows without row events (TRUNCATE, DROP, RENAME, CREATE OR
+REPLACE, DROP DATABASE) stop the reader after the transactions before them; an ALTER TABLE of
+the table makes the source check the next TableMap against ``information_schema``.
+
 Reconnects are done here, from the last whole transaction read: the library's own silent
 reconnect would resume a MariaDB GTID stream from where it *first* started (re-reading
 everything), so its connection factory refuses to connect a second stream (``_Reconnect``).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 import socket
 import threading
 import time
@@ -25,7 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from laminardb.connectors.exceptions import CdcConfigError, CdcPositionLostError
+from laminardb.connectors.exceptions import (
+    CdcConfigError,
+    CdcPositionLostError,
+    CdcUnsupportedChangeError,
+)
 
 __all__ = ["BinlogReader", "Position", "Transaction"]
 
@@ -69,13 +78,15 @@ class _Reconnect(ConnectionError):
 
 class BinlogReader:
     """Follows ``database.table`` from ``start``; ``on_table_map(type_codes)`` returns the
-    ordinals of the declared columns for a TableMap of the table (or raises a permanent error)."""
+    ordinals of the declared columns for a TableMap of the table (or raises a permanent error);
+    ``on_alter()`` is called at an ALTER TABLE of it (the next TableMap is checked afresh)."""
 
     def __init__(self, *, settings: dict[str, Any], server_id: int, database: str, table: str,
-                 start: Position, on_table_map: Callable[[list[int]], list[int]], name: str) -> None:
+                 start: Position, on_table_map: Callable[[list[int]], list[int]],
+                 on_alter: Callable[[], None], name: str) -> None:
         self._settings, self._server_id = settings, server_id
         self._database, self._table, self._name = database, table, name
-        self._on_table_map = on_table_map
+        self._on_table_map, self._on_alter = on_table_map, on_alter
         self._gtids = _parse_gtids(start.gtid)
         self._file, self._pos = start.file, start.pos
         self._mariadb = start.gtid is not None
@@ -239,11 +250,26 @@ class BinlogReader:
                     _add_rows(txn, event, ordinals)
                 elif isinstance(event, XidEvent) or (
                         isinstance(event, QueryEvent) and not _query(event).startswith(_INSIDE)):
+                    if isinstance(event, QueryEvent):
+                        self._check_statement(event)
                     self._commit(txn, gtid, stream.log_file, stream.log_pos)
                     txn, gtid = Transaction(), None
         finally:
             self._conn = None
             stream.close()
+
+    def _check_statement(self, event: Any) -> None:
+        """Stop at a statement that removes the table's rows without row events (TRUNCATE,
+        DROP, RENAME away): a changelog cannot express it; what came before is delivered."""
+        query, schema = _query(event), _text(event.schema)
+        verb = _removes_table(query, schema, self._database, self._table)
+        if verb is None and _is_table(_ALTER.match(query), schema, self._database, self._table):
+            self._on_alter()  # a same-layout change (drop one column, add another) shows only here
+        if verb is not None:
+            raise CdcUnsupportedChangeError(
+                f"source {self._name!r}: {self._database}.{self._table} was {verb} upstream, which the "
+                "binlog logs as a statement, not as row deletions: the source stopped after the "
+                "transactions before it. Recreate the source (a fresh snapshot); use DELETE instead")
 
     def _commit(self, txn: Transaction, gtid: str | None, file: str, pos: int) -> None:
         """A transaction ended: queue it with the position after it (backpressure past
@@ -287,11 +313,57 @@ def _add_rows(txn: Transaction, event: Any, ordinals: list[int] | None) -> None:
             txn.weights.append(w)
 
 
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
+
+
 def _query(event: Any) -> str:
-    q = event.query
-    if isinstance(q, bytes):
-        q = q.decode(errors="replace")
-    return q.strip().upper()
+    return _COMMENT.sub(" ", _text(event.query)).strip().upper()
+
+
+_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_NAME = r"(?:`[^`]+`|\w+)(?:\s*\.\s*(?:`[^`]+`|\w+))?"
+_REMOVING = (("TRUNCATED", re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?({_NAME})")),
+             ("REPLACED", re.compile(rf"^CREATE\s+OR\s+REPLACE\s+(?:TEMPORARY\s+)?TABLE\s+({_NAME})")),
+             ("DROPPED", re.compile(r"^DROP\s+(?:TEMPORARY\s+)?TABLES?\s+(?:IF\s+EXISTS\s+)?(.+)$", re.S)),
+             ("RENAMED", re.compile(rf"^(?:RENAME\s+TABLES?|ALTER\s+TABLE\s+{_NAME}\s+RENAME"
+                                    r"(?!\s+(?:COLUMN|INDEX|KEY)\b))\s+(.+)$", re.S)))
+
+
+_DROP_DATABASE = re.compile(r"^DROP\s+(?:DATABASE|SCHEMA)\s+(?:IF\s+EXISTS\s+)?(`[^`]+`|\w+)")
+_ALTER = re.compile(rf"^ALTER\s+(?:ONLINE\s+|IGNORE\s+)*TABLE\s+({_NAME})")
+
+
+def _is_table(m: re.Match | None, schema: str, database: str, table: str) -> bool:
+    return m is not None and _same(m.group(1), schema, database, table)
+
+
+def _same(name: str, schema: str, database: str, table: str) -> bool:
+    """Does ``name`` (``db.tbl`` or ``tbl`` in ``schema``, upper case) denote ``database.table``?"""
+    parts = [p.strip().strip("`") for p in name.strip().split(".")]
+    db, tbl = (parts[0], parts[1]) if len(parts) == 2 else (schema, parts[0])
+    return bool(tbl) and db.upper() == database.upper() and tbl.split()[0].upper() == table.upper()
+
+
+def _removes_table(query: str, schema: str, database: str, table: str) -> str | None:
+    """``'TRUNCATED'`` / ``'DROPPED'`` / ``'RENAMED'`` when ``query`` (upper case) removes the
+    rows of ``database.table`` (unqualified names are in the statement's ``schema``), else None."""
+    m = _DROP_DATABASE.match(query)
+    if m is not None and m.group(1).strip("`").upper() == database.upper():
+        return "DROPPED"
+    for verb, pattern in _REMOVING:
+        m = pattern.match(query)
+        if m is None:
+            continue
+        if verb == "RENAMED" and query.startswith("ALTER"):
+            names = [query.split()[2]]  # ALTER TABLE name RENAME …: the table renamed
+        elif verb == "RENAMED":
+            names = [pair.split(" TO ")[0] for pair in m.group(1).split(",")]  # the old names
+        else:
+            names = m.group(1).split(",")
+        if any(_same(name, schema, database, table) for name in names):
+            return verb
+    return None
 
 
 def _parse_gtids(text: str | None) -> dict[str, str]:

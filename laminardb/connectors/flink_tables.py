@@ -3,7 +3,7 @@
 Entry point: ``source_connectors(fallback)``, which a connection installs as its reactor's
 ``make_source_connector``: a ``datagen`` / ``filesystem`` source's options become a spec
 (``sql/table_specs.py``, checked there at CREATE TABLE) and the spec a ``DatagenSource`` or
-``FileTableSource``; other kinds (kafka) go to ``fallback``.
+``FileTableSource``; other kinds (kafka, the CDC kinds) go to ``fallback``.
 """
 
 from __future__ import annotations

@@ -13,9 +13,12 @@ into the GTID state the stream starts from. MySQL has no such status: there the 
 taken under a brief ``FLUSH TABLES WITH READ LOCK`` (as Debezium does; RELOAD privilege) and
 the stream starts from ``SHOW MASTER STATUS`` 's file/offset.
 
+The snapshot is delivered a chunk per poll in primary-key order; a checkpoint inside it keeps
+the key ranges read and their positions, and a restart goes on from there
+(:mod:`laminardb.connectors._mysql_snapshot`).
+
 Checkpoints (``checkpoint_state``) hold MariaDB's GTID state (it survives binlog rotation and a
 move to a replica with the same GTIDs) plus the file/offset for reading; MySQL: file/offset.
-Before the snapshot's poll has returned, the state says so and a restart snapshots again.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class MySqlCdcSource:
         options: Flink CDC names: ``hostname``, ``port`` (3306), ``username``, ``password``,
             ``database-name``, ``table-name``, ``server-id`` (default random), ``scan.startup.mode``
             (``initial``: snapshot then binlog, default; ``latest-offset``: binlog from now),
+            ``scan.incremental.snapshot.chunk.size`` (snapshot rows per poll, 8096),
             ``connect.timeout`` (seconds), ``server-time-zone`` (accepted; TIMESTAMP is read as UTC).
         restore_state: a :meth:`checkpoint_state` to resume from.
 
@@ -106,7 +110,7 @@ class MySqlCdcSource:
             "connect_timeout": _int(options, "connect.timeout", _CONNECT_TIMEOUT_S, name)}
         self.server_id = _int(options, "server-id", random.randint(*_SERVER_IDS), name)
         self._chunk_rows = max(1, _int(options, "scan.incremental.snapshot.chunk.size", _SNAPSHOT_CHUNK_ROWS, name))
-        self.rows_read = 0
+        self.rows_read = self.transactions = 0
         self._closed = False
         self._reader: BinlogReader | None = None
         self._ctl: Any = None  # lag()'s connection, opened when first asked
@@ -131,6 +135,7 @@ class MySqlCdcSource:
         self._filter = (SegmentFilter(self._segments, self._plans, self._key_idx)
                         if self._position is not None and len(self._segments) > 1 else None)
         self._signatures: dict[tuple[int, ...], list[int]] = {}
+        self._recheck = False  # an ALTER TABLE went by: the next TableMap reads information_schema
         p = self._position
         at = None if p is None else f"GTID {p.gtid}" if p.gtid is not None else f"{p.file}:{p.pos}"
         _log.info("source %s: %s", name, f"binlog of {self._where} resumes at {at}" if at is not None
@@ -198,7 +203,7 @@ class MySqlCdcSource:
     # -- reading -----------------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 100) -> tuple[pa.RecordBatch | None, int | None]:
-        """The snapshot (first poll) or the binlog rows of the next whole transactions, as one
+        """The next chunk of the snapshot, then the binlog rows of the next whole transactions, as one
         changelog batch (None if none came within ``timeout_ms``); no watermark of its own."""
         if self._closed:
             return None, None
@@ -278,7 +283,9 @@ class MySqlCdcSource:
             file, pos = status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])
             cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (file, pos))
             gtid = cur.fetchone()[0]
-            return Position(str(gtid or ""), file, pos)
+            # NULL (no GTID state known there): stream by file/offset rather than from '' (the
+            # first binlog), which would read changes the snapshot already holds
+            return Position(None if gtid is None else str(gtid), file, pos)
         cur.execute("FLUSH TABLES WITH READ LOCK")  # MySQL: no snapshot status; block writes briefly
         try:
             cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
@@ -291,17 +298,22 @@ class MySqlCdcSource:
     def _start_reader(self, start: Position) -> BinlogReader:
         reader = BinlogReader(settings={**self._settings, "charset": "utf8mb4"}, server_id=self.server_id,
                               database=self.database, table=self.table, start=start,
-                              on_table_map=self._on_table_map, name=self.name)
+                              on_table_map=self._on_table_map, on_alter=self._on_alter, name=self.name)
         reader.start()
         return reader
 
+    def _on_alter(self) -> None:
+        """An ALTER TABLE of the table went by (reader thread): check the next TableMap afresh."""
+        self._signatures.clear()
+        self._recheck = True
+
     def _on_table_map(self, codes: list[int]) -> list[int]:
-        """The declared columns' ordinals for a TableMap of the table; a new column layout
-        is checked against ``information_schema`` again (reader thread)."""
+        """The declared columns' ordinals for a TableMap of the table; a new column layout, or
+        any after an ALTER TABLE, is checked against ``information_schema`` again (reader thread)."""
         key = tuple(codes)
         if key in self._signatures:
             return self._signatures[key]
-        if not table_map_matches(self._plans, self._upstream, codes):
+        if self._recheck or not table_map_matches(self._plans, self._upstream, codes):
             conn = self._connect()
             try:
                 upstream = table_columns(conn, self.database, self.table)
@@ -322,13 +334,14 @@ class MySqlCdcSource:
                        f"({before.get(p.name)} → {p.upstream}); the source stopped rather than mix values "
                        "of both types: recreate the source to snapshot the table again")
                 raise CdcSchemaError(msg)
-            self._upstream, self._plans = upstream, plans
+            self._upstream, self._plans, self._recheck = upstream, plans, False
         ordinals = [p.ordinal for p in self._plans]
         self._signatures[key] = ordinals
         return ordinals
 
     def _batch(self, txns: list[Transaction]) -> pa.RecordBatch | None:
         rows, weights = [], []
+        self.transactions += sum(1 for t in txns if t.rows)
         for t in txns:
             flt = self._filter
             if flt is not None and after(t.end, flt.last):  # past every snapshot segment
@@ -353,7 +366,8 @@ class MySqlCdcSource:
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The position after the rows the last poll returned (msgpack-able): MariaDB's GTID
-        state and/or the binlog file/offset; ``snapshot`` while it has not been read."""
+        state and/or the binlog file/offset, and ``segments`` while binlog rows are still
+        filtered by the snapshot's key ranges; ``snapshot`` (those ranges) while it is read."""
         p = self._position
         segments = [g.state() for g in self._segments]
         if p is None:
@@ -392,9 +406,17 @@ class MySqlCdcSource:
         failing = None if self._reader is None else self._reader.failure()
         return None if failing is None else (time.monotonic() - failing[0], failing[1])
 
-    def metrics(self) -> dict[str, Any]:
-        return {"rows_read": self.rows_read, "position": self.checkpoint_state(),
-                "server_id": self.server_id}
+    def changelog_metrics(self) -> dict[str, Any]:
+        """For ``metrics()['sources'][name]['changelog']`` (no server round trip): the table,
+        the position after the rows returned, snapshot progress, counts."""
+        p = self._position
+        at = None if p is None else f"GTID {p.gtid}" if p.gtid is not None else f"{p.file}:{p.pos}"
+        snapshot = None if p is not None else {"after_key": None if not self._segments
+                                               else self._segments[-1].upto}
+        reader = self._reader
+        return {"table": self._where, "position": at, "server_id": self.server_id, "snapshot": snapshot,
+                "transactions": self.transactions, "rows": self.rows_read,
+                "queued_rows": 0 if reader is None else reader.queued_rows()}
 
     def close(self) -> None:
         """Stop the binlog reader and close connections; idempotent."""

@@ -161,6 +161,11 @@ class PostgresCdcSource:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            if self._cur is not None:  # the last checkpoint (close() takes one) confirmed, if it can
+                try:
+                    self._send_confirmed()
+                except Exception:  # noqa: BLE001 - the next start confirms it
+                    pass
             self._reset()
         with self._side_lock:
             if self._side is not None:

@@ -16,7 +16,12 @@ import pyarrow as pa
 import pytest
 
 import laminardb
-from laminardb.connectors.exceptions import CdcConfigError, CdcPositionLostError, CdcSchemaError
+from laminardb.connectors.exceptions import (
+    CdcConfigError,
+    CdcPositionLostError,
+    CdcSchemaError,
+    CdcUnsupportedChangeError,
+)
 from laminardb.connectors.mysql_cdc import MySqlCdcSource, check_binlog_settings
 from laminardb.sql.plan import WEIGHT
 from tests._services.procs import wait_until
@@ -201,7 +206,9 @@ def test_view_over_the_source_equals_mariadbs_group_by(maria) -> None:
             time.sleep(0.05)
         wait_until(lambda: view_rows(ldb) == group_by(conn), timeout=20,
                    what="the view to equal MariaDB's GROUP BY")
-        assert ldb.metrics()["sources"]["src"]["status"] != "error"
+        health = ldb.metrics()["sources"]["src"]
+        assert health["status"] != "error" and health["changelog"]["position"].startswith("GTID 0-1-")
+        assert health["changelog"]["rows"] > 0 and health["changelog"]["snapshot"] is None
     finally:
         ldb.close()
 
@@ -279,6 +286,36 @@ def test_added_column_is_ignored_dropped_column_stops_the_source(maria, sources)
         cur.execute("INSERT INTO t (id, k) VALUES (3, 3)")
     with pytest.raises(CdcSchemaError, match=r"LDB-4071.*'v' is not a column of .*dropped or renamed"):
         _poll_for_error(src)
+
+
+def test_a_column_replaced_by_one_of_the_same_type_stops_the_source(maria, sources) -> None:
+    server, db, conn = maria
+    src = sources(server, db)
+    src.poll(100)
+    with conn.cursor() as cur:  # the binlog's column layout stays the same: only the ALTER tells
+        cur.execute("ALTER TABLE t DROP COLUMN v, ADD COLUMN w BIGINT")
+        cur.execute("INSERT INTO t VALUES (1, 1, 10)")
+    with pytest.raises(CdcSchemaError, match=r"'v' is not a column of .*\(it has id, k, w\)"):
+        _poll_for_error(src)
+
+
+@pytest.mark.parametrize("statement", ["TRUNCATE TABLE t", "DROP TABLE t", "RENAME TABLE t TO t_old"])
+def test_a_statement_that_removes_the_rows_stops_the_source_after_what_came_before(
+        maria, sources, statement: str) -> None:
+    server, db, conn = maria
+    src = sources(server, db)
+    src.poll(100)
+    with conn.cursor() as cur:
+        cur.execute("INSERT INTO t VALUES (1, 1, 10)")
+        cur.execute(statement)
+    got: list[pa.RecordBatch] = []
+    with pytest.raises(CdcUnsupportedChangeError, match=r"LDB-4074.*\.t was (TRUNCATED|DROPPED|RENAMED) upstream"):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            batch, _ = src.poll(100)
+            if batch is not None:
+                got.append(batch)
+    assert _fold(got) == collections.Counter({(1, 1, 10): 1})  # the insert before it was delivered
 
 
 def test_retyped_column_stops_the_source(maria, sources) -> None:
