@@ -14,8 +14,9 @@ old row. Only whole transactions are returned.
 
 Position: ``checkpoint_state()`` is ``{"slot", "lsn"}``, the LSN just after the last transaction a
 poll returned (or the WAL end the server reported while nothing of ours was pending). The slot
-is confirmed (``send_feedback(flush_lsn=…)``) only from ``checkpoint_committed(state)``: the server
-keeps every change a recovery may replay. (psycopg2 itself forwards the confirmed LSN to the
+is confirmed (``send_feedback(flush_lsn=…)``) only from ``checkpoint_committed(state)`` — the
+position of the oldest checkpoint a recovery may restore: the server keeps every change a
+recovery may replay. In memory (no checkpoints) the engine calls it right after each ingest. (psycopg2 itself forwards the confirmed LSN to the
 end of WAL named by a server keepalive once everything received has been confirmed; that
 skips only WAL holding none of this table's changes.)
 
