@@ -126,13 +126,16 @@ def check_table(conn, target: PgTarget, schema: pa.Schema) -> TableInfo:
     if wal_level != "logical":
         raise CdcConfigError(f"{target.where()}: the server runs with wal_level = {wal_level!r}; logical "
                              "decoding needs wal_level = logical in postgresql.conf (then restart the server)")
-    row = _one(conn, "SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                     "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+    row = _one(conn, "SELECT c.oid, c.relreplident, c.relkind FROM pg_class c JOIN pg_namespace n "
+                     "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
                (target.schema, target.table))
     if row is None:
         raise CdcConfigError(f"{target.where()}: no table {target.schema}.{target.table} in database "
                              f"{target.dbname!r}; check 'schema-name' and 'table-name'")
-    relid, ident = row
+    relid, ident, kind = row
+    if kind == "p":  # its changes come per partition; one source per partition works
+        raise CdcConfigError(f"{target.where()}: the table is partitioned, which CDC sources do not read yet; "
+                             "read each partition with its own source")
     if ident != "f":
         raise CdcConfigError(
             f"{target.where()}: the table's REPLICA IDENTITY is not FULL, so updates and deletes would not carry "

@@ -82,6 +82,7 @@ class PostgresCdcSource:
         self._cur = None
         self._table: TableInfo | None = None
         self._index: tuple[int, ...] | None = None  # declared column → position in the Relation's tuple
+        self._relid: int | None = None  # the table's oid, from its Relation message
         # the LSN after the last transaction returned by a poll (what checkpoints record), and
         # after the last one read into _ready (ahead of it only within a poll)
         self._position: int | None = None
@@ -250,7 +251,7 @@ class PostgresCdcSource:
             except Exception:  # noqa: BLE001 - already broken
                 pass
         self._repl = self._cur = None
-        self._index = None
+        self._index = self._relid = None
         self._txn = None
         self._ready = []
         self._read_lsn = self._position
@@ -294,6 +295,8 @@ class PostgresCdcSource:
             if msg.end_lsn > (self._read_lsn or 0):  # at or below it: a transaction already returned
                 self._read_lsn = msg.end_lsn
             self._txn = None
+        elif isinstance(msg, pgo.Insert | pgo.Update | pgo.Delete) and self._relid not in (None, msg.relid):
+            return  # another table (the publication was made to include more): not this source's
         elif isinstance(msg, pgo.Insert):
             self._txn.append((1, self._pick(msg.new)))
         elif isinstance(msg, pgo.Update):
@@ -357,7 +360,7 @@ class PostgresCdcSource:
                                      f"{table.type_oids[upstream]} → {oid})")
                 return
             index.append(i)
-        self._index = tuple(index)
+        self._index, self._relid = tuple(index), rel.relid
 
     def _schema_changed(self, what: str) -> None:
         self._txn = None
