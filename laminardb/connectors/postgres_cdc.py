@@ -385,5 +385,5 @@ class PostgresCdcSource:
         with self._side_lock:
             side = self._side_conn()
             with side.cursor() as cur:
-                cur.execute("SELECT pg_current_wal_lsn()::text")
+                cur.execute("SELECT pg_current_wal_insert_lsn()::text")  # async commits too
                 return pgo.parse_lsn(cur.fetchone()[0])

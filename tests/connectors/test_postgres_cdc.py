@@ -175,9 +175,12 @@ def test_random_changes_end_equal_to_postgres_group_by(postgres_server, pg_db):
         for i in range(400):
             _random_txn(cur, rng, next_id)
             if i == 200:  # the replication connection drops mid-stream: the source reconnects
-                wait_until(lambda: _slot_pid(cur, "rnd"), timeout=10, what="the slot's reader")
+                # (streaming, not still creating the slot: a new slot waits for running transactions)
+                wait_until(lambda: conn.metrics()["sources"]["cdc"]["changelog"]["position"] is not None
+                           and _slot_pid(cur, "rnd"), timeout=10, what="the slot's reader")
                 cur.execute("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = 'rnd'")
-        wait_until(lambda: _view(conn) == _pg_groupby(cur), timeout=30, what="the view to equal PostgreSQL's")
+        conn.flush(timeout_s=30)  # returns once every change committed before it is read
+        assert _view(conn) == _pg_groupby(cur)
         health = conn.metrics()["sources"]["cdc"]
         assert health["errors"] >= 1 and health["status"] == "connected", health
         # in memory, ingested rows are confirmed on the slot (nothing could replay them)
