@@ -109,7 +109,11 @@ class PostgresCdcSource:
             except Exception as exc:  # noqa: BLE001 - CdcUnavailableError: checked again by the first poll
                 log.warning("source %s: %s", name, exc)
             else:
-                check_table(side, self.target, schema)
+                try:
+                    check_table(side, self.target, schema)
+                except Exception:
+                    self.close()
+                    raise
 
     # ------------------------------------------------------------------ contracts.Source
     def poll(self, timeout_ms: int = 100) -> tuple[pa.RecordBatch | None, Any]:
@@ -191,16 +195,30 @@ class PostgresCdcSource:
             self._side = connect(self.target)
         return self._side
 
+    def _drop_side(self) -> None:
+        """A side connection that failed is not reused (the server may have restarted)."""
+        if self._side is not None:
+            try:
+                self._side.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+            self._side = None
+
     def _start(self) -> pa.RecordBatch | None:
         """Check the table, then stream from the position (a first start: snapshot first)."""
         t = self.target
         with self._side_lock:
-            side = self._side_conn()
-            self._table = check_table(side, t, self.schema)
-            ensure_publication(side, t)
-            info = slot_info(side, t)
-            if self._position is None and info is not None:
-                self._drop_stale_slot(side, info)
+            try:
+                side = self._side_conn()
+                self._table = check_table(side, t, self.schema)
+                ensure_publication(side, t)
+                info = slot_info(side, t)
+                if self._position is None and info is not None:
+                    self._drop_stale_slot(side, info)
+            except Exception as exc:
+                if not getattr(exc, "permanent", False):
+                    self._drop_side()
+                raise
         if self._position is not None and info is None:
             raise CdcPositionLostError(
                 f"{t.where()}: replication slot {t.slot!r} is gone, so the changes after the last checkpoint "
@@ -383,7 +401,10 @@ class PostgresCdcSource:
 
     def _server_wal_lsn(self) -> int:
         with self._side_lock:
-            side = self._side_conn()
-            with side.cursor() as cur:
-                cur.execute("SELECT pg_current_wal_insert_lsn()::text")  # async commits too
-                return pgo.parse_lsn(cur.fetchone()[0])
+            try:
+                with self._side_conn().cursor() as cur:
+                    cur.execute("SELECT pg_current_wal_insert_lsn()::text")  # async commits too
+                    return pgo.parse_lsn(cur.fetchone()[0])
+            except Exception:
+                self._drop_side()
+                raise
