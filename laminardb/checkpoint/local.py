@@ -122,6 +122,7 @@ class LocalCoordinator:
         #: the connector positions (Kafka offsets) of the last committed checkpoint: what a
         #: restore resumes from (the autoscaler shows end − these as the checkpoint lag)
         self.source_positions: dict[str, Any] = {}
+        self._kept_positions: dict[int, dict[str, Any]] = {}  # the oldest kept checkpoint's, read once
         self.stats: dict[str, Any] = {
             "checkpoints": 0, "failures": 0, "last_epoch": 0, "last_duration_s": None,
             "last_stall_s": None, "max_stall_s": 0.0, "last_bytes": 0, "bytes_written": 0, "last_error": None,
@@ -323,13 +324,15 @@ class LocalCoordinator:
                         name, epoch, exc)
 
     def _sources_committed(self, epoch: int) -> None:
-        """Tell each polled source the position of the checkpoint that just became the recovery
-        point (``contracts.Source.checkpoint_committed``): a CDC source lets its server discard
-        changes up to there. Never before the manifest is durable (the caller's order), so the
-        server keeps every change a recovery may replay. A failure is logged; the next
-        checkpoint calls again with its newer position."""
+        """Tell each polled source how far a recovery can no longer go back
+        (``contracts.Source.checkpoint_committed``): a CDC source lets its server discard changes
+        up to there. That is the position in the *oldest* checkpoint kept on disk, not the newest:
+        recovery falls back to an older checkpoint when the newer ones are damaged, and must
+        find the changes since it still upstream. Called after the manifest is durable and old
+        checkpoints are pruned (the caller's order). A failure is logged; the next checkpoint
+        calls again with its newer position."""
         nodes = self.reactor.nodes
-        for name, state in self.source_positions.items():
+        for name, state in self._fallback_positions(epoch).items():
             node = nodes.get(name)
             hook = getattr(node.connector, "checkpoint_committed", None) if node is not None else None
             if hook is None:  # optional in contracts.Source
@@ -339,6 +342,24 @@ class LocalCoordinator:
             except Exception as exc:  # noqa: BLE001 - the checkpoint stands; retried at the next one
                 log.warning("source %s: releasing changes up to checkpoint %d failed (retried at the next "
                             "checkpoint): %s", name, epoch, exc)
+
+    def _fallback_positions(self, epoch: int) -> dict[str, Any]:
+        """The connector positions of the oldest complete checkpoint on disk (read once each)."""
+        kept = [e for e in self.store.complete() if e <= epoch]
+        oldest = kept[0] if kept else epoch
+        if oldest == epoch:
+            return self.source_positions
+        if oldest not in self._kept_positions:
+            try:
+                manifest = self.store.load(oldest)
+                positions = msgpack.unpackb(self.store.read_file(manifest, "connectors.msgpack"),
+                                            raw=False, strict_map_key=False)
+            except Exception as exc:  # noqa: BLE001 - unknown: release nothing this time
+                log.warning("checkpoint %d: cannot read the source positions of checkpoint %d (%s); "
+                            "sources keep their upstream changes", epoch, oldest, exc)
+                return {}
+            self._kept_positions = {oldest: positions}
+        return self._kept_positions[oldest]
 
     def _prune(self, epoch: int) -> None:
         oldest = self.store.prune(self.retain, epoch)

@@ -30,6 +30,7 @@ __all__ = [
     "KafkaSink",
     "KafkaSource",
     "KafkaUnavailableError",
+    "PostgresCdcSource",
     "FileSink",
     "ReadReport",
     "SinkClosedError",
@@ -49,6 +50,7 @@ _LAZY = {
     "read_file": "files",
     "KafkaSink": "kafka",
     "KafkaSource": "kafka",
+    "PostgresCdcSource": "postgres_cdc",
 }
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

@@ -9,7 +9,7 @@ Entry points: ``PgTarget`` (the options, parsed), ``connect(target, replication=
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -38,7 +38,7 @@ class PgTarget:
     host: str
     port: int
     user: str
-    password: str | None
+    password: str | None = field(repr=False)
     dbname: str
     schema: str
     table: str
@@ -126,13 +126,16 @@ def check_table(conn, target: PgTarget, schema: pa.Schema) -> TableInfo:
     if wal_level != "logical":
         raise CdcConfigError(f"{target.where()}: the server runs with wal_level = {wal_level!r}; logical "
                              "decoding needs wal_level = logical in postgresql.conf (then restart the server)")
-    row = _one(conn, "SELECT c.oid, c.relreplident FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                     "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
+    row = _one(conn, "SELECT c.oid, c.relreplident, c.relkind FROM pg_class c JOIN pg_namespace n "
+                     "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
                (target.schema, target.table))
     if row is None:
         raise CdcConfigError(f"{target.where()}: no table {target.schema}.{target.table} in database "
                              f"{target.dbname!r}; check 'schema-name' and 'table-name'")
-    relid, ident = row
+    relid, ident, kind = row
+    if kind == "p":  # its changes come per partition; one source per partition works
+        raise CdcConfigError(f"{target.where()}: the table is partitioned, which CDC sources do not read yet; "
+                             "read each partition with its own source")
     if ident != "f":
         raise CdcConfigError(
             f"{target.where()}: the table's REPLICA IDENTITY is not FULL, so updates and deletes would not carry "
@@ -143,14 +146,14 @@ def check_table(conn, target: PgTarget, schema: pa.Schema) -> TableInfo:
         upstream = {name: (oid, typname) for name, oid, typname in cur.fetchall()}
     folded = {n.lower(): n for n in upstream}
     oids, families, names = {}, [], []
-    for field in schema:
-        name = field.name if field.name in upstream else folded.get(field.name.lower())
+    for col in schema:
+        name = col.name if col.name in upstream else folded.get(col.name.lower())
         if name is None:
-            raise CdcSchemaError(f"{target.where()}: declared column {field.name!r} is not a column of the table "
+            raise CdcSchemaError(f"{target.where()}: declared column {col.name!r} is not a column of the table "
                                  f"(it has {', '.join(upstream)}); declare only upstream columns")
         oid, typname = upstream[name]
         family = column_family("postgres", typname)
-        check_declared_type(target.source, field.name, typname, family, field.type)
+        check_declared_type(target.source, col.name, typname, family, col.type)
         oids[name] = oid
         families.append(family)
         names.append(name)

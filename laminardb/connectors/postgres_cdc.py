@@ -14,8 +14,9 @@ old row. Only whole transactions are returned.
 
 Position: ``checkpoint_state()`` is ``{"slot", "lsn"}``, the LSN just after the last transaction a
 poll returned (or the WAL end the server reported while nothing of ours was pending). The slot
-is confirmed (``send_feedback(flush_lsn=…)``) only from ``checkpoint_committed(state)``: the server
-keeps every change a recovery may replay. (psycopg2 itself forwards the confirmed LSN to the
+is confirmed (``send_feedback(flush_lsn=…)``) only from ``checkpoint_committed(state)`` — the
+position of the oldest checkpoint a recovery may restore: the server keeps every change a
+recovery may replay. In memory (no checkpoints) the engine calls it right after each ingest. (psycopg2 itself forwards the confirmed LSN to the
 end of WAL named by a server keepalive once everything received has been confirmed; that
 skips only WAL holding none of this table's changes.)
 
@@ -60,6 +61,7 @@ log = logging.getLogger("laminardb.source")
 _MAX_POLL_ROWS = 50_000  # rows per poll: bounded batches; a larger transaction still comes whole
 _IDLE_PING_S = 0.5  # while idle, ask the server this often where its WAL stream is (lag, flush())
 _STATUS_INTERVAL_S = 10  # psycopg2's periodic status to the server (well inside wal_sender_timeout)
+_LAG_EVERY_S = 1.0  # metrics() measures the WAL lag at most this often (a query to the server)
 _WAL_PAGE = 8192
 _PAGE_HEADERS = (24, 40)  # short / long WAL page header: the insert position after a page boundary
 
@@ -80,6 +82,7 @@ class PostgresCdcSource:
         self._cur = None
         self._table: TableInfo | None = None
         self._index: tuple[int, ...] | None = None  # declared column → position in the Relation's tuple
+        self._relid: int | None = None  # the table's oid, from its Relation message
         # the LSN after the last transaction returned by a poll (what checkpoints record), and
         # after the last one read into _ready (ahead of it only within a poll)
         self._position: int | None = None
@@ -94,6 +97,7 @@ class PostgresCdcSource:
         self.transactions = 0
         self.rows_read = 0
         self.lag_bytes: int | None = None
+        self._lag_at = 0.0
         if restore_state is not None:
             if restore_state.get("slot") != self.target.slot:
                 raise CdcConfigError(f"{self.target.where()}: the checkpoint read slot {restore_state.get('slot')!r}, "
@@ -105,7 +109,11 @@ class PostgresCdcSource:
             except Exception as exc:  # noqa: BLE001 - CdcUnavailableError: checked again by the first poll
                 log.warning("source %s: %s", name, exc)
             else:
-                check_table(side, self.target, schema)
+                try:
+                    check_table(side, self.target, schema)
+                except Exception:
+                    self.close()
+                    raise
 
     # ------------------------------------------------------------------ contracts.Source
     def poll(self, timeout_ms: int = 100) -> tuple[pa.RecordBatch | None, Any]:
@@ -138,21 +146,30 @@ class PostgresCdcSource:
             self._confirm = max(self._confirm, int(lsn))
 
     def lag(self) -> int:
-        """Bytes of WAL the server has written beyond this source's position (0: caught up)."""
+        """Bytes of WAL the server has written beyond this source's position (0: caught up;
+        at least 1 while a transaction is being read or not yet returned)."""
         if self._position is None or self._cur is None or self._ready or self._txn is not None:
             return 1
-        current = self._server_wal_lsn()
-        behind = max(0, current - self._position)
-        if behind in _PAGE_HEADERS and self._position % _WAL_PAGE == 0:
-            behind = 0  # the position is the page's end; the server's insert point is past its header
-        self.lag_bytes = behind
+        return self._measure_lag()
+
+    def _measure_lag(self) -> int:
+        behind = max(0, self._server_wal_lsn() - (self._position or 0))
+        if behind in _PAGE_HEADERS and (self._position or 0) % _WAL_PAGE == 0:
+            behind = 0  # the position is the page's end; the server's write point is past its header
+        self.lag_bytes, self._lag_at = behind, time.monotonic()
         return behind
 
     def fetch_failure(self) -> tuple[float, str] | None:
         return None  # failures raise from poll()
 
     def changelog_metrics(self) -> dict[str, Any]:
-        """For ``metrics()['sources'][name]['changelog']``: slot, positions, WAL lag in bytes."""
+        """For ``metrics()['sources'][name]['changelog']``: slot, positions, WAL lag in bytes
+        (measured at most once a second: one query on the side connection)."""
+        if self._position is not None and time.monotonic() - self._lag_at > _LAG_EVERY_S:
+            try:
+                self._measure_lag()
+            except Exception:  # noqa: BLE001 - unreachable: the runner's health says so; lag stays unknown
+                self.lag_bytes = None
         return {"slot": self.target.slot, "table": f"{self.target.schema}.{self.target.table}",
                 "position": None if self._position is None else pgo.format_lsn(self._position),
                 "confirmed": pgo.format_lsn(self._confirmed) if self._confirmed else None,
@@ -178,16 +195,30 @@ class PostgresCdcSource:
             self._side = connect(self.target)
         return self._side
 
+    def _drop_side(self) -> None:
+        """A side connection that failed is not reused (the server may have restarted)."""
+        if self._side is not None:
+            try:
+                self._side.close()
+            except Exception:  # noqa: BLE001 - already broken
+                pass
+            self._side = None
+
     def _start(self) -> pa.RecordBatch | None:
         """Check the table, then stream from the position (a first start: snapshot first)."""
         t = self.target
         with self._side_lock:
-            side = self._side_conn()
-            self._table = check_table(side, t, self.schema)
-            ensure_publication(side, t)
-            info = slot_info(side, t)
-            if self._position is None and info is not None:
-                self._drop_stale_slot(side, info)
+            try:
+                side = self._side_conn()
+                self._table = check_table(side, t, self.schema)
+                ensure_publication(side, t)
+                info = slot_info(side, t)
+                if self._position is None and info is not None:
+                    self._drop_stale_slot(side, info)
+            except Exception as exc:
+                if not getattr(exc, "permanent", False):
+                    self._drop_side()
+                raise
         if self._position is not None and info is None:
             raise CdcPositionLostError(
                 f"{t.where()}: replication slot {t.slot!r} is gone, so the changes after the last checkpoint "
@@ -238,7 +269,7 @@ class PostgresCdcSource:
             except Exception:  # noqa: BLE001 - already broken
                 pass
         self._repl = self._cur = None
-        self._index = None
+        self._index = self._relid = None
         self._txn = None
         self._ready = []
         self._read_lsn = self._position
@@ -282,6 +313,8 @@ class PostgresCdcSource:
             if msg.end_lsn > (self._read_lsn or 0):  # at or below it: a transaction already returned
                 self._read_lsn = msg.end_lsn
             self._txn = None
+        elif isinstance(msg, pgo.Insert | pgo.Update | pgo.Delete) and self._relid not in (None, msg.relid):
+            return  # another table (the publication was made to include more): not this source's
         elif isinstance(msg, pgo.Insert):
             self._txn.append((1, self._pick(msg.new)))
         elif isinstance(msg, pgo.Update):
@@ -345,7 +378,7 @@ class PostgresCdcSource:
                                      f"{table.type_oids[upstream]} → {oid})")
                 return
             index.append(i)
-        self._index = tuple(index)
+        self._index, self._relid = tuple(index), rel.relid
 
     def _schema_changed(self, what: str) -> None:
         self._txn = None
@@ -368,7 +401,10 @@ class PostgresCdcSource:
 
     def _server_wal_lsn(self) -> int:
         with self._side_lock:
-            side = self._side_conn()
-            with side.cursor() as cur:
-                cur.execute("SELECT pg_current_wal_lsn()::text")
-                return pgo.parse_lsn(cur.fetchone()[0])
+            try:
+                with self._side_conn().cursor() as cur:
+                    cur.execute("SELECT pg_current_wal_insert_lsn()::text")  # async commits too
+                    return pgo.parse_lsn(cur.fetchone()[0])
+            except Exception:
+                self._drop_side()
+                raise

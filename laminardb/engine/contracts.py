@@ -103,9 +103,10 @@ class Source(Protocol):
     - optional ``take_warnings()``: ``LaminarError`` s the runner shows (``errors``,
       ``last_error``, a WARNING) without stopping, each once — e.g. an offset reset;
     - optional ``checkpoint_committed(state)``: called after a checkpoint commits, with the
-      ``checkpoint_state()`` that checkpoint recorded for this source (now the recovery point),
-      so a source can release upstream what no recovery will replay (a CDC source confirms its
-      replication slot up to there). Called outside the engine lock, from the checkpointing
+      ``checkpoint_state()`` recorded for this source in the oldest checkpoint a recovery may
+      still restore (the newest one, or an older one kept by ``checkpoint_retain`` that recovery
+      falls back to when newer ones are damaged), so a source can release upstream what no
+      recovery will replay (a CDC source confirms its replication slot up to there). Called outside the engine lock, from the checkpointing
       thread; an error is logged and the next checkpoint calls it again with its newer state. A
       database without checkpoints (in memory) calls it from the source's poller right after each
       poll's rows are ingested: nothing there can replay them.

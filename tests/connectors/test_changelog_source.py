@@ -71,3 +71,38 @@ def test_text_columns_convert_column_wise_with_utc_timestamps() -> None:
     with pytest.raises(CdcDataError, match="'ts'"):
         text_columns_batch(schema.remove(5).remove(4).remove(3).remove(1).remove(0), ["timestamp"],
                            [["infinity"]], [1], source="s")
+
+
+class _FailingOnce:
+    """A polled connector whose checkpoint_committed hook fails the first time."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def checkpoint_committed(self, state: dict) -> None:
+        self.calls.append(state)
+        if len(self.calls) == 1:
+            raise ConnectionError("server unreachable")
+
+    def close(self) -> None:
+        pass
+
+
+def test_checkpoint_committed_gets_the_oldest_kept_position_and_survives_a_failure(tmp_path, caplog) -> None:
+    """The hook hears the position of the oldest checkpoint kept (recovery may fall back to it
+    when newer ones are damaged); a failing hook is logged and called again next time."""
+    import laminardb
+
+    conn = laminardb.open(str(tmp_path / "db"), config={"checkpoint_retain": 3})
+    try:
+        conn.execute("CREATE SOURCE s (x BIGINT)")
+        node, fake = conn.engine.node("s"), _FailingOnce()
+        node.connector = fake
+        for lsn in (1, 2, 3, 4):
+            node.connector_state = {"lsn": lsn}
+            conn.checkpoint()  # the first hook call fails: the checkpoint stands
+        assert "releasing changes up to checkpoint 1 failed" in caplog.text and "server unreachable" in caplog.text
+        assert fake.calls == [{"lsn": 1}, {"lsn": 1}, {"lsn": 1}, {"lsn": 2}]
+    finally:
+        conn.engine.node("s").connector = None
+        conn.close()
