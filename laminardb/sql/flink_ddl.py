@@ -14,6 +14,8 @@ kafka / filesystem / datagen   ``CREATE SOURCE t`` — unless the script only ``
                                it is only a sink). datagen and filesystem are polled by
                                ``Connection.start()`` (``connectors/flink_tables.py`` builds them from
                                the specs of ``sql/table_specs.py``)
+jdbc / postgres                a lookup table (``sql/lookup_tables.py``): a source node never polled, read
+                               only by ``JOIN t FOR SYSTEM_TIME AS OF o.proc_time`` (PostgreSQL, per batch)
 blackhole                      nothing until ``INSERT INTO t SELECT …`` = ``CREATE STREAM t AS SELECT …``
                                (rows go nowhere unless subscribed: ``subscribe('t')``)
 ``INSERT INTO t SELECT …``     kafka/filesystem: ``CREATE SINK t_insert INTO KAFKA|FILE (…) AS SELECT …``
@@ -57,6 +59,7 @@ from laminardb.sql.exceptions import (
     UnknownOptionError,
     UnsupportedSqlError,
 )
+from laminardb.sql.lookup_tables import LOOKUP_CONNECTORS, LOOKUP_KIND, check_lookup_options
 from laminardb.sql.options import FILE_LIFECYCLE
 from laminardb.sql.statements import (
     IDENT,
@@ -80,8 +83,9 @@ from laminardb.sql.udf import UdfRegistry
 __all__ = ["FlinkTable", "InsertInto", "CreateFunction", "is_flink_table", "parse_table", "parse_statement",
            "translate", "flink_type"]
 
-CONNECTORS = ("kafka", "filesystem", "datagen", "blackhole")
-_SOURCE_CONNECTORS = ("kafka", "filesystem", "datagen")
+CONNECTORS = ("kafka", "filesystem", "datagen", "blackhole", *LOOKUP_CONNECTORS)
+# jdbc / postgres: a lookup table (sql/lookup_tables.py), kept as a source node that is never polled
+_SOURCE_CONNECTORS = ("kafka", "filesystem", "datagen", *LOOKUP_CONNECTORS)
 # Kafka keys that concern reading only / writing only: dropped from the other side's options
 _KAFKA_READ_ONLY = ("scan.", "properties.group.id", "group.id")
 _KAFKA_WRITE_ONLY = ("sink.",)
@@ -207,6 +211,8 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
         src_connector = "datagen"
     elif connector == "filesystem":  # its keys: options.check_file_table_keys, when the statement is written
         src_connector, src_opts = "filesystem", _file_source_options(name, opts)
+    elif connector in LOOKUP_CONNECTORS:  # read on demand by FOR SYSTEM_TIME AS OF joins only
+        src_connector, src_opts = LOOKUP_KIND, check_lookup_options(name, opts)
     if partitioned and connector != "filesystem":
         raise UnsupportedSqlError(f"table {name!r}: PARTITIONED BY applies to filesystem tables")
     declared = [c.name for c in head.columns]
@@ -454,6 +460,9 @@ def _translate_insert(ins: InsertInto, tables: dict[str, FlinkTable]) -> tuple[C
         name = table.name
         query = with_stream_options(query, name, {})
         return CreateStream(name, query), f"CREATE STREAM {_quote(name)} AS {body}"
+    if table.flink_connector in LOOKUP_CONNECTORS:
+        raise UnsupportedSqlError(f"INSERT INTO {table.name}: a {table.flink_connector!r} table is read by lookup "
+                                  "joins (FOR SYSTEM_TIME AS OF); laminardb does not write to it")
     if table.flink_connector == "datagen":
         raise UnsupportedSqlError(f"INSERT INTO {table.name}: a datagen table generates rows; it cannot be "
                                   "written to (use 'blackhole', 'kafka' or 'filesystem')")

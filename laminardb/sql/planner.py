@@ -145,7 +145,10 @@ def _plan_item(node: exp.Expression, ctx: _Context, expand: bool = False):
         if isinstance(node.this, exp.Anonymous | exp.Func) or node.args.get("db"):
             raise UnsupportedSqlError(f"FROM {node.sql()}: name a source, stream or view")
         rel = ctx.lookup(_table_name(node))
-        scan = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time(), rel.primary_key)
+        if rel.lookup is not None and node.args.get("version") is None:
+            raise lookup_only(rel)
+        scan = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time(), rel.primary_key,
+                    lookup=rel.lookup)
         if expand and node.meta.get("tvf") is not None:
             scan, rel = expand_window_tvf(ctx.tvfs[node.meta["tvf"]], rel, scan)
         if alias_ident is None:
@@ -158,6 +161,17 @@ def _plan_item(node: exp.Expression, ctx: _Context, expand: bool = False):
         schema = inner.output_schema if hasattr(inner, "output_schema") else inner.schema
         return inner, alias_ident.name, bool(alias_ident.args.get("quoted")), schema, inner.time_col, dict(inner.time_cols)
     raise UnsupportedSqlError(f"FROM {node.sql()[:60]}: name a source, stream or view, or a subquery (SELECT …) AS q")
+
+
+def lookup_only(rel: RelationInfo) -> Exception:
+    """A jdbc / postgres table read as a stream: it is only looked up, key by key."""
+    from laminardb.connectors.exceptions import LookupOnlyTableError
+
+    return LookupOnlyTableError(
+        f"{rel.name!r} is a lookup table ({rel.lookup.where()}): it is read on demand, key by key, so it can "
+        f"only be the right side of a lookup join: … FROM s AS o JOIN {rel.name} FOR SYSTEM_TIME AS OF o.proc_time "
+        f"AS c ON o.k = c.k, where proc_time is a PROCTIME() column of the left input (SELECT *, PROCTIME() AS "
+        "proc_time FROM s). To read the whole table, query PostgreSQL itself")
 
 
 def _plan_subquery(node: exp.Expression, ctx: _Context):
@@ -227,6 +241,8 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
         elif ctx.tvf[0] is not None:
             ctx.tvf[0] = None  # the top block reads the TVF's table (the common case)
         rel = ctx.lookup(name)
+        if rel.lookup is not None:
+            raise lookup_only(rel)
         child = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time())
         return _plan_block(sel, query, rel, child, batch)
     if query is None:
