@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from laminardb.connectors.postgres_lookup import PostgresLookup
-from laminardb.operators.snapshot import StateImage, checked_snapshot
+from laminardb.operators._buffers import hash_rows
+from laminardb.operators.snapshot import DEFAULT_VNODES, StateImage, checked_snapshot
 from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.plan import ExternalLookupJoin
 from laminardb.sql.watermarks import NO_WATERMARK
@@ -56,6 +57,7 @@ class ExternalLookupJoinOperator:
         self.left_schema = pa.schema(list(node.schema)[:nl])
         self.source = source if source is not None else PostgresLookup(self.spec)
         self.key_names = [f"__k{i}" for i in range(len(node.left_keys))]
+        self.keys = (node.left_keys, [])  # per port (the Delta mode partitions a join's input by them)
         self.pending: list[pa.RecordBatch] = []
         # the cache: key tuple → (expires at, ms of time.monotonic; rows of it in ``_rows``)
         self._index: OrderedDict[tuple, tuple[float, tuple[int, ...]]] = OrderedDict()
@@ -221,7 +223,13 @@ class ExternalLookupJoinOperator:
         """The rows held during an outage (the cache is not state)."""
         rows = pa.Table.from_batches(self.pending, schema=self.left_schema) if self.pending else (
             self.left_schema.empty_table())
-        rows = rows.append_column("__vnode", pa.array(np.zeros(rows.num_rows, np.int32)))  # restored once
+        # each row under its key's vnode, as a join's stored rows: blobs of disjoint vnode subsets add up
+        vnode = np.zeros(0, np.int32)
+        if rows.num_rows:
+            batch = rows.combine_chunks().to_batches()[0]
+            keys = [k.evaluate(batch) for k in self.node.left_keys]
+            vnode = (hash_rows(keys) % np.uint64(DEFAULT_VNODES)).astype(np.int32)
+        rows = rows.append_column("__vnode", pa.array(vnode, pa.int32()))
         return StateImage("lookup_jdbc", meta={"plan": self.fingerprint}, tables={"pending": rows})
 
     def restore(self, blob: bytes, *, vnodes=None) -> None:
