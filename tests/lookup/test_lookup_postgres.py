@@ -299,3 +299,38 @@ def test_a_polled_source_survives_an_outage_without_losing_rows(pg):
     assert sorted(r["id"] for r in got) == list(range(1, n + 1))  # none lost, none twice
     names = {r["id"]: r["name"] for r in _snapshot(conn).to_pylist()}
     assert all(r["name"] == names[r["cid"]] for r in got)
+
+
+def test_composite_keys_and_column_types(pg):
+    """Two key columns (one statement: (k1, k2) IN unnest(…)), a url with the role in it, and
+    the column types PostgreSQL's text form gives Arrow: DOUBLE, BOOLEAN, DATE, TIMESTAMP."""
+    server, dbname, conn = pg
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE prices (region VARCHAR, sku INT, price DOUBLE PRECISION, active BOOLEAN, "
+                    "since DATE, seen TIMESTAMP, note VARCHAR, PRIMARY KEY (region, sku))")
+        cur.execute("INSERT INTO prices SELECT r, s, s * 1.5, s % 2 = 0, DATE '2024-01-01' + s, "
+                    "TIMESTAMP '2024-01-01 10:00:00.123' + s * INTERVAL '1 hour', CASE WHEN s = 3 THEN '' END "
+                    "FROM unnest(ARRAY['eu', 'us']) r, generate_series(1, 20) s")
+        cur.execute("GRANT SELECT ON prices TO lkp")
+    db = laminardb.open()
+    db.execute("CREATE TABLE prices (region VARCHAR, sku INT, price DOUBLE, active BOOLEAN, since DATE, "
+               "seen TIMESTAMP(3), note VARCHAR, PRIMARY KEY (region, sku) NOT ENFORCED) WITH ('connector' = "
+               f"'postgres', 'url' = 'postgresql://lkp:{PASSWORD}@127.0.0.1:{server.port}/{dbname}', "
+               "'table-name' = 'public.prices')")
+    db.execute("CREATE SOURCE sales (id BIGINT, region VARCHAR, sku INT)")
+    db.execute("CREATE STREAM j AS SELECT s.id, p.price, p.active, p.since, p.seen, p.note FROM (SELECT *, "
+               "PROCTIME() AS pt FROM sales) AS s LEFT JOIN prices FOR SYSTEM_TIME AS OF s.pt AS p "
+               "ON s.region = p.region AND s.sku = p.sku")
+    sub = db.subscribe_stream("j")
+    sales = [{"id": i, "region": ["eu", "us", "asia"][i % 3], "sku": i % 25} for i in range(120)]
+    db.insert("sales", sales)
+    got = sorted(_drain(sub), key=lambda r: r["id"])
+    assert db.metrics()["queries"]["j"]["lookup"]["queries"] == 1
+    with conn.cursor() as cur:
+        cur.execute("SELECT region, sku, price, active, since, seen, note FROM prices")
+        table = {(r[0], r[1]): r[2:] for r in cur.fetchall()}
+    for s, r in zip(sales, got, strict=True):
+        want = table.get((s["region"], s["sku"]), (None,) * 5)
+        assert (r["price"], r["active"], r["since"], r["seen"], r["note"]) == want, (s, r)
+    assert any(r["note"] == "" for r in got) and any(r["price"] is None for r in got)  # '' is no NULL
+    db.close()
