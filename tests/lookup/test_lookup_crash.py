@@ -61,7 +61,7 @@ def test_sigkill_loop_through_a_lookup_join_gives_the_unbroken_answer(tmp_path, 
         p = _spawn(cfg_path, log)
         try:
             _wait_for(log, "resume at", before, p)
-            if k == 1:  # an outage: the lookups fail, the rows are held, then the process dies
+            if k == 0:  # an outage: the lookups fail, the rows are held, then the process dies
                 with conn.cursor() as cur:
                     cur.execute("REVOKE SELECT ON customers FROM lkp")
                 held = log.read_text(errors="replace").count("held")
