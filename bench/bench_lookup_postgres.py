@@ -109,7 +109,8 @@ def main() -> None:
         expect = args.rows if args.keys <= args.customers else None
         schema = pa.schema([("id", pa.int64()), ("name", pa.string()), ("tier", pa.int32())])
         spec = lookup_spec("customers", schema, ("id",), {"url": f"postgresql://127.0.0.1:{server.port}/{db}",
-                                                         "table-name": "customers", "username": "postgres"})
+                                                         "table-name": "customers", "username": "postgres"},
+                       fetcher=PostgresLookup)
         warm = f", 'lookup.cache.max-rows' = '{max(args.keys, 1)}', 'lookup.cache.ttl' = '1 h'"
         runs: dict[str, list[float]] = {"fetch": [], "no cache": [], "warm cache": []}
         info: dict[str, dict] = {}

@@ -6,7 +6,12 @@ are *not* errors: readers keep the valid rows and report the rest (see ``files.R
 
 from __future__ import annotations
 
-from laminardb.errors import ConnectorError
+from laminardb.errors import (  # the lookup tables' errors: defined there, for the SQL layer
+    ConnectorError,
+    LookupOnlyTableError,
+    LookupTableConfigError,
+    LookupTableUnavailableError,
+)
 
 __all__ = [
     "FileFormatError",
@@ -95,23 +100,3 @@ class DeltaConfigError(ConnectorError, ValueError):
 
     code = "LDB-4020"
 
-
-class LookupTableConfigError(ConnectorError, ValueError):
-    """A JDBC / PostgreSQL lookup table's WITH option is missing, unknown or invalid (url,
-    'table-name', 'lookup.cache.*'): raised at CREATE TABLE."""
-
-    code = "LDB-4070"
-
-
-class LookupTableUnavailableError(ConnectorError, ConnectionError):
-    """A lookup join could not read its PostgreSQL table (server down, refused, permission,
-    table gone). The input rows of that batch are kept and joined once the server answers."""
-
-    code = "LDB-4071"
-
-
-class LookupOnlyTableError(ConnectorError, ValueError):
-    """A JDBC / PostgreSQL lookup table was read as a stream (``SELECT … FROM t``, a plain
-    join): it is read on demand, only as the right side of ``FOR SYSTEM_TIME AS OF``."""
-
-    code = "LDB-4072"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from laminardb.connectors.polled import FROM_DATA
+from laminardb.connectors.postgres_lookup import PostgresLookup
 from laminardb.engine.event_time import OPTION_KEYS as EVENT_TIME_OPTIONS
 from laminardb.engine.event_time import EventTimeRules
 from laminardb.engine.insert_batch import InsertResult, combine_rejected, prepare, raise_rejected
@@ -184,7 +185,8 @@ class Reactor:
         node.source_connector = stmt.connector
         node.primary_key = stmt.primary_key
         if stmt.connector == LOOKUP_KIND:
-            node.lookup = lookup_spec(stmt.name, schema, stmt.primary_key, stmt.connector_options)
+            node.lookup = lookup_spec(stmt.name, schema, stmt.primary_key, stmt.connector_options,
+                                      fetcher=PostgresLookup)
         if stmt.watermark_col is not None:
             node.watermark_note = f"max event time - {stmt.watermark_delay_ms} ms (declared)"
         dead = stmt.name + REJECTED_SUFFIX

@@ -31,7 +31,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laminardb.connectors.postgres_lookup import PostgresLookup
 from laminardb.operators._buffers import hash_rows
 from laminardb.operators.snapshot import DEFAULT_VNODES, StateImage, checked_snapshot
 from laminardb.sql.expressions import evaluate_mask
@@ -55,7 +54,7 @@ class ExternalLookupJoinOperator:
         self.late_dropped = 0
         nl = len(node.schema) - len(node.right_schema)
         self.left_schema = pa.schema(list(node.schema)[:nl])
-        self.source = source if source is not None else PostgresLookup(self.spec)
+        self.source = source if source is not None else self.spec.open()  # connectors/postgres_lookup.py
         self.key_names = [f"__k{i}" for i in range(len(node.left_keys))]
         self.keys = (node.left_keys, [])  # per port (the Delta mode partitions a join's input by them)
         self.pending: list[pa.RecordBatch] = []

@@ -12,12 +12,14 @@ at the first lookup: a typo in a cache option must fail the DDL, not a running p
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qsl, unquote
 
 import pyarrow as pa
 
-from laminardb.connectors.exceptions import LookupTableConfigError
+from laminardb.errors import LookupTableConfigError
 from laminardb.sql.options import lateness_ms
 
 __all__ = ["LOOKUP_CONNECTORS", "LOOKUP_KIND", "LookupTableSpec", "check_lookup_options", "lookup_spec"]
@@ -58,6 +60,15 @@ class LookupTableSpec:
     cache_ttl_ms: int = 0
     cache_missing: bool = True
     max_retries: int = 3
+    # how its rows are fetched: ``connectors.postgres_lookup.PostgresLookup``, given by the engine
+    # (the operators may not import the connectors: .importlinter)
+    fetcher: Callable[[LookupTableSpec], Any] | None = field(default=None, repr=False, compare=False)
+
+    def open(self):
+        """A new fetcher of this table's rows (``fetch(key_cols, keys)``, ``close()``, counters)."""
+        if self.fetcher is None:
+            raise LookupTableConfigError(f"lookup table {self.name!r}: no fetcher was given (built outside an engine)")
+        return self.fetcher(self)
 
     def where(self) -> str:
         """``host:port/db table`` for messages (no credentials)."""
@@ -146,8 +157,10 @@ def check_lookup_options(name: str, opts: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def lookup_spec(name: str, schema: pa.Schema, primary_key: tuple[str, ...], opts: dict[str, str]) -> LookupTableSpec:
-    """The spec of a table whose options ``check_lookup_options`` returned."""
+def lookup_spec(name: str, schema: pa.Schema, primary_key: tuple[str, ...], opts: dict[str, str], *,
+                fetcher: Callable[[LookupTableSpec], Any] | None = None) -> LookupTableSpec:
+    """The spec of a table whose options ``check_lookup_options`` returned; ``fetcher(spec)``
+    opens what reads its rows."""
     opts = check_lookup_options(name, opts)
     host, port, db, params = _parse_url(name, opts["url"])
     user = opts.get("username") or params.pop("user", None)
@@ -161,4 +174,4 @@ def lookup_spec(name: str, schema: pa.Schema, primary_key: tuple[str, ...], opts
     return LookupTableSpec(name, schema, tuple(primary_key), host, port, db, table, user, password,
                            tuple(sorted(params.items())), rows, ttl,
                            opts.get("lookup.cache.caching-missing-key", "true").strip().lower() == "true",
-                           int(opts.get("lookup.max-retries", "3")))
+                           int(opts.get("lookup.max-retries", "3")), fetcher)

@@ -165,7 +165,7 @@ def _plan_item(node: exp.Expression, ctx: _Context, expand: bool = False):
 
 def lookup_only(rel: RelationInfo) -> Exception:
     """A jdbc / postgres table read as a stream: it is only looked up, key by key."""
-    from laminardb.connectors.exceptions import LookupOnlyTableError
+    from laminardb.errors import LookupOnlyTableError
 
     return LookupOnlyTableError(
         f"{rel.name!r} is a lookup table ({rel.lookup.where()}): it is read on demand, key by key, so it can "
