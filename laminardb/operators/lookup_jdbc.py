@@ -18,8 +18,11 @@ too (``lookup.cache.caching-missing-key``). It is not state: a restart starts co
 
 PostgreSQL unreachable: the fetch raises ``LookupTableUnavailableError`` and the batch's rows
 are kept (``pending``); the next batch (or watermark) retries them first, in one query with its
-own, so no input row is lost or reordered. The snapshot holds those pending rows only (empty
-while the server answers), so a checkpoint taken during an outage keeps them too.
+own, so no input row is lost or reordered. While rows are held ``on_watermark`` retries and
+raises too: the watermark stops here (the tree's nodes above, and the reactor's downstream
+queries, do not see it), so no event-time window after the join closes without them. The
+snapshot holds those pending rows only (empty while the server answers), so a checkpoint taken
+during an outage keeps them too.
 """
 
 from __future__ import annotations

@@ -334,3 +334,39 @@ def test_composite_keys_and_column_types(pg):
         assert (r["price"], r["active"], r["since"], r["seen"], r["note"]) == want, (s, r)
     assert any(r["note"] == "" for r in got) and any(r["price"] is None for r in got)  # '' is no NULL
     db.close()
+
+
+def test_windows_after_the_lookup_wait_for_rows_held_during_an_outage(pg):
+    """An event-time window over the join's output: while rows are held, the failing join
+    holds the watermark back too, so no window closes without them (none dropped as late)."""
+    server, dbname, conn = pg
+    db = laminardb.open()
+    db.execute(_ddl(server, dbname, opts={"lookup.max-retries": "0"}))
+    db.execute("CREATE SOURCE orders (id BIGINT, cid BIGINT, ts BIGINT NOT NULL, WATERMARK FOR ts AS ts)")
+    db.execute("CREATE STREAM w AS SELECT window_start, count(*) AS n, count(c.name) AS named FROM (SELECT *, "
+               "PROCTIME() AS pt FROM orders) AS o LEFT JOIN customers FOR SYSTEM_TIME AS OF o.pt AS c "
+               "ON o.cid = c.id GROUP BY tumble(o.ts, INTERVAL '1' SECOND)")
+    sub = db.subscribe_stream("w")
+    rows = [{"id": i, "cid": i % 230, "ts": i * 10} for i in range(1000)]  # 10 windows of 100 rows
+    batches = [rows[i : i + 50] for i in range(0, len(rows), 50)]
+    db.insert("orders", batches[0])
+    with conn.cursor() as cur:
+        cur.execute("REVOKE SELECT ON customers FROM lkp")
+    for b in batches[1:8]:  # the watermark of the source moves on by 350 rows' time
+        with pytest.raises(LookupTableUnavailableError):
+            db.insert("orders", b)
+    assert _drain(sub) == []  # no window closed without its held rows
+    with conn.cursor() as cur:
+        cur.execute("GRANT SELECT ON customers TO lkp")
+    for b in batches[8:]:
+        db.insert("orders", b)
+    db.finish()
+    got = sorted((r["window_start"], r["n"], r["named"]) for r in _drain(sub))
+    names = {r["id"]: r["name"] for r in _snapshot(conn).to_pylist()}
+    want: dict[int, list[int]] = {}
+    for r in rows:
+        w = want.setdefault(r["ts"] // 1000 * 1000, [0, 0])
+        w[0] += 1
+        w[1] += names.get(r["cid"]) is not None
+    assert got == sorted((k, n, named) for k, (n, named) in want.items())
+    db.close()
