@@ -86,10 +86,11 @@ class ExternalLookupJoinOperator:
         return out
 
     def state_rows(self) -> tuple[int, int]:
-        """(rows held during an outage, cached table rows)."""
-        return sum(b.num_rows for b in self.pending), self._live_rows
+        """(rows held during an outage, 0): the cache is no state (``lookup_metrics``: cached_keys)."""
+        return sum(b.num_rows for b in self.pending), 0
 
     def state_bytes(self) -> int:
+        """Memory held: the held rows and the cached table rows."""
         return sum(b.nbytes for b in self.pending) + self._rows.nbytes
 
     def lookup_metrics(self) -> dict[str, int]:
