@@ -104,6 +104,7 @@ class Node:
     source_connector: str | None = None  # "kafka" for FROM KAFKA (…) / WITH ('connector' = 'kafka')
     primary_key: tuple[str, ...] = ()  # PRIMARY KEY (…) NOT ENFORCED: a versioned source (temporal joins)
     lookup: LookupTableSpec | None = None  # a jdbc / postgres table: read by lookup joins only, never fed
+    proctime_col: str | None = None  # Flink's ``proc_time AS PROCTIME()``: added by the queries reading it
     # event time: every event-time column of a stream → its watermark from the root source's
     # (sources: just time_col); how the watermark came about, for DESCRIBE
     time_cols: dict = field(default_factory=dict)
@@ -153,7 +154,7 @@ class Reactor:
         times = node.time_cols if node.kind in ("stream", "view", "late") else None
         return RelationInfo(node.name, node.visible_schema, node.time_col, node.changelog, times,
                             kind=node.kind, connector=node.source_connector, primary_key=node.primary_key,
-                            lookup=node.lookup)
+                            lookup=node.lookup, proctime=node.proctime_col)
 
     def _node(self, name: str) -> Node:
         if name in self.nodes:
@@ -184,6 +185,7 @@ class Reactor:
         node.rules = self._event_time_rules(stmt, schema)
         node.source_connector = stmt.connector
         node.primary_key = stmt.primary_key
+        node.proctime_col = stmt.proctime_col
         if stmt.connector == LOOKUP_KIND:
             node.lookup = lookup_spec(stmt.name, schema, stmt.primary_key, stmt.connector_options,
                                       fetcher=PostgresLookup)

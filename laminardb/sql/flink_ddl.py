@@ -105,7 +105,8 @@ class FlinkTable(CreateSource):
 
     def as_source(self) -> CreateSource:
         return CreateSource(self.name, self.columns, self.watermark_col, self.watermark_delay_ms, self.options,
-                                self.if_not_exists, self.connector, self.connector_options, self.primary_key)
+                                self.if_not_exists, self.connector, self.connector_options, self.primary_key,
+                                self.proctime_col)
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def is_flink_table(text: str) -> bool:
 
 def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
     """``CREATE [TEMPORARY] TABLE name (…) [PARTITIONED BY (…)] WITH ('connector' = …, …)``."""
-    head = read_table(text, line, col, parse=flink_type)
+    head = read_table(text, line, col, parse=flink_type, proctime_ok=True)
     name = head.name
     opts, partitioned, rest = _with_options(head.rest, name)
     if rest:
@@ -213,6 +214,9 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
         src_connector, src_opts = "filesystem", _file_source_options(name, opts)
     elif connector in LOOKUP_CONNECTORS:  # read on demand by FOR SYSTEM_TIME AS OF joins only
         src_connector, src_opts = LOOKUP_KIND, check_lookup_options(name, opts)
+    if head.proctime_col is not None and (connector not in _SOURCE_CONNECTORS or connector in LOOKUP_CONNECTORS):
+        raise UnsupportedSqlError(f"table {name!r}: computed column {head.proctime_col} AS PROCTIME() applies to "
+                                  "tables read as streams (kafka, filesystem, datagen); compute it in the query")
     if partitioned and connector != "filesystem":
         raise UnsupportedSqlError(f"table {name!r}: PARTITIONED BY applies to filesystem tables")
     declared = [c.name for c in head.columns]
@@ -225,7 +229,7 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
     return FlinkTable(name, head.columns, wm_col, wm_delay, laminar_opts,
                       head.if_not_exists, src_connector, src_opts, head.primary_key, flink_connector=connector,
                       flink_options=opts,
-                      declared_types=tuple(head.types), partitioned_by=partitioned)
+                      declared_types=tuple(head.types), partitioned_by=partitioned, proctime_col=head.proctime_col)
 
 
 def _file_path(name: str, opts: dict[str, str]) -> str:

@@ -537,6 +537,7 @@ class RelationInfo:
     connector: str | None = None
     primary_key: tuple[str, ...] = ()  # a source's PRIMARY KEY (…) NOT ENFORCED: a versioned table
     lookup: object | None = None  # a jdbc / postgres table (``lookup_tables.LookupTableSpec``): lookup only
+    proctime: str | None = None  # a source's ``name AS PROCTIME()`` column (the planner computes it)
 
     def event_time(self) -> dict[str, WatermarkMap]:
         if self.time_cols is not None:

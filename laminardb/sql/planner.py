@@ -163,6 +163,37 @@ def _plan_item(node: exp.Expression, ctx: _Context, expand: bool = False):
     raise UnsupportedSqlError(f"FROM {node.sql()[:60]}: name a source, stream or view, or a subquery (SELECT …) AS q")
 
 
+def _proctime_of(node: exp.Expression, ctx: _Context) -> str | None:
+    """The ``AS PROCTIME()`` column of a FROM table (Flink DDL), unless it is read as it is
+    stored (the inside of ``_with_proctime``), versioned (``FOR SYSTEM_TIME``) or a window TVF's."""
+    if not isinstance(node, exp.Table) or node.meta.get("physical") or node.meta.get("tvf") is not None:
+        return None
+    if node.args.get("version") is not None or node.args.get("db") or isinstance(node.this, exp.Anonymous | exp.Func):
+        return None
+    return ctx.lookup(_table_name(node)).proctime
+
+
+def _with_proctime(sel, ctx: _Context):
+    """``FROM orders [AS o]`` → ``FROM (SELECT *, PROCTIME() AS proc_time FROM orders) AS o`` for a
+    table declaring ``proc_time AS PROCTIME()``: the column is the batch's processing time."""
+    sel = sel.copy()
+    frm = sel.args.get("from_") or sel.args.get("from")
+    for holder in [frm, *(sel.args.get("joins") or [])]:
+        table = holder.this
+        col = _proctime_of(table, ctx)
+        if col is None:
+            continue
+        inner = parse_select("SELECT *, PROCTIME() AS c FROM t")
+        inner.expressions[1].set("alias", exp.to_identifier(col, quoted=True))
+        inner_table = exp.Table(this=table.this.copy())
+        inner_table.meta["physical"] = True
+        (inner.args.get("from_") or inner.args.get("from")).set("this", inner_table)
+        alias = table.args.get("alias")
+        name = alias.this.copy() if isinstance(alias, exp.TableAlias) else (alias.copy() if alias else table.this.copy())
+        holder.set("this", exp.Subquery(this=inner, alias=exp.TableAlias(this=name)))
+    return sel
+
+
 def lookup_only(rel: RelationInfo) -> Exception:
     """A jdbc / postgres table read as a stream: it is only looked up, key by key."""
     from laminardb.errors import LookupOnlyTableError
@@ -231,6 +262,10 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
     if frm is None:
         raise UnsupportedSqlError("a query needs FROM <source, stream or view>")
     joins = sel.args.get("joins") or []
+    if any(_proctime_of(t, ctx) for t in [frm.this, *(j.this for j in joins)]):
+        sel = _with_proctime(sel, ctx)
+        frm = sel.args.get("from_") or sel.args.get("from")
+        joins = sel.args.get("joins") or []
     source = frm.this
     if not joins and isinstance(source, exp.Table):
         name = _table_name(source)

@@ -223,6 +223,8 @@ def test_the_table_can_only_be_looked_up(pg):
                    "FOR SYSTEM_TIME AS OF o.p AS c ON o.cid = c.id + 1")
     with pytest.raises(UnsupportedSqlError, match="read by lookup"):
         db.execute("INSERT INTO customers SELECT cid, 'x', 1 FROM orders")
+    with pytest.raises(UnsupportedSqlError, match="computed column"):  # a lookup table has no processing time
+        db.execute(_ddl(server, dbname).replace("CREATE TABLE customers (", "CREATE TABLE c2 (pt AS PROCTIME(), "))
     with pytest.raises(laminardb.LaminarError, match="lookup table"):
         db.insert("customers", [{"id": 1, "name": "x", "tier": 1}])
     db.execute(_JOIN.format(kind="", extra="").replace("FROM orders", "FROM orders WHERE id > 0"))
@@ -271,17 +273,18 @@ def test_an_unreachable_server_is_a_typed_error(pg):
 
 
 def test_a_polled_source_survives_an_outage_without_losing_rows(pg):
-    """datagen orders polled by Connection.start(): while PostgreSQL refuses, the runner's
-    batches fail (counted, retried) and the lookup holds their rows; after GRANT every order
-    is joined exactly once."""
+    """datagen orders polled by Connection.start(), declared as in Flink (``proc_time AS
+    PROCTIME()``): while PostgreSQL refuses, the runner's batches fail (counted, retried) and
+    the lookup holds their rows; after GRANT every order is joined exactly once."""
     server, dbname, conn = pg
     n = 4000
     db = laminardb.open()
     db.execute(_ddl(server, dbname, opts={"lookup.max-retries": "0", "lookup.cache.max-rows": "50", "lookup.cache.ttl": "100 ms"}))
-    db.execute(f"CREATE TABLE orders (id BIGINT, cid BIGINT) WITH ('connector' = 'datagen', 'rows-per-second' = "
-               f"'2000', 'fields.id.kind' = 'sequence', 'fields.id.start' = '1', 'fields.id.end' = '{n}', "
-               "'fields.cid.min' = '1', 'fields.cid.max' = '150')")
-    db.execute(_JOIN.format(kind="", extra=""))
+    db.execute(f"CREATE TABLE orders (id BIGINT, cid BIGINT, proc_time AS PROCTIME()) WITH ('connector' = "
+               f"'datagen', 'rows-per-second' = '2000', 'fields.id.kind' = 'sequence', 'fields.id.start' = '1', "
+               f"'fields.id.end' = '{n}', 'fields.cid.min' = '1', 'fields.cid.max' = '150')")
+    db.execute("CREATE STREAM j AS SELECT o.id, o.cid, c.name FROM orders AS o JOIN customers FOR SYSTEM_TIME AS OF "
+               "o.proc_time AS c ON o.cid = c.id")
     sub = db.subscribe_stream("j")
     got: list[dict] = []
     db.start()
