@@ -40,6 +40,9 @@ __all__ = [
     "SubscriptionClosedError",
     "NotQueryableError",
     "MissingExtraError",
+    "LookupTableConfigError",
+    "LookupTableUnavailableError",
+    "LookupOnlyTableError",
 ]
 
 
@@ -154,3 +157,26 @@ class MissingExtraError(ConfigError):
     which ``pip install 'laminardb[extra]'`` brings it (``laminardb/_extras.py``)."""
 
     code = "LDB-9070"
+
+
+# the lookup tables' errors live here (not in connectors/exceptions.py, which re-exports them):
+# the SQL layer raises two of them and may not import the connectors (.importlinter)
+class LookupTableConfigError(ConnectorError, ValueError):
+    """A JDBC / PostgreSQL lookup table's WITH option is missing, unknown or invalid (url,
+    'table-name', 'lookup.cache.*'): raised at CREATE TABLE."""
+
+    code = "LDB-4080"
+
+
+class LookupTableUnavailableError(ConnectorError, ConnectionError):
+    """A lookup join could not read its PostgreSQL table (server down, refused, permission,
+    table gone). The input rows of that batch are kept and joined once the server answers."""
+
+    code = "LDB-4081"
+
+
+class LookupOnlyTableError(ConnectorError, ValueError):
+    """A JDBC / PostgreSQL lookup table was read as a stream (``SELECT … FROM t``, a plain
+    join): it is read on demand, only as the right side of ``FOR SYSTEM_TIME AS OF``."""
+
+    code = "LDB-4082"

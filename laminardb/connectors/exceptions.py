@@ -6,7 +6,12 @@ are *not* errors: readers keep the valid rows and report the rest (see ``files.R
 
 from __future__ import annotations
 
-from laminardb.errors import ConnectorError
+from laminardb.errors import (  # the lookup tables' errors: defined there, for the SQL layer
+    ConnectorError,
+    LookupOnlyTableError,
+    LookupTableConfigError,
+    LookupTableUnavailableError,
+)
 
 __all__ = [
     "FileFormatError",
@@ -37,6 +42,9 @@ __all__ = [
     "PostgresSchemaError",
     "PostgresUnavailableError",
     "PostgresWriteError",
+    "LookupTableConfigError",
+    "LookupTableUnavailableError",
+    "LookupOnlyTableError",
 ]
 
 

@@ -3,13 +3,15 @@
 Entry point: ``source_connectors(fallback)``, which a connection installs as its reactor's
 ``make_source_connector``: a ``datagen`` / ``filesystem`` source's options become a spec
 (``sql/table_specs.py``, checked there at CREATE TABLE) and the spec a ``DatagenSource`` or
-``FileTableSource``; other kinds (kafka, the CDC kinds) go to ``fallback``.
+``FileTableSource``; other kinds (kafka, the CDC kinds) go to ``fallback``. A ``jdbc`` / ``postgres`` lookup table has none
+(``sql/lookup_tables.py``: its join operator reads it).
 """
 
 from __future__ import annotations
 
 from laminardb.connectors.datagen import DatagenSource
 from laminardb.connectors.file_source import FileTableSource
+from laminardb.sql.lookup_tables import LOOKUP_KIND
 from laminardb.sql.table_specs import DatagenSpec, FileTableSpec, source_spec
 
 __all__ = ["build_source", "source_connectors"]
@@ -27,6 +29,8 @@ def source_connectors(fallback):
     polled connectors; other kinds (kafka) go to ``fallback``."""
 
     def make(kind: str, node, options: dict[str, str], restore_state: dict | None = None):
+        if kind == LOOKUP_KIND:  # a jdbc / postgres table: read by lookup joins, never polled
+            return None
         spec = source_spec(kind, node.name, node.schema, options)
         if spec is not None:
             return build_source(spec, restore_state)

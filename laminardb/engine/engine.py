@@ -483,6 +483,9 @@ class Engine:
             for node in self.reactor.nodes.values():
                 if node.connector is not None:
                     node.connector.close()
+                release = getattr(node.op, "release_connections", None)  # a lookup join's PostgreSQL
+                if release is not None:
+                    release()
                 for sub in node.subscribers:
                     sub._end()
                 if node.kind == "sink":

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from laminardb.connectors.exceptions import ChangelogSourceInsertError
 from laminardb.connectors.polled import FROM_DATA
+from laminardb.connectors.postgres_lookup import PostgresLookup
 from laminardb.engine.event_time import OPTION_KEYS as EVENT_TIME_OPTIONS
 from laminardb.engine.event_time import EventTimeRules
 from laminardb.engine.insert_batch import InsertResult, combine_rejected, prepare, raise_rejected
@@ -38,7 +39,8 @@ from laminardb.sql.exceptions import (
     UnknownObjectError,
     UnsupportedSqlError,
 )
-from laminardb.sql.plan import WEIGHT, QueryPlan, RelationInfo
+from laminardb.sql.lookup_tables import LOOKUP_KIND, LookupTableSpec, lookup_spec
+from laminardb.sql.plan import WEIGHT, QueryPlan, RelationInfo, looked_up
 from laminardb.sql.planner import follows_processing_time, lookup_from, plan_query
 from laminardb.sql.types import ticks_per_ms
 
@@ -108,6 +110,8 @@ class Node:
     rules: EventTimeRules | None = None  # plausible event times (WITH event_time_range, max_future)
     source_connector: str | None = None  # "kafka" for FROM KAFKA (…) / WITH ('connector' = 'kafka')
     primary_key: tuple[str, ...] = ()  # PRIMARY KEY (…) NOT ENFORCED: a versioned source (temporal joins)
+    lookup: LookupTableSpec | None = None  # a jdbc / postgres table: read by lookup joins only, never fed
+    proctime_col: str | None = None  # Flink's ``proc_time AS PROCTIME()``: added by the queries reading it
     # event time: every event-time column of a stream → its watermark from the root source's
     # (sources: just time_col); how the watermark came about, for DESCRIBE
     time_cols: dict = field(default_factory=dict)
@@ -156,7 +160,8 @@ class Reactor:
             raise UnknownObjectError(f"{name!r} is a sink; queries read sources, streams and views")
         times = node.time_cols if node.kind in ("stream", "view", "late") else None
         return RelationInfo(node.name, node.visible_schema, node.time_col, node.changelog, times,
-                            kind=node.kind, connector=node.source_connector, primary_key=node.primary_key)
+                            kind=node.kind, connector=node.source_connector, primary_key=node.primary_key,
+                            lookup=node.lookup, proctime=node.proctime_col)
 
     def _node(self, name: str) -> Node:
         if name in self.nodes:
@@ -191,6 +196,10 @@ class Reactor:
         node.rules = self._event_time_rules(stmt, schema)
         node.source_connector = stmt.connector
         node.primary_key = stmt.primary_key
+        node.proctime_col = stmt.proctime_col
+        if stmt.connector == LOOKUP_KIND:
+            node.lookup = lookup_spec(stmt.name, schema, stmt.primary_key, stmt.connector_options,
+                                      fetcher=PostgresLookup)
         if stmt.watermark_col is not None:
             node.watermark_note = f"max event time - {stmt.watermark_delay_ms} ms (declared)"
         dead = stmt.name + REJECTED_SUFFIX
@@ -312,10 +321,15 @@ class Reactor:
         dead = self.nodes.get(stmt.name + REJECTED_SUFFIX) if node.kind == "source" else None
         if dead is not None and dead.kind == "rejected":
             users += [d for d in dead.downstream if d in self.nodes]
+        if node.lookup is not None:  # a lookup table is no input of the queries that look it up
+            users += [n.name for n in self.nodes.values() if n.plan is not None and node.name in looked_up(n.plan)]
         if users:
             raise DependentObjectsError(f"cannot drop {stmt.name!r}: {', '.join(users)} read from it; drop those first")
         if node.connector is not None:
             node.connector.close()
+        release = getattr(node.op, "release_connections", None)  # a lookup join's PostgreSQL connection
+        if release is not None:
+            release()
         if node.kind == "sink":
             upstream = self.nodes.get(node.input)
             for s in node.sinks:
@@ -354,6 +368,9 @@ class Reactor:
             raise ChangelogSourceInsertError(
                 f"{node.name!r} is a {node.source_connector} source: its rows come from the database's "
                 "change stream only; write to the upstream table (or insert into a source of your own)")
+        if node.lookup is not None:
+            raise NotQueryableError(f"{source!r} is a lookup table ({node.lookup.where()}): write to it in "
+                                    "PostgreSQL; lookup joins read it there")
         if self.finished:
             raise EngineError("the connection has finished (end of input); open a new connection to continue",
                               code="LDB-3004")
@@ -608,6 +625,10 @@ class Reactor:
 
     def view_table(self, name: str) -> pa.Table:
         node = self._node(name)
+        if node.lookup is not None:  # a jdbc / postgres table: only ever looked up
+            from laminardb.sql.planner import lookup_only
+
+            raise lookup_only(self.relation(name))
         if node.kind != "view":
             raise NotQueryableError(
                 f"{name!r} is a {node.kind} and keeps no rows to query; "

@@ -24,6 +24,8 @@ Shape (every key always present; ``None`` where a value does not apply or is not
               | None, kafka_lag_total, status ("ok" | "starting" | "connected" | "error" |
               "stopped"), errors, last_error, since_last_poll_s, failing_for_s}
     QUERY  = {kind, input, rows_in, rows_out, late_dropped, state_rows, state_bytes, busy_s}
+             (+ lookup {cache_hits, cache_misses, rows_fetched, queries, errors, cached_keys,
+             pending_rows} for a query with a lookup join against PostgreSQL)
     SINK   = {connector (class name), input, rows_written, rows_committed, commits, errors,
               last_error}
 
@@ -152,9 +154,14 @@ def _query(node: Any) -> dict[str, Any]:
         nbytes = state_size(agg)
     elif hasattr(op, "plan") and getattr(op.plan, "aggregate", None) is None:
         rows = nbytes = 0  # a stateless query (filter / projection)
-    return {"kind": node.kind, "input": node.input, "rows_in": node.rows_in, "rows_out": node.rows_out,
-            "late_dropped": op.late_dropped, "state_rows": rows, "state_bytes": nbytes,
-            "busy_s": round(node.busy_s, 6)}
+    out = {"kind": node.kind, "input": node.input, "rows_in": node.rows_in, "rows_out": node.rows_out,
+           "late_dropped": op.late_dropped, "state_rows": rows, "state_bytes": nbytes,
+           "busy_s": round(node.busy_s, 6)}
+    lookup = getattr(op, "lookup_metrics", None)
+    stats = lookup() if lookup is not None else None
+    if stats is not None:  # a lookup join against PostgreSQL: cache hits/misses, queries, errors
+        out["lookup"] = stats
+    return out
 
 
 def _live_groups(agg: Any) -> int | None:

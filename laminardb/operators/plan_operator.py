@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from laminardb.operators.asof_join import AsofJoinOperator
 from laminardb.operators.join import JoinOperator
+from laminardb.operators.lookup_jdbc import ExternalLookupJoinOperator
 from laminardb.operators.lookup_join import LookupJoinOperator
 from laminardb.operators.over import OverOperator
 from laminardb.operators.over_changelog import OverChangelogOperator
@@ -43,6 +44,7 @@ from laminardb.sql.expressions import evaluate_mask
 from laminardb.sql.plan import (
     WEIGHT,
     AsofJoin,
+    ExternalLookupJoin,
     Filter,
     Join,
     LookupJoin,
@@ -95,8 +97,10 @@ class _Join(_Node):
     """A two-input join: ``JoinOperator``, ``AsofJoinOperator`` (ASOF, temporal) or
     ``LookupJoinOperator``; all take (port, batch, root watermark)."""
 
-    def __init__(self, node: Join | AsofJoin | LookupJoin) -> None:
-        if isinstance(node, AsofJoin):
+    def __init__(self, node: Join | AsofJoin | LookupJoin | ExternalLookupJoin) -> None:
+        if isinstance(node, ExternalLookupJoin):
+            self.op = ExternalLookupJoinOperator(node)
+        elif isinstance(node, AsofJoin):
             self.op = AsofJoinOperator(node)
         elif isinstance(node, LookupJoin):
             self.op = LookupJoinOperator(node)
@@ -165,7 +169,7 @@ class PlanOperator:
             phys: _Node = _Stage(node)
         elif isinstance(node, Filter):
             phys = _Filter(node)
-        elif isinstance(node, Join | AsofJoin | LookupJoin):
+        elif isinstance(node, Join | AsofJoin | LookupJoin | ExternalLookupJoin):
             phys = _Join(node)
         elif isinstance(node, UnionAll):
             phys = _Union(node)
@@ -249,6 +253,23 @@ class PlanOperator:
 
     def rows_of(self, g: pa.RecordBatch) -> pa.RecordBatch:
         return self.root.op.rows_of(g)
+
+    def lookup_metrics(self) -> dict[str, int] | None:
+        """The counters of the tree's PostgreSQL lookup joins, summed (None: it has none)."""
+        ops = [n.op for n in self.nodes if isinstance(getattr(n, "op", None), ExternalLookupJoinOperator)]
+        if not ops:
+            return None
+        out: dict[str, int] = {}
+        for op in ops:
+            for k, v in op.lookup_metrics().items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def release_connections(self) -> None:
+        """Close the database connections of the tree's lookup joins (the connection closes)."""
+        for n in self.nodes:
+            if isinstance(getattr(n, "op", None), ExternalLookupJoinOperator):
+                n.op.close()
 
     def joins(self) -> list:
         """The join operators of the tree (tests read their state sizes: ``state_rows()``)."""

@@ -9,7 +9,9 @@ FROM item ``k`` when its JOIN is one of:
 * ``JOIN r FOR SYSTEM_TIME AS OF l.t [AS s] ON l.k = r.pk`` where ``l.t`` is an event-time
   column of the left input (with a watermark) → the event-time temporal join, an ``AsofJoin`` with ``>=`` against a
   versioned source (``PRIMARY KEY (…) NOT ENFORCED``, with a watermark);
-* the same with anything else as of (a ``PROCTIME()`` column: Nexmark q13) → ``plan.LookupJoin``.
+* the same with anything else as of (a ``PROCTIME()`` column: Nexmark q13) → ``plan.LookupJoin``,
+  or ``plan.ExternalLookupJoin`` when the right input is a jdbc / postgres table (read from
+  PostgreSQL by its keys, ``sql/lookup_tables.py``).
 
 ``conds`` are the ON conjuncts the binder left at the join: right-only conjuncts were already
 pushed into the right input (they filter the rows a match is chosen from, as in Snowflake and
@@ -25,7 +27,7 @@ from sqlglot import exp
 from laminardb.sql._join_inputs import and_all, cast_to, key_type, side_schema, side_times
 from laminardb.sql.exceptions import SqlTypeError, UnknownColumnError, UnsupportedJoinError
 from laminardb.sql.expressions import Expr, Scope, compile_expr
-from laminardb.sql.plan import AsofJoin, LookupJoin, Scan
+from laminardb.sql.plan import AsofJoin, ExternalLookupJoin, Filter, LookupJoin, Scan
 from laminardb.sql.types import ticks_per_ms
 from laminardb.sql.watermarks import WatermarkMap, on_processing_time
 
@@ -49,6 +51,7 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
     lkeys: list[Expr] = []
     rkeys: list[Expr] = []
     right_key_cols: list[str] = []
+    key_cols: list[str | None] = []  # per key: the right column it equals (None: an expression)
     rest: list[exp.Expression] = []
     for c in conds:
         if isinstance(c, exp.EQ):
@@ -59,8 +62,10 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
                 t = key_type(le.type, re_.type, c.sql())
                 lkeys.append(cast_to(le, t))
                 rkeys.append(cast_to(re_, t))
+                key_cols.append(None)
                 if isinstance(rx_, exp.Column):
                     right_key_cols.append(it.schema.field(b.resolve(rx_)[1]).name)
+                    key_cols[-1] = right_key_cols[-1]
                 continue
         rest.append(c)
     cond_sql = " AND ".join(c.sql() for c in conds)
@@ -79,6 +84,10 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
         r = b.resolve(col) if isinstance(col, exp.Column) else None
         lname = items[r[0]].internal(r[1]) if r is not None and r[0] < k else None
         processing = lname is not None and lname in ltimes and on_processing_time(ltimes[lname])
+        table = _lookup_table(right)
+        if table is not None:
+            return _external(builder, k, kind, left, right, table, processing, col, lkeys, key_cols, rest, lschema,
+                             rschema, schema, ltimes, lprimary, cond_sql)
         if lname is None or lname not in ltimes or processing:
             if left.changelog and not processing:  # no event time: a changelog (EMIT CHANGES) has none
                 _append_only(left, right, what, it.alias)
@@ -144,6 +153,36 @@ def special_join(builder, k: int, kind: str, left, right, conds: list[exp.Expres
                 "(WATERMARK FOR ts AS … in CREATE SOURCE)")
     return _asof(k, kind, left, right, lkeys, rkeys, lname, op, rname, lschema, rschema, ltimes, rtimes, schema,
                  f"MATCH_CONDITION({match.sql()}) ON {cond_sql}")
+
+
+def _lookup_table(right):
+    """The ``LookupTableSpec`` of a jdbc / postgres table read as the right input (None: another input)."""
+    scan = right.child if isinstance(right, Filter) else right
+    return getattr(scan, "lookup", None) if isinstance(scan, Scan) else None
+
+
+def _external(builder, k, kind, left, right, table, processing, col, lkeys, key_cols, rest, lschema, rschema,
+              schema, ltimes, lprimary, cond_sql) -> ExternalLookupJoin:
+    """A lookup join against a PostgreSQL table: keys are plain columns of it (they become the
+    ``WHERE … = ANY(…)`` of the fetch); the left input is append-only."""
+    alias = builder.b.items[k].alias
+    if not processing:
+        raise UnsupportedJoinError(
+            f"{alias!r} is a lookup table (read from PostgreSQL when each row arrives): join it FOR SYSTEM_TIME "
+            f"AS OF a PROCTIME() column of the left input, not {col.sql()} (… FROM (SELECT *, PROCTIME() AS "
+            f"proc_time FROM s) AS o JOIN {alias} FOR SYSTEM_TIME AS OF o.proc_time …)")
+    if None in key_cols:
+        raise UnsupportedJoinError(f"the lookup of {alias!r} fetches rows by its columns: each ON equality must name "
+                                   f"a column of {alias} on its side ({alias}.id = o.x + 1, not o.id = {alias}.x + 1)")
+    if left.changelog:
+        raise UnsupportedJoinError(f"the lookup of {alias!r} reads an append-only left input; this one is a changelog "
+                                   "(EMIT CHANGES, an outer join, a Top-N): look up the rows of its source instead")
+    res = builder._compile_bool(builder.b.rewrite(and_all(rest)), Scope(schema)) if rest else None
+    table_filter = right.predicate if isinstance(right, Filter) else None
+    times = dict(ltimes)
+    return ExternalLookupJoin(kind, left, table, rschema, lkeys, list(key_cols), [e.type for e in lkeys],
+                              table_filter, res, schema, lprimary if lprimary in times else None, times,
+                              f"AS OF {col.sql()} ON {cond_sql}")
 
 
 def _append_only(left, right, what: str, alias: str) -> None:

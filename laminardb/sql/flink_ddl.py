@@ -14,6 +14,8 @@ kafka / filesystem / datagen,  ``CREATE SOURCE t`` — unless the script only ``
                                it is only a sink); postgres-cdc / mysql-cdc: a changelog source. datagen and filesystem are polled by
                                ``Connection.start()`` (``connectors/flink_tables.py`` builds them from
                                the specs of ``sql/table_specs.py``)
+jdbc / postgres                a lookup table (``sql/lookup_tables.py``): a source node never polled, read
+                               only by ``JOIN t FOR SYSTEM_TIME AS OF o.proc_time`` (PostgreSQL, per batch)
 blackhole                      nothing until ``INSERT INTO t SELECT …`` = ``CREATE STREAM t AS SELECT …``
                                (rows go nowhere unless subscribed: ``subscribe('t')``)
 ``INSERT INTO t SELECT …``     kafka/filesystem: ``CREATE SINK t_insert INTO KAFKA|FILE (…) AS SELECT …``
@@ -58,6 +60,7 @@ from laminardb.sql.exceptions import (
     UnknownOptionError,
     UnsupportedSqlError,
 )
+from laminardb.sql.lookup_tables import LOOKUP_CONNECTORS, LOOKUP_KIND, check_lookup_options
 from laminardb.sql.options import FILE_LIFECYCLE
 from laminardb.sql.statements import (
     IDENT,
@@ -83,8 +86,9 @@ __all__ = ["FlinkTable", "InsertInto", "CreateFunction", "is_flink_table", "pars
 
 # CDC connectors (postgres-cdc, mysql-cdc): sql/changelog_kinds.py
 _CDC_CONNECTORS = tuple(k.flink_name for k in CHANGELOG_KINDS.values())
-CONNECTORS = ("kafka", "filesystem", "datagen", "blackhole", *_CDC_CONNECTORS)
-_SOURCE_CONNECTORS = ("kafka", "filesystem", "datagen", *_CDC_CONNECTORS)
+CONNECTORS = ("kafka", "filesystem", "datagen", "blackhole", *_CDC_CONNECTORS, *LOOKUP_CONNECTORS)
+# jdbc / postgres: a lookup table (sql/lookup_tables.py), kept as a source node that is never polled
+_SOURCE_CONNECTORS = ("kafka", "filesystem", "datagen", *_CDC_CONNECTORS, *LOOKUP_CONNECTORS)
 # Kafka keys that concern reading only / writing only: dropped from the other side's options
 _KAFKA_READ_ONLY = ("scan.", "properties.group.id", "group.id")
 _KAFKA_WRITE_ONLY = ("sink.",)
@@ -104,7 +108,8 @@ class FlinkTable(CreateSource):
 
     def as_source(self) -> CreateSource:
         return CreateSource(self.name, self.columns, self.watermark_col, self.watermark_delay_ms, self.options,
-                                self.if_not_exists, self.connector, self.connector_options, self.primary_key)
+                                self.if_not_exists, self.connector, self.connector_options, self.primary_key,
+                                self.proctime_col)
 
 
 @dataclass(frozen=True)
@@ -186,7 +191,7 @@ def is_flink_table(text: str) -> bool:
 
 def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
     """``CREATE [TEMPORARY] TABLE name (…) [PARTITIONED BY (…)] WITH ('connector' = …, …)``."""
-    head = read_table(text, line, col, parse=flink_type)
+    head = read_table(text, line, col, parse=flink_type, proctime_ok=True)
     name = head.name
     opts, partitioned, rest = _with_options(head.rest, name)
     if rest:
@@ -214,6 +219,11 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
         src_connector = "datagen"
     elif connector == "filesystem":  # its keys: options.check_file_table_keys, when the statement is written
         src_connector, src_opts = "filesystem", _file_source_options(name, opts)
+    elif connector in LOOKUP_CONNECTORS:  # read on demand by FOR SYSTEM_TIME AS OF joins only
+        src_connector, src_opts = LOOKUP_KIND, check_lookup_options(name, opts)
+    if head.proctime_col is not None and (connector not in _SOURCE_CONNECTORS or connector in LOOKUP_CONNECTORS):
+        raise UnsupportedSqlError(f"table {name!r}: computed column {head.proctime_col} AS PROCTIME() applies to "
+                                  "tables read as streams (kafka, filesystem, datagen); compute it in the query")
     if partitioned and connector != "filesystem":
         raise UnsupportedSqlError(f"table {name!r}: PARTITIONED BY applies to filesystem tables")
     declared = [c.name for c in head.columns]
@@ -226,7 +236,7 @@ def parse_table(text: str, line: int = 0, col: int = 0) -> FlinkTable:
     return FlinkTable(name, head.columns, wm_col, wm_delay, laminar_opts,
                       head.if_not_exists, src_connector, src_opts, head.primary_key, flink_connector=connector,
                       flink_options=opts,
-                      declared_types=tuple(head.types), partitioned_by=partitioned)
+                      declared_types=tuple(head.types), partitioned_by=partitioned, proctime_col=head.proctime_col)
 
 
 def _file_path(name: str, opts: dict[str, str]) -> str:
@@ -461,6 +471,9 @@ def _translate_insert(ins: InsertInto, tables: dict[str, FlinkTable]) -> tuple[C
         name = table.name
         query = with_stream_options(query, name, {})
         return CreateStream(name, query), f"CREATE STREAM {_quote(name)} AS {body}"
+    if table.flink_connector in LOOKUP_CONNECTORS:
+        raise UnsupportedSqlError(f"INSERT INTO {table.name}: a {table.flink_connector!r} table is read by lookup "
+                                  "joins (FOR SYSTEM_TIME AS OF); laminardb does not write to it")
     if table.flink_connector in ("datagen", *_CDC_CONNECTORS):
         what = "generates rows" if table.flink_connector == "datagen" else "reads a database's changes"
         raise UnsupportedSqlError(f"INSERT INTO {table.name}: a {table.flink_connector} table {what}; it cannot "

@@ -1,6 +1,6 @@
 """The logical plan tree: plain dataclasses a query compiles to, below its top SELECT block.
 
-Entry points: ``Scan``, ``Filter``, ``Join``, ``AsofJoin``, ``LookupJoin``, ``UnionAll``, ``TopN`` and ``QueryPlan`` (one SELECT
+Entry points: ``Scan``, ``Filter``, ``Join``, ``AsofJoin``, ``LookupJoin``, ``ExternalLookupJoin``, ``UnionAll``, ``TopN`` and ``QueryPlan`` (one SELECT
 block: filter → aggregate → HAVING → project, fused because it runs as one operator and the
 Delta mode partitions it by its aggregate key), and what a block is planned from and into:
 ``RelationInfo`` (an input), ``AggSpec`` (an aggregate call and its result type, ``result_type``),
@@ -54,6 +54,7 @@ class Scan:
     time_col: str | None = None
     time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
     primary_key: tuple[str, ...] = ()  # a versioned source's (temporal joins)
+    lookup: object | None = None  # a jdbc / postgres table's ``LookupTableSpec``: never fed, looked up
 
     @property
     def children(self) -> list:
@@ -212,6 +213,38 @@ class LookupJoin:
 
 
 @dataclass
+class ExternalLookupJoin:
+    """``JOIN t FOR SYSTEM_TIME AS OF l.proc_time AS s ON l.k = s.k`` where ``t`` is a PostgreSQL
+    table (``table``: its ``LookupTableSpec``): each left batch's keys are fetched from the
+    database (or its cache) when the batch arrives. ``t`` is no input of the query (its only
+    child is ``left``); ``table_filter`` (ON conjuncts on ``t`` alone) filters the fetched rows,
+    ``right_cols`` are the columns of ``t`` the ``left_keys`` equal, ``key_types`` their common
+    types; ``residual`` is over the joined schema."""
+
+    kind: Literal["inner", "left"]
+    left: PlanNode
+    table: object
+    right_schema: pa.Schema  # t's columns under their joined (internal) names
+    left_keys: list[Expr]
+    right_cols: list[str]
+    key_types: list[pa.DataType]
+    table_filter: Expr | None
+    residual: Expr | None
+    schema: pa.Schema
+    time_col: str | None = None
+    time_cols: dict[str, WatermarkMap] = field(default_factory=dict)
+    condition_sql: str = ""
+
+    @property
+    def changelog(self) -> bool:
+        return self.left.changelog
+
+    @property
+    def children(self) -> list:
+        return [self.left]
+
+
+@dataclass
 class UnionAll:
     """The rows of every input, in the first input's column names and types."""
 
@@ -349,7 +382,7 @@ class Over(_OverChild):
 
 
 
-PlanNode = "Scan | Filter | Join | AsofJoin | LookupJoin | UnionAll | TopN | Over | QueryPlan"
+PlanNode = "Scan | Filter | Join | AsofJoin | LookupJoin | ExternalLookupJoin | UnionAll | TopN | Over | QueryPlan"
 
 
 def leaves(node) -> list[str]:
@@ -365,6 +398,18 @@ def leaves(node) -> list[str]:
             walk(c)
 
     walk(node)
+    return out
+
+
+def looked_up(node) -> set[str]:
+    """The PostgreSQL lookup tables a plan reads (``ExternalLookupJoin``: no inputs of it)."""
+    out: set[str] = set()
+    if isinstance(node, ExternalLookupJoin):
+        out.add(node.table.name)
+    kids = [node.child] if isinstance(node, QueryPlan) else list(getattr(node, "children", []))
+    for k in kids:
+        if k is not None:
+            out |= looked_up(k)
     return out
 
 
@@ -397,6 +442,13 @@ def explain_node(node, depth: int = 0) -> list[str]:
         lines = [f"{pad}LookupJoin[{node.kind}, {out}, processing time]: {node.condition_sql} "
                  "(the right input is kept whole: its rows as of each left row's arrival)"]
         return lines + explain_node(node.left, depth + 1) + explain_node(node.right, depth + 1)
+    if isinstance(node, ExternalLookupJoin):
+        out = "changelog" if node.changelog else "append-only"
+        cache = (f"cache {node.table.cache_max_rows} rows for {node.table.cache_ttl_ms} ms"
+                 if node.table.cache_max_rows else "no cache")
+        lines = [f"{pad}LookupJoin[{node.kind}, {out}, processing time]: {node.condition_sql} "
+                 f"({node.table.where()}: misses fetched in one query per batch, {cache})"]
+        return lines + explain_node(node.left, depth + 1)
     if isinstance(node, TopN):
         what = ("Deduplicate[keep first, append-only]" if node.mode == "first" else
                 f"TopN[n={node.n}, changelog{', ties: last arrival first' if node.ties_last else ''}]")
@@ -484,6 +536,8 @@ class RelationInfo:
     kind: str = "relation"
     connector: str | None = None
     primary_key: tuple[str, ...] = ()  # a source's PRIMARY KEY (…) NOT ENFORCED: a versioned table
+    lookup: object | None = None  # a jdbc / postgres table (``lookup_tables.LookupTableSpec``): lookup only
+    proctime: str | None = None  # a source's ``name AS PROCTIME()`` column (the planner computes it)
 
     def event_time(self) -> dict[str, WatermarkMap]:
         if self.time_cols is not None:

@@ -145,7 +145,10 @@ def _plan_item(node: exp.Expression, ctx: _Context, expand: bool = False):
         if isinstance(node.this, exp.Anonymous | exp.Func) or node.args.get("db"):
             raise UnsupportedSqlError(f"FROM {node.sql()}: name a source, stream or view")
         rel = ctx.lookup(_table_name(node))
-        scan = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time(), rel.primary_key)
+        if rel.lookup is not None and node.args.get("version") is None:
+            raise lookup_only(rel)
+        scan = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time(), rel.primary_key,
+                    lookup=rel.lookup)
         if expand and node.meta.get("tvf") is not None:
             scan, rel = expand_window_tvf(ctx.tvfs[node.meta["tvf"]], rel, scan)
         if alias_ident is None:
@@ -158,6 +161,48 @@ def _plan_item(node: exp.Expression, ctx: _Context, expand: bool = False):
         schema = inner.output_schema if hasattr(inner, "output_schema") else inner.schema
         return inner, alias_ident.name, bool(alias_ident.args.get("quoted")), schema, inner.time_col, dict(inner.time_cols)
     raise UnsupportedSqlError(f"FROM {node.sql()[:60]}: name a source, stream or view, or a subquery (SELECT …) AS q")
+
+
+def _proctime_of(node: exp.Expression, ctx: _Context) -> str | None:
+    """The ``AS PROCTIME()`` column of a FROM table (Flink DDL), unless it is read as it is
+    stored (the inside of ``_with_proctime``), versioned (``FOR SYSTEM_TIME``) or a window TVF's."""
+    if not isinstance(node, exp.Table) or node.meta.get("physical") or node.meta.get("tvf") is not None:
+        return None
+    if node.args.get("version") is not None or node.args.get("db") or isinstance(node.this, exp.Anonymous | exp.Func):
+        return None
+    return ctx.lookup(_table_name(node)).proctime
+
+
+def _with_proctime(sel, ctx: _Context):
+    """``FROM orders [AS o]`` → ``FROM (SELECT *, PROCTIME() AS proc_time FROM orders) AS o`` for a
+    table declaring ``proc_time AS PROCTIME()``: the column is the batch's processing time."""
+    sel = sel.copy()
+    frm = sel.args.get("from_") or sel.args.get("from")
+    for holder in [frm, *(sel.args.get("joins") or [])]:
+        table = holder.this
+        col = _proctime_of(table, ctx)
+        if col is None:
+            continue
+        inner = parse_select("SELECT *, PROCTIME() AS c FROM t")
+        inner.expressions[1].set("alias", exp.to_identifier(col, quoted=True))
+        inner_table = exp.Table(this=table.this.copy())
+        inner_table.meta["physical"] = True
+        (inner.args.get("from_") or inner.args.get("from")).set("this", inner_table)
+        alias = table.args.get("alias")
+        name = alias.this.copy() if isinstance(alias, exp.TableAlias) else (alias.copy() if alias else table.this.copy())
+        holder.set("this", exp.Subquery(this=inner, alias=exp.TableAlias(this=name)))
+    return sel
+
+
+def lookup_only(rel: RelationInfo) -> Exception:
+    """A jdbc / postgres table read as a stream: it is only looked up, key by key."""
+    from laminardb.errors import LookupOnlyTableError
+
+    return LookupOnlyTableError(
+        f"{rel.name!r} is a lookup table ({rel.lookup.where()}): it is read on demand, key by key, so it can "
+        f"only be the right side of a lookup join: … FROM s AS o JOIN {rel.name} FOR SYSTEM_TIME AS OF o.proc_time "
+        f"AS c ON o.k = c.k, where proc_time is a PROCTIME() column of the left input (SELECT *, PROCTIME() AS "
+        "proc_time FROM s). To read the whole table, query PostgreSQL itself")
 
 
 def _plan_subquery(node: exp.Expression, ctx: _Context):
@@ -217,6 +262,10 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
     if frm is None:
         raise UnsupportedSqlError("a query needs FROM <source, stream or view>")
     joins = sel.args.get("joins") or []
+    if any(_proctime_of(t, ctx) for t in [frm.this, *(j.this for j in joins)]):
+        sel = _with_proctime(sel, ctx)
+        frm = sel.args.get("from_") or sel.args.get("from")
+        joins = sel.args.get("joins") or []
     source = frm.this
     if not joins and isinstance(source, exp.Table):
         name = _table_name(source)
@@ -227,6 +276,8 @@ def _plan_select(sel, query: Query | None, ctx: _Context, *, top: bool) -> Query
         elif ctx.tvf[0] is not None:
             ctx.tvf[0] = None  # the top block reads the TVF's table (the common case)
         rel = ctx.lookup(name)
+        if rel.lookup is not None:
+            raise lookup_only(rel)
         child = Scan(rel.name, rel.schema, rel.changelog, rel.time_col, rel.event_time())
         return _plan_block(sel, query, rel, child, batch)
     if query is None:

@@ -45,6 +45,8 @@ class CreateSource:
     # PRIMARY KEY (…) NOT ENFORCED: a versioned source (each row the new version of its key from
     # its event time on), which a temporal join (FOR SYSTEM_TIME AS OF) reads
     primary_key: tuple[str, ...] = ()
+    # Flink's ``proc_time AS PROCTIME()``: a processing-time column queries see (never stored)
+    proctime_col: str | None = None
 
 
 @dataclass(frozen=True)
@@ -217,10 +219,12 @@ class TableHead:
     rest: str  # the text after the column list
     if_not_exists: bool = False
     primary_key: tuple[str, ...] = ()
+    proctime_col: str | None = None  # ``name AS PROCTIME()`` (read_table(proctime_ok=True) only)
 
 
-def read_table(text: str, line: int, col: int, *, parse=parse_type) -> TableHead:
-    """The name, columns and watermark of a CREATE SOURCE / CREATE [TEMPORARY] TABLE."""
+def read_table(text: str, line: int, col: int, *, parse=parse_type, proctime_ok: bool = False) -> TableHead:
+    """The name, columns and watermark of a CREATE SOURCE / CREATE [TEMPORARY] TABLE;
+    ``proctime_ok``: one computed column ``name AS PROCTIME()`` is accepted (Flink tables)."""
     m = re.match(rf"(?is)\s*CREATE\s+(?:TEMPORARY\s+)?(?:SOURCE|TABLE)\s+(IF\s+NOT\s+EXISTS\s+)?({IDENT})\s*\(", text)
     if not m:
         raise SqlParseError(
@@ -237,6 +241,7 @@ def read_table(text: str, line: int, col: int, *, parse=parse_type) -> TableHead
     wm_col = None
     wm_delay = 0
     pk: tuple[str, ...] = ()
+    proctime = None
     for item in items:
         wm = re.match(rf"(?is)\s*WATERMARK\s+FOR\s+({IDENT})\s+AS\s+(.+)$", item)
         if wm:
@@ -256,6 +261,10 @@ def read_table(text: str, line: int, col: int, *, parse=parse_type) -> TableHead
                 f"source {name!r}: {item.strip()[:40]!r} — constraints are not supported on sources "
                 "(a source is an append-only stream of rows); remove it")
         computed = re.match(rf"(?is)\s*({IDENT})\s+AS\s+", item)
+        if computed and proctime_ok and proctime is None and re.fullmatch(
+                rf"(?is)\s*{IDENT}\s+AS\s+PROCTIME\s*\(\s*\)\s*", item):
+            proctime = unquote(computed.group(1))
+            continue
         if computed:
             raise UnsupportedSqlError(
                 f"source {name!r}: computed column {item.strip()[:40]!r} is not supported; compute it in "
@@ -276,7 +285,10 @@ def read_table(text: str, line: int, col: int, *, parse=parse_type) -> TableHead
     for c in pk:
         if c not in names:
             raise SqlParseError(f"PRIMARY KEY ({', '.join(pk)}): source {name!r} has no column {c!r}")
-    return TableHead(name, columns, types, wm_col, wm_delay, text[body_end + 1 :].strip(), bool(m.group(1)), pk)
+    if proctime is not None and proctime in names:
+        raise SqlParseError(f"column {proctime!r} is declared twice in source {name!r}")
+    return TableHead(name, columns, types, wm_col, wm_delay, text[body_end + 1 :].strip(), bool(m.group(1)), pk,
+                     proctime)
 
 
 def source_from_options(head: TableHead, opts: dict[str, str], connector: str | None = None,

@@ -160,7 +160,7 @@ def test_insert_mistakes(db, sql, error, fragment):
 
 
 @pytest.mark.parametrize("sql,fragment", [
-    ("CREATE TABLE t (x BIGINT) WITH ('connector' = 'jdbc', 'url' = 'x')", "connector 'jdbc' is not supported"),
+    ("CREATE TABLE t (x BIGINT) WITH ('connector' = 'hbase-2.2', 'zookeeper.quorum' = 'x')", "connector 'hbase-2.2' is not supported"),
     ("CREATE TEMPORARY TABLE t (x BIGINT)", "needs WITH ('connector' = …)"),
     ("CREATE TABLE t (x BIGINT) WITH ('connector' = 'datagen', 'fields.y.kind' = 'random')", "no column 'y'"),
     ("CREATE TABLE t (x BIGINT) WITH ('connector' = 'datagen', 'fields.x.kind' = 'sequence')", "needs 'fields.x.start'"),
