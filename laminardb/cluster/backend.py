@@ -94,7 +94,9 @@ class ClusterBackend:
             self._on_restored(self.engine)
 
     def make_sink(self, stmt: ddl.CreateSink, schema, *, durable: bool, stage_root: str | None):
-        if self.coordinated and durable and _exactly_once(stmt):
+        from laminardb.connectors.sinks import is_two_phase
+
+        if self.coordinated and durable and is_two_phase(stmt):
             from laminardb.checkpoint.staged_sink import StagedSink
             from laminardb.connectors.sinks import sink_class_name
 
@@ -131,6 +133,13 @@ class ClusterBackend:
         return DistributedPlanOperator(name, plan, self.cluster, ring=self.ring)
 
     def make_source(self, kind: str, node, options: dict[str, str], restore_state: dict | None = None):
+        from laminardb.sql.changelog_kinds import native_kind
+
+        if native_kind(kind) is not None:  # a CDC log: one actor reads it (actor_source.py)
+            from laminardb.cluster.actor_source import ClusterActorSource
+
+            return ClusterActorSource(self.cluster, node, kind, options, lambda: self._routed_queries(node.name),
+                                      restore_state=restore_state)
         if kind != "kafka":
             from laminardb.engine.reactor import make_source_connector
 
@@ -466,16 +475,6 @@ def _tree_reads_processing_time(node) -> bool:
 
 
 _PROCTIME = re.compile(r"(?i)\bPROCTIME\s*\(")
-
-
-def _exactly_once(stmt: ddl.CreateSink) -> bool:
-    """Sinks a durable database writes with two-phase commit (see ``connectors/sinks.py``)."""
-    kind = stmt.connector.lower()
-    if kind == "kafka":
-        from laminardb.connectors.kafka_sink import delivery_guarantee
-
-        return delivery_guarantee(stmt.options) == "exactly-once"
-    return kind in ("file", "delta_lake", "deltalake", "delta")
 
 
 def _sink_sql(stmt: ddl.CreateSink) -> str:

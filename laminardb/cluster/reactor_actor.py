@@ -45,7 +45,8 @@ class ReactorActorImpl:
         self.cpu_s = 0.0  # of which on the CPU (busy_s − cpu_s: waiting for a core)
         self.polled_rows = 0  # Kafka records this actor read (the autoscaler's processed rows)
         self.poll_cpu_s = 0.0  # CPU seconds of fetching and decoding them (busy, for the autoscaler)
-        self.kafka: dict = {}
+        self.kafka: dict = {}  # source → the connector this actor reads (Kafka partitions, a CDC log)
+        self.changelog_seen: dict = {}  # source → (monotonic, its last changelog_metrics())
         self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
         self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
         self.images: dict = {}  # node → StateImage taken at the last barrier, until encoded
@@ -307,10 +308,6 @@ class ReactorActorImpl:
         The description's ``failing`` is ``KafkaSource.fetch_failure()``: (seconds, reason)
         while this actor's fetches keep failing, else None; ``warnings`` the messages of its
         ``take_warnings()`` (offset resets)."""
-        import ray
-
-        from laminardb.sql.arrays import numeric_view
-
         src = self.kafka[source]
         c0 = time.thread_time()  # CPU only: a poll that waits for records is not busy
         batch, _ = src.poll(timeout_ms)
@@ -323,8 +320,19 @@ class ReactorActorImpl:
                   "dead_lettered": src.dead_lettered, "dead_letter_failures": src.dead_letter_failures,
                   "failing": src.fetch_failure(),  # the broker unreachable: fetches retried quietly meanwhile
                   "warnings": [w.message for w in src.take_warnings()]}  # offset resets, shown by the head's runner
+        return self._keep_rows(source, batch, routed_queries, health), states, position
+
+    def _keep_rows(self, source: str, batch: pa.RecordBatch | None, routed_queries: list[str],
+                   health: dict) -> dict:
+        """Rows this actor read stay here, in Ray's object store: once whole, and for each keyed
+        query in ``routed_queries`` split by owner (WHERE applied), so the owners fetch their
+        parts from this actor directly. Returns their description (``remote_rows.RemoteRows``)."""
+        import ray
+
+        from laminardb.sql.arrays import numeric_view
+
         if batch is None or batch.num_rows == 0:
-            return {"rows": 0, "bytes": 0, **health}, states, position
+            return {"rows": 0, "bytes": 0, **health}
         self.polled_rows += batch.num_rows
         with self._busy():
             time_col = self.conn.engine.reactor.nodes[source].time_col
@@ -334,7 +342,60 @@ class ReactorActorImpl:
                 parts = route_rows(self._op(query).plan, batch, self.owner, self.n_actors)
                 routed[query] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
             return {"rows": batch.num_rows, "bytes": batch.nbytes, "max_event_time": top,
-                    "whole": ray.put(to_ipc_array(batch)), "routed": routed, **health}, states, position
+                    "whole": ray.put(to_ipc_array(batch)), "routed": routed, **health}
+
+    # -- a source one actor reads (a CDC source, see actor_source.py) -----------------
+    def start_source(self, source: str, kind: str, options_json: str,
+                     restore_json: str | None = None) -> None:
+        """Build and read the polled connector of ``source`` here, as the embedded engine
+        would (``restore_json``: its checkpointed position)."""
+        import json
+
+        node = self.conn.engine.reactor.nodes[source]
+        make = self.conn.engine.reactor.make_source_connector
+        extra = () if restore_json is None else (json.loads(restore_json),)
+        self.kafka[source] = make(kind, node, json.loads(options_json), *extra)
+
+    def poll_source(self, source: str, timeout_ms: int, routed_queries: list[str]) -> tuple[dict, dict]:
+        """One poll of a source read here: (the rows kept here, as ``poll_kafka`` keeps them,
+        with the connector's health; its position right after this poll)."""
+        src = self.kafka[source]
+        c0 = time.thread_time()
+        batch, wm = src.poll(timeout_ms)
+        self.poll_cpu_s += time.thread_time() - c0
+        take = getattr(src, "take_warnings", None)
+        from laminardb.connectors.polled import FROM_DATA
+
+        mark = "data" if wm is FROM_DATA else (wm if isinstance(wm, int) else None)
+        health = {"failing": src.fetch_failure(), "lag": src.lag(), "watermark": mark,
+                  "changelog": self._changelog_metrics(source, src),
+                  "warnings": [(getattr(w, "code", None), getattr(w, "message", str(w))) for w in (take() if take else ())]}
+        return self._keep_rows(source, batch, routed_queries, health), src.checkpoint_state()
+
+    def _changelog_metrics(self, source: str, src) -> dict | None:
+        """The connector's own ``changelog_metrics()`` (a CDC source's slot, position, lag: it may
+        ask its server), at most once a second; the head shows the last one."""
+        read = getattr(src, "changelog_metrics", None)
+        if read is None:
+            return None
+        now = time.monotonic()
+        last = self.changelog_seen.get(source)
+        if last is None or now - last[0] >= 1.0:
+            try:
+                last = (now, read())
+            except Exception:  # noqa: BLE001 - the server unreachable: the poll's health says so
+                last = (now, None)
+            self.changelog_seen[source] = last
+        return last[1]
+
+    def source_committed(self, source: str, state_json: str) -> None:
+        """A checkpoint holding ``source`` at this position committed (``Source.checkpoint_committed``:
+        a CDC source confirms its replication position only then)."""
+        import json
+
+        hook = getattr(self.kafka.get(source), "checkpoint_committed", None)
+        if hook is not None:
+            hook(json.loads(state_json))
 
     def kafka_lag(self, source: str) -> int:
         return self.kafka[source].lag()

@@ -27,6 +27,10 @@ __all__ = [
     "CdcUnsupportedChangeError",
     "CdcUnavailableError",
     "CdcDataError",
+    "IcebergConfigError",
+    "IcebergCatalogError",
+    "IcebergCommitError",
+    "IcebergChangelogError",
 ]
 
 
@@ -154,3 +158,28 @@ class CdcDataError(ConnectorError, ValueError):
 
     code = "LDB-4076"
     permanent = True
+class IcebergConfigError(ConnectorError, ValueError):
+    """An Iceberg sink option is missing, unknown or invalid (catalog type, warehouse, table name)."""
+
+    code = "LDB-4060"
+
+
+class IcebergCatalogError(ConnectorError, ConnectionError):
+    """An Iceberg sink's catalog cannot be loaded or reached, or its namespace or table cannot be
+    created or loaded (a wrong ``catalog.uri``, a database or REST server down, a missing driver)."""
+
+    code = "LDB-4061"
+
+
+class IcebergCommitError(SinkWriteError):
+    """An epoch could not be appended to the Iceberg table (a concurrent writer won every retry,
+    the catalog is down): the staged rows are kept and committed at the next checkpoint."""
+
+    code = "LDB-4062"
+
+
+class IcebergChangelogError(ConnectorError, ValueError):
+    """An Iceberg sink was created from a changelog stream (rows with ``__weight``): pyiceberg
+    writes no equality deletes, so retractions cannot be applied; sink an append-only stream."""
+
+    code = "LDB-4063"

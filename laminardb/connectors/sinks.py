@@ -20,7 +20,7 @@ from laminardb.sql.exceptions import UnsupportedSqlError
 __all__ = ["make_sink"]
 
 _CONNECTORS = ("FILE (path = '…', format = 'jsonl'[, partitioned_by = 'col, …'])", "KAFKA (brokers = '…', topic = '…')",
-               "DELTA_LAKE (path = '…')")
+               "DELTA_LAKE (path = '…')", "ICEBERG (warehouse = '…', table = 'namespace.name')")
 
 
 def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
@@ -42,11 +42,12 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         ``partitioned_by = 'a, b'``, their Hive-partitioned forms (``path/a=…/b=…/part-…``,
         :mod:`~laminardb.connectors.partitioned_sink`).
         DELTA_LAKE: a :class:`~laminardb.connectors.delta_lake.DeltaLakeSink` (durable only).
+        ICEBERG: an :class:`~laminardb.connectors.iceberg_sink.IcebergSink` (durable only).
         KAFKA: an :class:`~laminardb.connectors.kafka_sink.ExactlyOnceKafkaSink` with
         ``delivery.guarantee = 'exactly-once'`` (durable only), else a ``KafkaSink``.
 
     Raises:
-        UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE in memory. (Unknown
+        UnsupportedSqlError: unknown connector, missing path, or DELTA_LAKE/ICEBERG in memory. (Unknown
             FILE options are refused when the statement is written: ``options.check_new_statement``.)
     """
     connector = stmt.connector.lower()
@@ -102,6 +103,15 @@ def make_sink(stmt: ddl.CreateSink, schema: pa.Schema, *, durable: bool,
         stage_dir = os.path.join(stage_root, _dir_name(stmt.name))
         return DeltaLakeSink(name=stmt.name, schema=schema, options=stmt.options,
                              stage_dir=stage_dir)
+    if connector == "iceberg":
+        if not durable or stage_root is None:
+            msg = (f"sink {stmt.name!r}: Iceberg sinks are exactly-once and need a durable "
+                   "database: open it with laminardb.open('./directory')")
+            raise UnsupportedSqlError(msg)
+        from laminardb.connectors.iceberg_sink import IcebergSink
+
+        return IcebergSink(name=stmt.name, schema=schema, options=stmt.options,
+                           stage_dir=os.path.join(stage_root, _dir_name(stmt.name)))
     raise UnsupportedSqlError(f"sink connector {stmt.connector.upper()} is not available; use "
                               f"{', '.join(_CONNECTORS[:-1])} or {_CONNECTORS[-1]}")
 
@@ -120,7 +130,20 @@ def sink_class_name(stmt: ddl.CreateSink, *, durable: bool) -> str:
         return f"{partitioned}{'TransactionalFileSink' if durable else 'FileSink'}"
     if connector in ("delta_lake", "deltalake", "delta"):
         return "DeltaLakeSink"
+    if connector == "iceberg":
+        return "IcebergSink"
     return stmt.connector
+
+
+def is_two_phase(stmt: ddl.CreateSink) -> bool:
+    """True when ``make_sink`` builds a two-phase (exactly-once) sink for ``stmt`` in a durable
+    database: the Delta mode stages those for its coordinator, which commits them."""
+    connector = stmt.connector.lower()
+    if connector == "kafka":
+        from laminardb.connectors.kafka_sink import delivery_guarantee
+
+        return delivery_guarantee(stmt.options) == "exactly-once"
+    return connector in ("file", "delta_lake", "deltalake", "delta", "iceberg", "postgres")
 
 
 def _dir_name(name: str) -> str:

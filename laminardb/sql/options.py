@@ -113,6 +113,8 @@ _SINK_OPTIONS = {
     "file": ("path", "format", "partitioned_by", "partition_default_name"),
     "kafka": ("brokers", "topic", "format", "key", "delivery.guarantee", "kafka.*"),
     "delta_lake": ("path", "write_mode", "delivery.guarantee"),
+    # connectors/_iceberg_options.OPTIONS; catalog.* passes through to pyiceberg's load_catalog
+    "iceberg": ("catalog", "catalog.type", "catalog.uri", "warehouse", "table", "delivery.guarantee", "catalog.*"),
 }
 
 

@@ -12,7 +12,6 @@ data capture: PostgreSQL with ``wal_level = logical``, MariaDB with a row-based 
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import pwd
@@ -111,18 +110,16 @@ class Postgres:
         return path.read_text(errors="replace")[-4000:] if path.exists() else ""
 
     def stop(self) -> None:
-        """Fast shutdown (SIGINT), then SIGKILL if it lingers; the data directory is removed.
-        Signals go to the server's process group: under ``runuser`` the postmaster is its child,
-        and a signal to ``runuser`` alone neither stops it nor outlives it (it was orphaned)."""
+        """Fast shutdown (SIGINT), then SIGKILL if it lingers; the data directory is removed."""
         if self.proc.poll() is None:
+            # the whole process group: as root, ``proc`` is runuser, which does not pass SIGINT on
             try:
                 os.killpg(self.proc.pid, signal.SIGINT)
                 self.proc.wait(timeout=15)
             except ProcessLookupError:
                 pass
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
+                os.killpg(self.proc.pid, signal.SIGKILL)
                 kill_proc(self.proc, hard=True)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
