@@ -6,19 +6,20 @@ Flink CDC's ``CREATE TABLE t … WITH ('connector' = 'postgres-cdc', …)`` buil
 
 How it reads: logical replication with the built-in ``pgoutput`` plugin (protocol 1), through
 a publication for the table and a replication slot (psycopg2's LogicalReplicationConnection;
-the messages are decoded by ``_pgoutput``). A first start creates the slot with an exported
-snapshot, reads the table under that snapshot as one batch, then streams from the slot's
-consistent point — no gap, no overlap. Rows: insert +1, delete −1, update −old/+new
-(``__weight``); the table must have REPLICA IDENTITY FULL so updates and deletes carry the
-old row. Only whole transactions are returned.
+``_pgoutput`` decodes the protocol messages, ``_pgoutput_rows`` the row changes in bulk). A
+first start creates the slot with an exported snapshot, reads the table under that snapshot as
+one batch, then streams from the slot's consistent point — no gap, no overlap. Rows: insert +1,
+delete −1, update −old/+new (``__weight``); the table must have REPLICA IDENTITY FULL so updates
+and deletes carry the old row. Only whole transactions are returned.
 
-Position: ``checkpoint_state()`` is ``{"slot", "lsn"}``, the LSN just after the last transaction a
-poll returned (or the WAL end the server reported while nothing of ours was pending). The slot
-is confirmed (``send_feedback(flush_lsn=…)``) only from ``checkpoint_committed(state)`` — the
-position of the oldest checkpoint a recovery may restore: the server keeps every change a
-recovery may replay. In memory (no checkpoints) the engine calls it right after each ingest. (psycopg2 itself forwards the confirmed LSN to the
-end of WAL named by a server keepalive once everything received has been confirmed; that
-skips only WAL holding none of this table's changes.)
+Position: ``checkpoint_state()`` is ``{"slot", "lsn"}``, the LSN just after the last transaction
+a poll returned (or the WAL end the server reported while nothing of ours was pending). The
+slot is confirmed (``send_feedback(flush_lsn=…)``) only from ``checkpoint_committed(state)`` —
+the position of the oldest checkpoint a recovery may restore — so the server keeps every change
+a recovery may replay; in memory (no checkpoints) the engine calls it right after each ingest.
+(psycopg2 itself forwards the confirmed LSN to the end of WAL named by a server keepalive once
+everything received has been confirmed; that skips only WAL holding none of this table's
+changes.)
 
 Entry point: ``PostgresCdcSource(name=, schema=, primary_key=, options=, restore_state=)``.
 """
