@@ -145,7 +145,10 @@ def test_snapshot_with_concurrent_changes_has_no_gap_and_no_overlap(postgres_ser
         conn.execute("CREATE MATERIALIZED VIEW per_id AS SELECT id, COUNT(*) AS c, SUM(v) AS s FROM cdc GROUP BY id")
         conn.execute("CREATE MATERIALIZED VIEW agg AS SELECT k, COUNT(*) AS n, SUM(v) AS s FROM cdc GROUP BY k")
         conn.start()  # the snapshot is read while the writer commits
-        wait_until(lambda: writer.txns > 300, timeout=30, what="changes during and after the snapshot")
+        _wait_streaming(conn)
+        before = writer.txns
+        wait_until(lambda: writer.txns > before + 200, timeout=30, what="changes after the snapshot")
+        assert before > 0  # and changes before and during it
         writer.finish()
         wait_until(lambda: _view(conn) == _pg_groupby(cur), timeout=30, what="the view to equal PostgreSQL's")
         got = sorted((r["id"], r["c"], r["s"]) for r in conn.query("SELECT id, c, s FROM per_id").to_pylist())
