@@ -122,7 +122,7 @@ class LocalCoordinator:
         #: the connector positions (Kafka offsets) of the last committed checkpoint: what a
         #: restore resumes from (the autoscaler shows end − these as the checkpoint lag)
         self.source_positions: dict[str, Any] = {}
-        self._kept_positions: dict[int, dict[str, Any]] = {}  # the oldest kept checkpoint's, read once
+        self._kept_positions: dict[int, dict[str, Any]] = {}  # kept checkpoints' connector positions
         self.stats: dict[str, Any] = {
             "checkpoints": 0, "failures": 0, "last_epoch": 0, "last_duration_s": None,
             "last_stall_s": None, "max_stall_s": 0.0, "last_bytes": 0, "bytes_written": 0, "last_error": None,
@@ -344,21 +344,21 @@ class LocalCoordinator:
                             "checkpoint): %s", name, epoch, exc)
 
     def _fallback_positions(self, epoch: int) -> dict[str, Any]:
-        """The connector positions of the oldest complete checkpoint on disk (read once each)."""
+        """The connector positions of the oldest complete checkpoint on disk. Each committed
+        epoch's are remembered here; one from before this process started is read from its
+        ``connectors.msgpack`` once (unreadable: nothing is released this time)."""
         kept = [e for e in self.store.complete() if e <= epoch]
+        self._kept_positions[epoch] = self.source_positions
+        self._kept_positions = {e: p for e, p in self._kept_positions.items() if e in kept or e == epoch}
         oldest = kept[0] if kept else epoch
-        if oldest == epoch:
-            return self.source_positions
         if oldest not in self._kept_positions:
             try:
-                manifest = self.store.load(oldest)
-                positions = msgpack.unpackb(self.store.read_file(manifest, "connectors.msgpack"),
-                                            raw=False, strict_map_key=False)
+                data = (self.store.dir_of(oldest) / "connectors.msgpack").read_bytes()
+                self._kept_positions[oldest] = msgpack.unpackb(data, raw=False, strict_map_key=False)
             except Exception as exc:  # noqa: BLE001 - unknown: release nothing this time
                 log.warning("checkpoint %d: cannot read the source positions of checkpoint %d (%s); "
                             "sources keep their upstream changes", epoch, oldest, exc)
                 return {}
-            self._kept_positions = {oldest: positions}
         return self._kept_positions[oldest]
 
     def _prune(self, epoch: int) -> None:

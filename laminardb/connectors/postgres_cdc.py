@@ -6,19 +6,20 @@ Flink CDC's ``CREATE TABLE t … WITH ('connector' = 'postgres-cdc', …)`` buil
 
 How it reads: logical replication with the built-in ``pgoutput`` plugin (protocol 1), through
 a publication for the table and a replication slot (psycopg2's LogicalReplicationConnection;
-the messages are decoded by ``_pgoutput``). A first start creates the slot with an exported
-snapshot, reads the table under that snapshot as one batch, then streams from the slot's
-consistent point — no gap, no overlap. Rows: insert +1, delete −1, update −old/+new
-(``__weight``); the table must have REPLICA IDENTITY FULL so updates and deletes carry the
-old row. Only whole transactions are returned.
+``_pgoutput`` decodes the protocol messages, ``_pgoutput_rows`` the row changes in bulk). A
+first start creates the slot with an exported snapshot, reads the table under that snapshot as
+one batch, then streams from the slot's consistent point — no gap, no overlap. Rows: insert +1,
+delete −1, update −old/+new (``__weight``); the table must have REPLICA IDENTITY FULL so updates
+and deletes carry the old row. Only whole transactions are returned.
 
-Position: ``checkpoint_state()`` is ``{"slot", "lsn"}``, the LSN just after the last transaction a
-poll returned (or the WAL end the server reported while nothing of ours was pending). The slot
-is confirmed (``send_feedback(flush_lsn=…)``) only from ``checkpoint_committed(state)`` — the
-position of the oldest checkpoint a recovery may restore: the server keeps every change a
-recovery may replay. In memory (no checkpoints) the engine calls it right after each ingest. (psycopg2 itself forwards the confirmed LSN to the
-end of WAL named by a server keepalive once everything received has been confirmed; that
-skips only WAL holding none of this table's changes.)
+Position: ``checkpoint_state()`` is ``{"slot", "lsn"}``, the LSN just after the last transaction
+a poll returned (or the WAL end the server reported while nothing of ours was pending). The
+slot is confirmed (``send_feedback(flush_lsn=…)``) only from ``checkpoint_committed(state)`` —
+the position of the oldest checkpoint a recovery may restore — so the server keeps every change
+a recovery may replay; in memory (no checkpoints) the engine calls it right after each ingest.
+(psycopg2 itself forwards the confirmed LSN to the end of WAL named by a server keepalive once
+everything received has been confirmed; that skips only WAL holding none of this table's
+changes.)
 
 Entry point: ``PostgresCdcSource(name=, schema=, primary_key=, options=, restore_state=)``.
 """
@@ -29,6 +30,7 @@ import logging
 import select
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,9 +46,11 @@ from laminardb.connectors._pg_setup import (
     read_snapshot,
     slot_info,
 )
+from laminardb.connectors._pgoutput_rows import NO_OLD_ROW, rows_from_messages
 from laminardb.connectors.changelog_source import text_columns_batch
 from laminardb.connectors.exceptions import (
     CdcConfigError,
+    CdcDataError,
     CdcPositionLostError,
     CdcSchemaError,
     CdcUnavailableError,
@@ -62,8 +66,18 @@ _MAX_POLL_ROWS = 50_000  # rows per poll: bounded batches; a larger transaction 
 _IDLE_PING_S = 0.5  # while idle, ask the server this often where its WAL stream is (lag, flush())
 _STATUS_INTERVAL_S = 10  # psycopg2's periodic status to the server (well inside wal_sender_timeout)
 _LAG_EVERY_S = 1.0  # metrics() measures the WAL lag at most this often (a query to the server)
+_ROW_TAGS = frozenset(b"IUD")  # Insert, Update, Delete: kept raw, decoded in bulk
 _WAL_PAGE = 8192
 _PAGE_HEADERS = (24, 40)  # short / long WAL page header: the insert position after a page boundary
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """From a Relation message: the table's oid and, per upstream column, the declared column
+    it fills (−1: not declared)."""
+
+    relid: int
+    positions: np.ndarray
 
 
 class PostgresCdcSource:
@@ -81,14 +95,15 @@ class PostgresCdcSource:
         self._repl = None
         self._cur = None
         self._table: TableInfo | None = None
-        self._index: tuple[int, ...] | None = None  # declared column → position in the Relation's tuple
-        self._relid: int | None = None  # the table's oid, from its Relation message
+        self._layout: _Layout | None = None  # the table's columns as its last Relation message gave them
         # the LSN after the last transaction returned by a poll (what checkpoints record), and
         # after the last one read into _ready (ahead of it only within a poll)
         self._position: int | None = None
         self._read_lsn: int | None = None
-        self._txn: list | None = None  # (weight, values) of the transaction being read
-        self._ready: list = []  # whole transactions read, not yet returned
+        # the transaction being read, and whole transactions not yet returned: raw change
+        # messages, each run after the _Layout it is read with
+        self._txn: list | None = None
+        self._ready: list = []
         self._fatal: Exception | None = None  # a permanent error, raised once _ready is returned
         self._confirm = 0  # what checkpoint_committed allows the slot to confirm
         self._confirmed = 0  # what was sent
@@ -269,7 +284,7 @@ class PostgresCdcSource:
             except Exception:  # noqa: BLE001 - already broken
                 pass
         self._repl = self._cur = None
-        self._index = self._relid = None
+        self._layout = None
         self._txn = None
         self._ready = []
         self._read_lsn = self._position
@@ -282,13 +297,20 @@ class PostgresCdcSource:
 
     def _read(self, timeout_ms: int) -> None:
         """Read messages until none is waiting (after ``timeout_ms`` when nothing came at all),
-        a permanent error, or ``_MAX_POLL_ROWS`` rows of whole transactions."""
+        a permanent error, or ``_MAX_POLL_ROWS`` changes of whole transactions. A change's raw
+        bytes are kept as they are (``_pgoutput_rows`` reads them in bulk at the poll's end)."""
         deadline = time.monotonic() + timeout_ms / 1000
         cur = self._cur
         while len(self._ready) < _MAX_POLL_ROWS and self._fatal is None:
             msg = cur.read_message()
             if msg is not None:
-                self._handle(pgo.decode(msg.payload))
+                payload = msg.payload
+                if payload[0] not in _ROW_TAGS:
+                    self._handle(pgo.decode(payload))
+                elif self._txn is not None:
+                    self._txn.append(payload)  # the per-change path: one append
+                else:
+                    raise CdcSchemaError(f"{self.target.where()}: a change arrived outside a transaction")
                 continue
             if self._txn is None:  # everything sent so far is read: the server's WAL end is ours too
                 wal_end = cur.wal_end
@@ -305,25 +327,14 @@ class PostgresCdcSource:
 
     def _handle(self, msg) -> None:
         if isinstance(msg, pgo.Begin):
-            self._txn = []
+            self._txn = [self._layout]  # each transaction names the columns its changes are read with
         elif isinstance(msg, pgo.Commit):
             self.transactions += 1
-            if self._txn and msg.end_lsn > (self._read_lsn or 0):
+            if self._txn is not None and len(self._txn) > 1 and msg.end_lsn > (self._read_lsn or 0):
                 self._ready.extend(self._txn)
             if msg.end_lsn > (self._read_lsn or 0):  # at or below it: a transaction already returned
                 self._read_lsn = msg.end_lsn
             self._txn = None
-        elif isinstance(msg, pgo.Insert | pgo.Update | pgo.Delete) and self._relid not in (None, msg.relid):
-            return  # another table (the publication was made to include more): not this source's
-        elif isinstance(msg, pgo.Insert):
-            self._txn.append((1, self._pick(msg.new)))
-        elif isinstance(msg, pgo.Update):
-            self._update(msg)
-        elif isinstance(msg, pgo.Delete):
-            if msg.old_is_key_only:
-                self._identity_lost()
-            else:
-                self._txn.append((-1, self._pick(msg.old)))
         elif isinstance(msg, pgo.Relation):
             self._relation(msg)
         elif isinstance(msg, pgo.Truncate):
@@ -333,23 +344,6 @@ class PostgresCdcSource:
                     f"{self.target.where()}: the table was TRUNCATEd, which a changelog cannot express row by "
                     "row; the source stopped after the transactions before it. Recreate the source (a fresh "
                     "snapshot), or delete rows with DELETE instead of TRUNCATE")
-
-    def _update(self, msg: pgo.Update) -> None:
-        if msg.old is None or msg.old_is_key_only:
-            self._identity_lost()
-            return
-        old = self._pick(msg.old)
-        new = self._pick(msg.new)
-        if pgo.UNCHANGED_TOAST in new:  # a large value the update did not touch: the old row has it
-            new = tuple(o if n is pgo.UNCHANGED_TOAST else n for o, n in zip(old, new, strict=True))
-        if old != new:  # an update of undeclared columns only changes nothing here
-            self._txn.append((-1, old))
-            self._txn.append((1, new))
-
-    def _pick(self, values: tuple) -> tuple:
-        if self._index is None:
-            raise CdcSchemaError(f"{self.target.where()}: a change arrived before the table's description")
-        return tuple(values[i] for i in self._index)
 
     def _identity_lost(self) -> None:
         self._txn = None
@@ -367,8 +361,8 @@ class PostgresCdcSource:
             self._identity_lost()
             return
         by_name = {c.name: (i, c.type_oid) for i, c in enumerate(rel.columns)}
-        index = []
-        for field, upstream in zip(self.schema, table.upstream_names, strict=True):
+        positions = np.full(len(rel.columns), -1, dtype=np.int64)
+        for j, (field, upstream) in enumerate(zip(self.schema, table.upstream_names, strict=True)):
             if upstream not in by_name:
                 self._schema_changed(f"declared column {field.name!r} no longer exists upstream (dropped or renamed)")
                 return
@@ -377,8 +371,10 @@ class PostgresCdcSource:
                 self._schema_changed(f"column {field.name!r} changed type upstream (type oid "
                                      f"{table.type_oids[upstream]} → {oid})")
                 return
-            index.append(i)
-        self._index, self._relid = tuple(index), rel.relid
+            positions[i] = j
+        self._layout = _Layout(rel.relid, positions)
+        if self._txn is not None:
+            self._txn.append(self._layout)  # the changes after it in this transaction read it
 
     def _schema_changed(self, what: str) -> None:
         self._txn = None
@@ -390,14 +386,34 @@ class PostgresCdcSource:
         """The whole transactions read by this poll as one changelog batch; the position moves
         to the end of the last of them."""
         ready, self._ready = self._ready, []
-        batch = None
-        if ready:
-            weights = np.fromiter((w for w, _ in ready), dtype=np.int64, count=len(ready))
-            columns = list(zip(*(v for _, v in ready), strict=True))
-            batch = text_columns_batch(self.schema, self._table.families, columns, weights, source=self.name)
-            self.rows_read += len(ready)
+        batches = []
+        layout, changes = None, []
+        for item in [*ready, None]:  # runs of changes, each with the layout in force before it
+            if isinstance(item, bytes):
+                changes.append(item)
+                continue
+            if changes:
+                batches.append(self._changes_batch(layout, changes))
+                changes = []
+            layout = item if item is not None else layout
         self._position = self._read_lsn
+        if not batches:
+            return None
+        batch = batches[0] if len(batches) == 1 else pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+        self.rows_read += batch.num_rows
         return batch
+
+    def _changes_batch(self, layout: _Layout | None, changes: list[bytes]) -> pa.RecordBatch:
+        if layout is None:
+            raise CdcSchemaError(f"{self.target.where()}: a change arrived before the table's description")
+        weights, columns, error = rows_from_messages(changes, layout.relid, layout.positions, len(self.schema))
+        if error == NO_OLD_ROW:
+            self._identity_lost()
+            raise self._fatal
+        if error:
+            raise CdcDataError(f"{self.target.where()}: a change message this reader cannot decode (pgoutput "
+                               "protocol 1, text values); the source stopped rather than guess")
+        return text_columns_batch(self.schema, self._table.families, columns, weights, source=self.name)
 
     def _server_wal_lsn(self) -> int:
         with self._side_lock:

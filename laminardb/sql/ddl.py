@@ -167,7 +167,7 @@ def _create_source(text: str, line: int, col: int) -> CreateSource:
         else:
             raise UnsupportedSqlError(
                 f"unexpected text after the column list of source {name!r}: {rest[:40]!r} "
-                "(expected WITH (key = 'value', …) and/or FROM KAFKA (…))"
+                "(expected WITH (key = 'value', …) and/or FROM KAFKA | POSTGRES_CDC | MYSQL_CDC (…))"
             )
         rest = rest[close + 1 :].strip()
     return source_from_options(head, opts, connector, conn_opts)

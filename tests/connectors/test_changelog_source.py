@@ -104,5 +104,17 @@ def test_checkpoint_committed_gets_the_oldest_kept_position_and_survives_a_failu
         assert "releasing changes up to checkpoint 1 failed" in caplog.text and "server unreachable" in caplog.text
         assert fake.calls == [{"lsn": 1}, {"lsn": 1}, {"lsn": 1}, {"lsn": 2}]
     finally:
+        conn.close()
+    conn = laminardb.open(str(tmp_path / "db"), config={"checkpoint_retain": 3})
+    try:  # the oldest kept checkpoint was written by the run before: its positions are read from disk
+        from laminardb.checkpoint.store import CheckpointStore
+
+        node, fake = conn.engine.node("s"), _FailingOnce()
+        fake.calls.append({})  # no failure this time
+        node.connector, node.connector_state = fake, {"lsn": 99}
+        conn.checkpoint()
+        oldest = CheckpointStore(tmp_path / "db").complete()[0]
+        assert oldest <= 4 and fake.calls[1:] == [{"lsn": oldest}]  # checkpoint i recorded lsn i
+    finally:
         conn.engine.node("s").connector = None
         conn.close()

@@ -145,7 +145,10 @@ def test_snapshot_with_concurrent_changes_has_no_gap_and_no_overlap(postgres_ser
         conn.execute("CREATE MATERIALIZED VIEW per_id AS SELECT id, COUNT(*) AS c, SUM(v) AS s FROM cdc GROUP BY id")
         conn.execute("CREATE MATERIALIZED VIEW agg AS SELECT k, COUNT(*) AS n, SUM(v) AS s FROM cdc GROUP BY k")
         conn.start()  # the snapshot is read while the writer commits
-        wait_until(lambda: writer.txns > 300, timeout=30, what="changes during and after the snapshot")
+        _wait_streaming(conn)
+        before = writer.txns
+        wait_until(lambda: writer.txns > before + 200, timeout=30, what="changes after the snapshot")
+        assert before > 0  # and changes before and during it
         writer.finish()
         wait_until(lambda: _view(conn) == _pg_groupby(cur), timeout=30, what="the view to equal PostgreSQL's")
         got = sorted((r["id"], r["c"], r["s"]) for r in conn.query("SELECT id, c, s FROM per_id").to_pylist())
@@ -170,6 +173,7 @@ def test_random_changes_end_equal_to_postgres_group_by(postgres_server, pg_db):
         conn.execute(_source_ddl(postgres_server, db, "rnd"))
         conn.execute("CREATE MATERIALIZED VIEW agg AS SELECT k, COUNT(*) AS n, SUM(v) AS s FROM cdc GROUP BY k")
         conn.start()
+        _wait_streaming(conn)
         rng = random.Random(7)
         next_id = [200]
         for i in range(400):
@@ -191,6 +195,11 @@ def test_random_changes_end_equal_to_postgres_group_by(postgres_server, pg_db):
                    what="the slot to confirm what was ingested")
     finally:
         conn.close()
+
+
+def _wait_streaming(conn, source: str = "cdc") -> None:
+    wait_until(lambda: conn.metrics()["sources"][source]["changelog"]["position"] is not None, timeout=20,
+               what="the source to stream")
 
 
 def _slot_pid(cur, slot: str) -> int | None:
@@ -308,6 +317,7 @@ def test_a_first_start_takes_over_a_stale_slot_and_recovery_without_its_slot_sto
         conn.execute(_source_ddl(postgres_server, db, "dur"))
         conn.execute("CREATE MATERIALIZED VIEW agg AS SELECT k, COUNT(*) AS n, SUM(v) AS s FROM cdc GROUP BY k")
         conn.start()
+        _wait_streaming(conn)
         cur.execute("UPDATE t SET v = v + 1 WHERE id < 10")
         wait_until(lambda: _view(conn) == _pg_groupby(cur), timeout=20, what="the view to equal PostgreSQL's")
         conn.checkpoint()
@@ -358,7 +368,7 @@ def test_types_nulls_and_timestamptz_in_utc(postgres_server, pg_db):
                      f"PRIMARY KEY (id) NOT ENFORCED) FROM POSTGRES_CDC ({_opts(postgres_server, db, 'ty', 'ty')})")
         conn.execute("CREATE MATERIALIZED VIEW tv AS SELECT * FROM ty")
         conn.start()
-        # one row from the snapshot, the same values again through the stream
+        _wait_streaming(conn, "ty")  # one row from the snapshot, the same values again through the stream
         cur.execute(before.replace("(1, ", "(3, ", 1).replace("(2, NULL", "(4, NULL"))
         wait_until(lambda: len(conn.query("SELECT id FROM tv")) == 4, timeout=20, what="4 rows")
         got = {r["id"]: r for r in conn.query("SELECT * FROM tv").to_pylist()}
@@ -370,6 +380,29 @@ def test_types_nulls_and_timestamptz_in_utc(postgres_server, pg_db):
                 want["n"] = float(want["n"])
             assert got[want["id"]] == want
         assert got[1]["tz"] == dt.datetime(2024, 3, 10, 6, 30)  # -05 → UTC, milliseconds kept
+    finally:
+        conn.close()
+
+
+def test_an_untouched_toasted_value_comes_from_the_old_row(postgres_server, pg_db):
+    """An update that leaves a large (TOASTed, stored out of line) value alone sends it as
+    'unchanged': the new row takes it from the old one."""
+    db, cur = pg_db
+    _seed_rows(cur, 5)
+    big = "SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 600)"  # ~19 KB, not compressible away
+    conn = laminardb.open()
+    try:
+        conn.execute(_source_ddl(postgres_server, db, "toast"))
+        conn.execute("CREATE MATERIALIZED VIEW agg AS SELECT k, COUNT(*) AS n, SUM(v) AS s FROM cdc GROUP BY k")
+        conn.start()
+        _wait_streaming(conn)  # the changes below come through the stream, not the snapshot
+        cur.execute(f"INSERT INTO t VALUES (100, ({big}), 1), (101, ({big}), 2)")
+        cur.execute("UPDATE t SET v = v + 10 WHERE id >= 100")  # k untouched: sent as unchanged
+        cur.execute("SELECT reltoastrelid::regclass::text FROM pg_class WHERE relname = 't'")
+        cur.execute(f"SELECT count(DISTINCT chunk_id) FROM {cur.fetchone()[0]}")
+        assert cur.fetchone()[0] == 2  # both values stored out of line
+        conn.flush(timeout_s=20)
+        assert _view(conn) == _pg_groupby(cur)
     finally:
         conn.close()
 
@@ -388,6 +421,7 @@ def test_a_dropped_or_retyped_column_or_truncate_stops_the_source_an_added_colum
         conn.execute(_source_ddl(postgres_server, db, "schema"))
         conn.execute("CREATE MATERIALIZED VIEW agg AS SELECT k, COUNT(*) AS n, SUM(v) AS s FROM cdc GROUP BY k")
         conn.start()
+        _wait_streaming(conn)
         cur.execute("ALTER TABLE t ADD COLUMN extra TEXT DEFAULT 'x'")
         cur.execute("INSERT INTO t VALUES (11, 'k1', 5, 'y')")
         cur.execute("UPDATE t SET extra = 'z' WHERE id = 2")  # an undeclared column only: no change
@@ -416,6 +450,7 @@ def test_flink_cdc_ddl_reads_the_table(postgres_server, pg_db):
             'table-name' = 't', 'slot.name' = 'flink', 'decoding.plugin.name' = 'pgoutput')""")
         conn.execute("CREATE MATERIALIZED VIEW agg AS SELECT k, COUNT(*) AS n, SUM(v) AS s FROM cdc GROUP BY k")
         conn.start()
+        _wait_streaming(conn)
         cur.execute("DELETE FROM t WHERE id <= 5")
         wait_until(lambda: _view(conn) == _pg_groupby(cur), timeout=20, what="the view to equal PostgreSQL's")
         assert "unused" not in json.dumps(conn.metrics(), default=str)
