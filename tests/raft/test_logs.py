@@ -79,7 +79,9 @@ def test_json_logs_tell_elections_failover_and_refusals(
                what="rpc.auth_failed")
     auth = _named(target.log_path, "raft.auth_failed")
     assert len(auth) == 1 and auth[0]["level"] == "WARNING" and auth[0]["total"] == 1
-    refused = _named(target.log_path, "raft.frame_refused")
+    # the voter logs the refusal after it closed the socket: wait for the line, bounded
+    refused = wait_until(lambda: _named(target.log_path, "raft.frame_refused"), timeout=5,
+                         what="raft.frame_refused")
     assert len(refused) == 1 and refused[0]["declared_bytes"] == 2**31 - 1
     assert _named(target.log_path, "rpc.auth_failed")[0]["peer"].startswith("127.0.0.1:")
     with RaftClient([target.rpc], secret=cluster.secret) as only_target:
