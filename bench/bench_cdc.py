@@ -111,7 +111,7 @@ def run_postgres(rows: int) -> dict:
         ldb.close()
         changes = pg_write_changes(conn, rows)
         raw_s = pg_raw(pg, db, "bench_raw", changes)
-        ldb_s, ok = _laminardb_time(work / "db", changes, conn_check=lambda: _pg_expected(conn))
+        ldb_s, ok = _laminardb_time(work / "db", changes, conn_check=lambda: _server_group_by(conn))
         return {"changes": changes, "raw_rows_s": changes / raw_s, "laminardb_rows_s": changes / ldb_s,
                 "view_equals_database": ok}
     finally:
@@ -119,7 +119,8 @@ def run_postgres(rows: int) -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _pg_expected(conn) -> list:
+def _server_group_by(conn) -> list:
+    """The view's rows as the database computes them (the oracle), for either server."""
     with conn.cursor() as cur:
         cur.execute("SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k ORDER BY k")
         return [(int(k), int(n), round(float(s), 6)) for k, n, s in cur.fetchall()]
@@ -187,7 +188,7 @@ def run_mariadb(rows: int) -> dict:
             file, pos = cur.fetchone()[:2]
         changes = my_write_changes(conn, rows)
         raw_s = my_raw(my, db, file, int(pos), changes)
-        ldb_s, ok = _laminardb_time(work / "db", changes, conn_check=lambda: _my_expected(conn))
+        ldb_s, ok = _laminardb_time(work / "db", changes, conn_check=lambda: _server_group_by(conn))
         return {"changes": changes, "raw_rows_s": changes / raw_s, "laminardb_rows_s": changes / ldb_s,
                 "view_equals_database": ok}
     finally:
@@ -195,10 +196,6 @@ def run_mariadb(rows: int) -> dict:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _my_expected(conn) -> list:
-    with conn.cursor() as cur:
-        cur.execute("SELECT k, COUNT(*), SUM(v) FROM t GROUP BY k ORDER BY k")
-        return [(int(k), int(n), round(float(s), 6)) for k, n, s in cur.fetchall()]
 
 
 # ----------------------------------------------------------------------------- laminardb side

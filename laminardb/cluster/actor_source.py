@@ -39,6 +39,7 @@ class ClusterActorSource:
         self._failing: tuple[float, str] | None = None
         self._warnings: list[tuple[str | None, str]] = []  # (code, message) of the reader's warnings
         self._changelog: dict | None = None  # the reader's last changelog_metrics()
+        self._committed: dict | None = None  # the last position forwarded to the reader
         self.cluster.call_each([self.reader], "start_source", self.name, kind, json.dumps(options),
                                None if restore_state is None else json.dumps(restore_state))
 
@@ -60,7 +61,12 @@ class ClusterActorSource:
         return self._position
 
     def checkpoint_committed(self, state: dict) -> None:
+        """Forward to the reader, once per position: in memory the runner calls this after every
+        poll, idle ones included, and the reader has nothing to confirm for a position it has."""
+        if state == self._committed:
+            return
         self.cluster.call_each([self.reader], "source_committed", self.name, json.dumps(state))
+        self._committed = state
 
     def lag(self) -> int:
         return self._lag

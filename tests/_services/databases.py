@@ -67,6 +67,19 @@ def _owned_tempdir(prefix: str, user: str) -> Path:
     return path
 
 
+def _create_database(server, prefix: str, quote: str) -> str:
+    """``CREATE DATABASE`` under a name no other test of this session uses; its name."""
+    name = f"{prefix}_{len(server._made)}_{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
+    conn = server.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE {quote}{name}{quote}")
+    finally:
+        conn.close()
+    server._made.append(name)
+    return name
+
+
 @dataclass
 class Postgres:
     """A running PostgreSQL server: superuser ``postgres``, trust auth on loopback."""
@@ -95,15 +108,7 @@ class Postgres:
 
     def create_database(self, prefix: str = "ldb") -> str:
         """A fresh database; its name. Tests use one each so they never see each other's tables."""
-        name = f"{prefix}_{len(self._made)}_{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            conn.close()
-        self._made.append(name)
-        return name
+        return _create_database(self, prefix, '"')
 
     def _postmaster_pid(self) -> int | None:
         try:
@@ -201,15 +206,8 @@ class MariaDB:
                                database=database, autocommit=True, connect_timeout=10)
 
     def create_database(self, prefix: str = "ldb") -> str:
-        name = f"{prefix}_{len(self._made)}_{os.getpid()}_{int(time.time() * 1000) % 1_000_000}"
-        conn = self.connect()
-        try:
-            with conn.cursor() as cur:
-                cur.execute(f"CREATE DATABASE `{name}`")
-        finally:
-            conn.close()
-        self._made.append(name)
-        return name
+        """A fresh database; its name (as ``Postgres.create_database``)."""
+        return _create_database(self, prefix, "`")
 
     def log(self) -> str:
         path = self.base_dir / "server.log"

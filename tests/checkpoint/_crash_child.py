@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import laminardb
+from tests._services.crash_child import feed_until_killed
 
 KEYS = 7
 
@@ -31,20 +31,8 @@ def main() -> None:
                                                     "OUT_TOPIC": cfg["out_topic"]}})
     db.execute(open(cfg["sql"]).read())
     db.start()
-    total, batch = cfg["rows"], cfg["batch"]
-    i = db.offset("ev")
-    print(f"resume at {i}", flush=True)
-    while i < total:
-        n = min(batch, total - i)
-        db.insert("ev", [row(j) for j in range(i, i + n)])
-        i += n
-        time.sleep(cfg.get("pause", 0.01))
-    if not cfg.get("finish"):
-        time.sleep(3600)  # wait for the parent's SIGKILL
-    db.flush(timeout_s=60)  # the Kafka source has read the whole topic
-    db.finish()
-    db.close()
-    print("done", flush=True)
+    # before finishing: the Kafka source has read the whole topic
+    feed_until_killed(db, "ev", row, cfg, before_finish=lambda: db.flush(timeout_s=60))
 
 
 if __name__ == "__main__":

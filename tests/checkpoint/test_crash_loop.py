@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests._services.crash_child import spawn_child, wait_for_more  # noqa: E402
 from tests._services.fixtures import kafka_broker  # noqa: E402,F401
 from tests.checkpoint._crash_child import KEYS, row  # noqa: E402
 
@@ -36,21 +37,7 @@ _CHILD_TIMEOUT_S = 120
 
 
 def _spawn(cfg_path: Path, log: Path, crash_at: str = "") -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), LAMINARDB_TEST_CRASH_AT=crash_at)
-    return subprocess.Popen([sys.executable, str(HERE / "_crash_child.py"), str(cfg_path)],
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)
-
-
-def _wait_for_more(log: Path, text: str, before: int, proc: subprocess.Popen, timeout: float) -> bool:
-    """Wait (bounded) until ``text`` appears in the log more than ``before`` times."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.read_text(errors="replace").count(text) > before:
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.02)
-    return False
+    return spawn_child(HERE / "_crash_child.py", cfg_path, log, crash_at)
 
 
 def _produce_input(bootstrap: str, topic: str) -> None:
@@ -135,7 +122,7 @@ def test_sigkill_loop_gives_the_unbroken_answer_in_every_sink(tmp_path, kafka_br
     for _ in range(6):
         before = log.read_text(errors="replace").count("resume at")
         p = _spawn(cfg_path, log)
-        started = _wait_for_more(log, "resume at", before, p, _CHILD_TIMEOUT_S)
+        started = wait_for_more(log, "resume at", before, p, _CHILD_TIMEOUT_S)
         assert started, f"seed {seed}: child did not start: {log.read_text()[-3000:]}"
         time.sleep(rng.uniform(0.0, 1.5))
         p.kill()

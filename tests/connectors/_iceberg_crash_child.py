@@ -14,9 +14,9 @@ import json
 import os
 import signal
 import sys
-import time
 
 import laminardb
+from tests._services.crash_child import feed_until_killed
 
 KEYS = 7
 
@@ -57,25 +57,16 @@ def main() -> None:
                                            "vars": {"WH": cfg["warehouse"]}})
     db.execute(PIPELINE)
     db.start()
-    total, batch = cfg["rows"], cfg["batch"]
-    i = db.offset("ev")
-    print(f"resume at {i}", flush=True)
     if cfg.get("crash_after_append") == "running":
         _die_after_first_append()
-    while i < total:
+
+    def arm_crash_point(i: int) -> None:
         if cfg.get("crash_at") and i >= cfg.get("crash_from", 0):
             from laminardb.checkpoint import local
 
             local._CRASH_AT = cfg["crash_at"]  # read by local._crash_point at each checkpoint
-        n = min(batch, total - i)
-        db.insert("ev", [row(j) for j in range(i, i + n)])
-        i += n
-        time.sleep(cfg.get("pause", 0.01))
-    if not cfg.get("finish"):
-        time.sleep(3600)  # wait for the parent's SIGKILL
-    db.finish()
-    db.close()
-    print("done", flush=True)
+
+    feed_until_killed(db, "ev", row, cfg, before_batch=arm_crash_point)
 
 
 if __name__ == "__main__":

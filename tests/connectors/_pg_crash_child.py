@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import laminardb
+from tests._services.crash_child import feed_until_killed
 
 KEYS = 7
 BUCKET = 10  # rows per (key, bucket): a bucket's row is deleted from part_out when it fills
@@ -46,19 +46,7 @@ def main() -> None:
     db = laminardb.open(cfg["db"], config={"checkpoint_interval": cfg.get("interval", "100ms")})
     db.execute(pipeline(cfg["url"]))
     db.start()
-    total, batch = cfg["rows"], cfg["batch"]
-    i = db.offset("ev")
-    print(f"resume at {i}", flush=True)
-    while i < total:
-        n = min(batch, total - i)
-        db.insert("ev", [row(j) for j in range(i, i + n)])
-        i += n
-        time.sleep(cfg.get("pause", 0.01))
-    if not cfg.get("finish"):
-        time.sleep(3600)  # wait for the parent's SIGKILL
-    db.finish()
-    db.close()
-    print("done", flush=True)
+    feed_until_killed(db, "ev", row, cfg)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 import time
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,6 +28,7 @@ from laminardb.connectors.exceptions import (
     PostgresUnavailableError,
 )
 from laminardb.connectors.postgres_sink import ExactlyOncePostgresSink
+from tests._services.crash_child import spawn_child, wait_for_more  # noqa: E402
 from tests._services.procs import free_port
 from tests.connectors._pg_crash_child import BUCKET, KEYS, row
 
@@ -156,20 +156,7 @@ def _check_pipeline(pg: Pg, n: int) -> None:
 # -- exactly-once under SIGKILL ---------------------------------------------------------------
 
 def _spawn(cfg_path: Path, log: Path, crash_at: str = "") -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), LAMINARDB_TEST_CRASH_AT=crash_at)
-    return subprocess.Popen([sys.executable, str(HERE / "_pg_crash_child.py"), str(cfg_path)],
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)
-
-
-def _wait_for_more(log: Path, text: str, before: int, proc: subprocess.Popen, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.read_text(errors="replace").count(text) > before:
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.02)
-    return False
+    return spawn_child(HERE / "_pg_crash_child.py", cfg_path, log, crash_at)
 
 
 @pytest.mark.integration
@@ -190,7 +177,7 @@ def test_sigkill_loop_gives_the_unbroken_answer(pg: Pg, tmp_path: Path) -> None:
         before = log.read_text(errors="replace").count("resume at")
         p = _spawn(cfg_path, log)
         procs.append(p)
-        assert _wait_for_more(log, "resume at", before, p, _CHILD_TIMEOUT_S), log.read_text()[-3000:]
+        assert wait_for_more(log, "resume at", before, p, _CHILD_TIMEOUT_S), log.read_text()[-3000:]
         time.sleep(rng.uniform(0.2, 1.2))
         p.kill()
         p.wait(30)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import laminardb
 from laminardb.connectors.exceptions import LookupTableUnavailableError
+from tests._services.crash_child import feed_until_killed
 
 SCRIPT = """
 CREATE TABLE IF NOT EXISTS customers (id BIGINT, name VARCHAR, tier INT, PRIMARY KEY (id) NOT ENFORCED)
@@ -37,21 +37,13 @@ def main() -> None:
                                            "vars": {"URL": cfg["url"], "PASSWORD": cfg["password"],
                                                     "OUT": cfg["out"]}})
     db.execute(SCRIPT)
-    i = db.offset("orders")
-    print(f"resume at {i}", flush=True)
-    while i < cfg["rows"]:
-        n = min(cfg["batch"], cfg["rows"] - i)
+    def insert(source: str, rows: list) -> None:
         try:
-            db.insert("orders", [row(j) for j in range(i, i + n)])
+            db.insert(source, rows)
         except LookupTableUnavailableError:
-            print(f"held {i}", flush=True)  # accepted (WAL) and held by the join until PostgreSQL answers
-        i += n
-        time.sleep(0.01)
-    if not cfg.get("finish"):
-        time.sleep(3600)  # wait for the parent's SIGKILL
-    db.finish()
-    db.close()
-    print("done", flush=True)
+            print("held", flush=True)  # accepted (WAL) and held by the join until PostgreSQL answers
+
+    feed_until_killed(db, "orders", row, cfg, insert=insert)
 
 
 if __name__ == "__main__":

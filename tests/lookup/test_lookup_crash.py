@@ -10,7 +10,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
+from tests._services.crash_child import spawn_child  # noqa: E402
 from tests.lookup.test_lookup_postgres import PASSWORD, _snapshot, pg  # noqa: E402,F401
 
 ROWS = 3000
@@ -26,9 +26,7 @@ _CHILD_TIMEOUT_S = 90
 
 
 def _spawn(cfg_path: Path, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, str(HERE / "_lookup_child.py"), str(cfg_path)],
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, env=env)  # noqa: SIM115
+    return spawn_child(HERE / "_lookup_child.py", cfg_path, log)
 
 
 def _wait_for(log: Path, text: str, before: int, proc: subprocess.Popen) -> None:
