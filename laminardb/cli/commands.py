@@ -28,6 +28,7 @@ run that ingested nothing of a file must not look like a success to a script or 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -519,6 +520,10 @@ def build_parser() -> argparse.ArgumentParser:
             stub.set_defaults(func=_missing_control_plane)
     else:
         register(sub)
+    if importlib.util.find_spec("pyspark") is not None:  # the daemons run the wheel's Spark
+        from laminardb.spark.cli import register as register_spark
+
+        register_spark(sub)
     return parser
 
 

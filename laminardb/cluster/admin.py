@@ -33,11 +33,28 @@ def databases_status(address: str = "auto") -> dict[str, Any]:
             out[name] = raise_remote(ray.get(head.status.remote(), timeout=_STATUS_TIMEOUT_S))
         except Exception as exc:  # noqa: BLE001 - one sick head must not hide the others
             out[name] = {"database": name, "error": f"{type(exc).__name__}: {exc}"}
-    return {"databases": out}
+    return {"databases": out, "spark": _spark_status()}
+
+
+def _spark_status() -> dict[str, Any] | None:
+    """The Spark standalone cluster ``ray up`` started on this node (its executors), if any."""
+    import os
+
+    from laminardb.spark.standalone import DEFAULT_DATA_DIR, spark_status
+
+    return spark_status(os.environ.get("LAMINARDB_SPARK_DIR", DEFAULT_DATA_DIR))
 
 
 def format_databases(status: dict[str, Any]) -> str:
-    dbs = status["databases"]
+    text = _format_databases(status["databases"])
+    if status.get("spark") is None:
+        return text
+    from laminardb.spark.cli import format_spark
+
+    return text + "\n" + format_spark(status["spark"])
+
+
+def _format_databases(dbs: dict[str, Any]) -> str:
     if not dbs:
         return "databases: none"
     lines = [f"databases: {len(dbs)}"]

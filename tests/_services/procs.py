@@ -109,3 +109,33 @@ def port_busy(port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def listening_sockets(pids: set[int]) -> list[tuple[str, int]]:
+    """(local address, pid) of every listening TCP socket of ``pids`` (from ``ss``)."""
+    import re
+
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout
+    return [(line.split()[3], pid) for line in out.splitlines()
+            for pid in map(int, re.findall(r"pid=(\d+),", line)) if pid in pids]
+
+
+def is_loopback_address(addr: str) -> bool:
+    """``host:port`` (as ``ss`` prints it) is on a loopback interface."""
+    host = addr.rsplit(":", 1)[0].strip("[]").removeprefix("::ffff:")
+    return host.startswith("127.") or host == "::1"
+
+
+def pids_whose_cmdline_has(*markers: str) -> set[int]:
+    """Pids of the processes whose command line contains every one of ``markers``."""
+    out = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if all(m.encode() in argv for m in markers):
+            out.add(int(entry))
+    return out

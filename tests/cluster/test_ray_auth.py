@@ -23,7 +23,6 @@ processes are found by their temp dir / GCS port and stopped by pid.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,13 @@ import grpc
 import pytest
 import yaml
 
-from tests._services.procs import REPO_ROOT, free_port, wait_until
+from tests._services.procs import (
+    REPO_ROOT,
+    free_port,
+    is_loopback_address,
+    listening_sockets,
+    wait_until,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -103,23 +108,6 @@ def _proc_tree(markers: list[str]) -> set[int]:
     return out
 
 
-def _listeners(pids: set[int]) -> list[tuple[str, int]]:
-    """(local address, pid) of every listening TCP socket of ``pids``."""
-    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout
-    found = []
-    for line in out.splitlines():
-        for pid in map(int, re.findall(r"pid=(\d+),", line)):
-            if pid in pids:
-                found.append((line.split()[3], pid))
-    return found
-
-
-def _is_loopback_listener(addr: str) -> bool:
-    host = addr.rsplit(":", 1)[0].strip("[]")
-    return host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1") or \
-        host.startswith("::ffff:127.")
-
-
 def _stop(pids: set[int]) -> None:
     import signal
 
@@ -184,7 +172,7 @@ def test_local_yaml_ray_head_is_loopback_only_and_needs_the_token(tmp_path: Path
 
         # The Ray Client server and the agents start after `ray start` returns.
         def ours() -> list[tuple[str, int]]:
-            return _listeners(_proc_tree([temp, f"127.0.0.1:{gcs}"]))
+            return listening_sockets(_proc_tree([temp, f"127.0.0.1:{gcs}"]))
 
         wait_until(lambda: {gcs, client} <= {int(a.rsplit(":", 1)[1]) for a, _ in ours()},
                    timeout=60, interval=0.5, what="the GCS and Ray Client ports to listen")
@@ -215,7 +203,7 @@ def test_local_yaml_ray_head_is_loopback_only_and_needs_the_token(tmp_path: Path
         # it started for the clients above, dashboard, agents, metrics) is on loopback.
         listening = ours()
         assert len(listening) >= 5, listening
-        exposed = [(a, p) for a, p in listening if not _is_loopback_listener(a)]
+        exposed = [(a, p) for a, p in listening if not is_loopback_address(a)]
         assert not exposed, f"Ray listens beyond loopback: {exposed}"
 
         # Without the token (or with a wrong one) the GCS and the Ray Client server refuse.

@@ -37,7 +37,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests._services.procs import REPO_ROOT, free_port, pids_with_arg, port_busy
+from tests._services.procs import (
+    REPO_ROOT,
+    free_port,
+    is_loopback_address,
+    listening_sockets,
+    pids_with_arg,
+    port_busy,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -173,20 +180,6 @@ def _env(**extra: str) -> dict[str, str]:
     env.pop("RAY_ADDRESS", None)
     env.update(extra)
     return env
-
-
-def _listeners(pids: set[int]) -> list[str]:
-    """Local addresses of the listening TCP sockets of ``pids`` (from ``ss``)."""
-    import re
-
-    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, timeout=30).stdout
-    return [line.split()[3] for line in out.splitlines()
-            if any(int(p) in pids for p in re.findall(r"pid=(\d+),", line))]
-
-
-def _is_loopback(addr: str) -> bool:
-    host = addr.rsplit(":", 1)[0].strip("[]").removeprefix("::ffff:")
-    return host.startswith("127.") or host == "::1"
 
 
 def _normalize(rows: list[dict]) -> list[dict]:
@@ -343,9 +336,9 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
             f"{client_run.stdout[-3000:]}\n{client_run.stderr[-5000:]}"
         # Every listener of this run's Ray (the Ray Client server and its per-client servers
         # included, now that both clients ran) is on loopback.
-        listening = _listeners(set(_our_ray_processes(ray_temp, ray_port)))
+        listening = [a for a, _ in listening_sockets(set(_our_ray_processes(ray_temp, ray_port)))]
         assert {ray_port, client_port} <= {int(a.rsplit(":", 1)[1]) for a in listening}, listening
-        exposed = [a for a in listening if not _is_loopback(a)]
+        exposed = [a for a in listening if not is_loopback_address(a)]
         assert not exposed, f"Ray of local.yaml listens beyond loopback: {exposed}"
         t = time.monotonic()
         local_run = _run([sys.executable, str(script), "embedded"], timeout=_CLIENT_TIMEOUT_S,

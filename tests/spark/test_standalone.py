@@ -1,0 +1,97 @@
+"""Spark's standalone master and worker as ``laminardb spark up`` starts them, for real: a job
+runs on the worker's executor through an authenticated session, every port is on loopback,
+the secret is on no command line, and ``spark down`` leaves no JVM behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from laminardb.spark.resources import worker_memory_mb
+from laminardb.spark.session import standalone_session
+from laminardb.spark.standalone import (
+    coordinator_conf,
+    spark_status,
+    stop_spark_daemons,
+)
+from tests._services.procs import (
+    free_port,
+    is_loopback_address,
+    listening_sockets,
+    pids_whose_cmdline_has,
+)
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _jvms_under(data_dir: Path) -> set[int]:
+    """Spark daemons (their command lines name the data dir) and executors (they run in the
+    worker's work dir) started for this data dir."""
+    executors = set()
+    for pid in pids_whose_cmdline_has("CoarseGrainedExecutorBackend"):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(str(data_dir)):
+                executors.add(pid)
+        except OSError:
+            continue
+    return pids_whose_cmdline_has("org.apache.spark.deploy", str(data_dir)) | executors
+
+
+def _laminardb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "laminardb.cli.commands", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_spark_up_runs_an_authenticated_job_on_loopback_and_down_stops_everything(tmp_path: Path) -> None:
+    d = tmp_path / "spark"
+    port, ui = free_port(), free_port()
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    spark = None
+    try:
+        up = _laminardb("spark", "up", "--data-dir", str(d), "--port", str(port),
+                        "--webui-port", str(ui), "--memory-mb", "1024", env=env)
+        assert up.returncode == 0, up.stderr[-3000:]
+        for name in ("secret", "spark.properties"):
+            mode = stat.S_IMODE((d / name).stat().st_mode)
+            assert mode == 0o600, f"{name} is {oct(mode)}: it holds the secret"
+
+        conf = coordinator_conf(d)
+        assert conf is not None and conf["spark.master"] == f"spark://127.0.0.1:{port}"
+        spark = standalone_session({**conf, "spark.ui.enabled": "false"}, app_name="ldb-test")
+        total = spark.range(0, 100_000, numPartitions=4).selectExpr("sum(id) AS s").collect()[0]["s"]
+        assert total == sum(range(100_000))
+        # the job ran on the worker's executor, not in the driver
+        st = spark_status(d)
+        assert st["status"] == "ALIVE" and [w["state"] for w in st["workers"]] == ["ALIVE"]
+        assert [a["name"] for a in st["applications"]] == ["ldb-test"]
+        assert st["applications"][0]["cores"] == 1 and st["workers"][0]["cores_used"] == 1
+        shown = _laminardb("spark", "status", "--data-dir", str(d), "--json", env=env)
+        assert shown.returncode == 0 and json.loads(shown.stdout)["applications"][0]["name"] == "ldb-test"
+
+        secret = (d / "secret").read_text().strip()
+        jvms = _jvms_under(d)
+        assert len(jvms) >= 3, "master, worker and the application's executor"
+        driver = pids_whose_cmdline_has("org.apache.spark.deploy.SparkSubmit", "pyspark-shell")
+        assert not pids_whose_cmdline_has(secret), "the secret is on a command line"
+        listening = listening_sockets(jvms | driver)
+        assert listening, "ss found no Spark listener: the check below would prove nothing"
+        exposed = [(a, p) for a, p in listening if not is_loopback_address(a)]
+        assert not exposed, f"Spark listens beyond loopback: {exposed}"
+    finally:
+        if spark is not None:
+            spark.stop()
+        done = stop_spark_daemons(d)
+    assert set(done) == {"master", "worker"}
+    assert not _jvms_under(d), "a Spark JVM outlived spark down"
+
+
+def test_worker_memory_follows_the_node_not_a_fixed_heap() -> None:
+    assert worker_memory_mb(24 * 1024) == 6 * 1024
+    assert worker_memory_mb(2 * 1024) == 1024  # floor
+    assert worker_memory_mb(1024 * 1024) == 64 * 1024  # cap
