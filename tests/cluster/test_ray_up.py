@@ -127,7 +127,7 @@ def _wait_no_foreign_ray(exclude: str | None = None) -> list[int]:
 
 
 def _render(path: Path, sshd, *, data_dir: Path, base_port: int, ray_port: int,
-            client_port: int, ray_temp: str, name: str) -> dict:
+            client_port: int, ray_temp: str, name: str, spark_ports: tuple[int, int]) -> dict:
     cfg = yaml.safe_load(LOCAL_YAML.read_text())
     cfg["cluster_name"] = name
     cfg["auth"] = {"ssh_user": sshd.user, "ssh_private_key": str(sshd.private_key),
@@ -138,7 +138,9 @@ def _render(path: Path, sshd, *, data_dir: Path, base_port: int, ray_port: int,
                .replace("--base-port 7100", f"--base-port {base_port}")
                .replace("--port=6379", f"--port={ray_port} --temp-dir={ray_temp}")
                .replace("--ray-client-server-port=10001",
-                        f"--ray-client-server-port={client_port}"))
+                        f"--ray-client-server-port={client_port}")
+               .replace("laminardb spark up",
+                        f"laminardb spark up --port {spark_ports[0]} --webui-port {spark_ports[1]}"))
         return new
 
     for key in ("head_setup_commands", "head_start_ray_commands"):
@@ -149,6 +151,7 @@ def _render(path: Path, sshd, *, data_dir: Path, base_port: int, ray_port: int,
     assert str(data_dir) in joined and f"--base-port {base_port}" in joined, joined
     assert f"--port={ray_port}" in joined, joined
     assert f"--ray-client-server-port={client_port}" in joined, joined
+    assert f"spark up --port {spark_ports[0]}" in joined, joined
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return cfg
 
@@ -284,8 +287,10 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
         base_port = free_port()
     ray_port, client_port = free_port(), free_port()
     cfg_path = tmp_path / "local.yaml"
+    spark_dir = local_sshd.home / ".laminardb" / "spark"  # `spark up`'s default, in the ssh HOME
     _render(cfg_path, local_sshd, data_dir=data_dir, base_port=base_port, ray_port=ray_port,
-            client_port=client_port, ray_temp=ray_temp, name=name)
+            client_port=client_port, ray_temp=ray_temp, name=name,
+            spark_ports=(free_port(), free_port()))
     # Ray's token, created by the YAML in the ssh session's home; what a client on the head
     # sets (docs/cluster.md, "Connect").
     token_env = {"RAY_AUTH_MODE": "token",
@@ -313,6 +318,10 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
         assert "quorum yes" in status.stdout and "raft: leader v" in status.stdout, status.stdout
         for v in info["voters"]:
             assert v["rpc"] in status.stdout
+        spark = _run([str(BIN / "laminardb"), "spark", "status", "--data-dir", str(spark_dir), "--json"],
+                     timeout=60, env=_env())
+        assert spark.returncode == 0, f"{spark.stdout}\n{spark.stderr}"
+        assert [w["state"] for w in json.loads(spark.stdout)["workers"]] == ["ALIVE"], spark.stdout
         token_file = local_sshd.home / ".ray" / "auth_token"
         assert token_file.stat().st_mode & 0o777 == 0o600
         assert token_file.read_text().strip() not in (logs / "ray_up.log").read_text()
@@ -366,9 +375,17 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
         timings["cluster down (ray exec)"] = time.monotonic() - t
         assert down.returncode == 0, f"{down.stdout[-3000:]}\n{down.stderr[-3000:]}"
         assert not any((data_dir / f"{v}.pid").exists() for v in ("v1", "v2", "v3"))
+        down = _run([str(BIN / "ray"), "exec", str(cfg_path), "laminardb spark down"],
+                    timeout=_DOWN_TIMEOUT_S, log=logs / "spark_down.log", env=_env())
+        assert down.returncode == 0, f"{down.stdout[-3000:]}\n{down.stderr[-3000:]}"
+        assert not (spark_dir / "master.pid").exists() and not (spark_dir / "worker.pid").exists()
     finally:
         t = time.monotonic()
         notes = _cleanup(cfg_path, data_dir, ray_temp, ray_port, name, logs)
+        from laminardb.spark.standalone import stop_spark_daemons
+
+        if spark_left := stop_spark_daemons(spark_dir, grace=5.0):
+            notes.append(f"Spark daemons still running after `spark down`, stopped: {spark_left}")
         timings["ray down + cleanup"] = time.monotonic() - t
         timings["total"] = time.monotonic() - started
         print("timings (s): " + ", ".join(f"{k} {v:.1f}" for k, v in timings.items()))
