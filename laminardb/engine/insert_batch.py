@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from laminardb.engine.one_row import one_row_batch
 from laminardb.errors import (
     ConfigError,
     ConversionError,
@@ -217,14 +218,16 @@ def _kind(t: pa.DataType) -> str | None:
     return None
 
 
-_ROW_PLANS: dict[pa.Schema, list[tuple[str, tuple, bool]] | None] = {}
+_ROW_PLANS: dict[int, tuple[pa.Schema, list[tuple[str, tuple, bool]] | None]] = {}
 
 
 def _row_plan(schema: pa.Schema) -> list[tuple[str, tuple, bool]] | None:
     """Per column: its name, the Python types taken as they are, whether bools are refused.
-    None when a column type has no plain Python form (e.g. TIMESTAMP(6))."""
-    if schema in _ROW_PLANS:
-        return _ROW_PLANS[schema]
+    None when a column type has no plain Python form (e.g. TIMESTAMP(6)). Cached by the schema
+    object (a source keeps its own): hashing a schema costs more than a one-row insert's checks."""
+    hit = _ROW_PLANS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1]
     steps: list[tuple[str, tuple, bool]] = []
     plan: list[tuple[str, tuple, bool]] | None = steps
     for f in schema:
@@ -237,7 +240,7 @@ def _row_plan(schema: pa.Schema) -> list[tuple[str, tuple, bool]] | None:
         else:
             steps.append((f.name, _PLAIN[kind], kind != "bool"))
     if len(_ROW_PLANS) < 1024:
-        _ROW_PLANS[schema] = plan
+        _ROW_PLANS[id(schema)] = (schema, plan)
     return plan
 
 
@@ -285,13 +288,18 @@ def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.Rec
             return None
         if len(rows) > _FAST_ROWS or not _plain_values(rows, schema):
             return None
-        try:
-            batch = pa.RecordBatch.from_pylist(rows, schema=schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, KeyError):
-            return None
-    for name in not_null:
-        if batch.column(name).null_count:
+        if any(r[name] is None for r in rows for name in not_null):
             return None  # the checked path names the offending row
+        batch = one_row_batch(rows[0], schema) if len(rows) == 1 else None
+        if batch is None:
+            try:
+                batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, KeyError):
+                return None
+    else:
+        for name in not_null:
+            if batch.column(name).null_count:
+                return None  # the checked path names the offending row
     for i, f in enumerate(schema):
         if not pa.types.is_timestamp(f.type):
             continue
