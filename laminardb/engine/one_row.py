@@ -19,12 +19,20 @@ import pyarrow as pa
 _FORMATS = {pa.int8(): "<b", pa.int16(): "<h", pa.int32(): "<i", pa.int64(): "<q",
             pa.uint8(): "<B", pa.uint16(): "<H", pa.uint32(): "<I", pa.uint64(): "<Q",
             pa.timestamp("ms"): "<q"}
+_PYTHON_TYPE = {"str": str, "f64": float, "bool": bool}  # else int
 _NULL_BITMAP = pa.py_buffer(b"\x00")
 _ZERO_OFFSETS = pa.py_buffer(b"\x00" * 8)
 _EMPTY = pa.py_buffer(b"")
 
 Packer = tuple[str, pa.DataType, Any]  # name, type, how: a struct format | "str" | "bool" | "f64"
 _PLANS: dict[int, tuple[pa.Schema, list[Packer] | None]] = {}
+
+
+def packer(t: pa.DataType) -> str | None:
+    """How a value of type ``t`` is packed: a struct format, ``f64``, ``str``, ``bool``; or None."""
+    if t in _FORMATS:
+        return _FORMATS[t]
+    return {pa.float64(): "f64", pa.string(): "str", pa.bool_(): "bool"}.get(t)
 
 
 def _packers(schema: pa.Schema) -> list[Packer] | None:
@@ -35,31 +43,26 @@ def _packers(schema: pa.Schema) -> list[Packer] | None:
         return hit[1]
     plan: list[Packer] | None = []
     for f in schema:
-        t = f.type
-        if t in _FORMATS:
-            how = _FORMATS[t]
-        elif t == pa.float64():
-            how = "f64"
-        elif t == pa.string():
-            how = "str"
-        elif t == pa.bool_():
-            how = "bool"
-        else:
+        how = packer(f.type)
+        if how is None:
             plan = None
             break
-        plan.append((f.name, t, how))
+        plan.append((f.name, f.type, how))
     if len(_PLANS) < 1024:
         _PLANS[id(schema)] = (schema, plan)
     return plan
 
 
 def one_value_array(value: Any, t: pa.DataType, how: str) -> pa.Array | None:
-    """``value`` (plain Python, already of the column's kind) as a one-element array of ``t``."""
+    """``value`` (plain Python) as a one-element array of ``t``; None when it is not of the
+    column's Python type (``how``: from ``packer``) or does not fit."""
     if value is None:
         if how == "str":
             return pa.Array.from_buffers(t, 1, [_NULL_BITMAP, _ZERO_OFFSETS, _EMPTY], null_count=1)
         width = 1 if how == "bool" else t.bit_width // 8
         return pa.Array.from_buffers(t, 1, [_NULL_BITMAP, pa.py_buffer(bytes(width))], null_count=1)
+    if type(value) is not _PYTHON_TYPE.get(how, int):  # a value of another kind: the batch path's job
+        return None
     if how == "str":
         try:
             data = value.encode("utf-8")
@@ -67,9 +70,7 @@ def one_value_array(value: Any, t: pa.DataType, how: str) -> pa.Array | None:
             return None
         return pa.Array.from_buffers(t, 1, [None, pa.py_buffer(struct.pack("<ii", 0, len(data))),
                                             pa.py_buffer(data)], null_count=0)
-    if how == "f64":
-        if type(value) is not float:  # an int into DOUBLE: Arrow refuses inexact ones, struct rounds
-            return None
+    if how == "f64":  # (not an int: Arrow refuses inexact ones into DOUBLE, struct would round)
         data = struct.pack("<d", value)
     elif how == "bool":
         data = b"\x01" if value else b"\x00"

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from laminardb.engine.one_row import one_value_array, packer
 from laminardb.operators import _agg_state
 from laminardb.operators.group_aggregate import NO_WATERMARK, GroupAggregate, GroupRows
 from laminardb.operators.session import SessionAggregate
@@ -46,6 +47,7 @@ class QueryOperator:
         self.plan = plan
         self.schema = output_schema(plan)
         self.late_dropped = 0
+        self._row_projections = _row_projections(plan)
         agg = plan.aggregate
         self.agg: GroupAggregate | SessionAggregate | None = None
         # with COUNT(*) over an append-only input a group that got rows always changed,
@@ -70,9 +72,13 @@ class QueryOperator:
         """Run one input batch; ``skip_where`` when the caller already applied WHERE (routing)."""
         plan = self.plan
         if plan.where is not None and batch.num_rows and not skip_where:
-            mask = evaluate_mask(plan.where, batch)
-            if not mask.all():
-                batch = batch.filter(pa.array(mask))
+            if batch.num_rows == 1 and plan.where.row is not None:  # one row: on its Python values
+                if plan.where.row.fn(batch) is not True:
+                    return [], None
+            else:
+                mask = evaluate_mask(plan.where, batch)
+                if not mask.all():
+                    batch = batch.filter(pa.array(mask))
         if batch.num_rows == 0:
             return [], None
         weights = None
@@ -133,6 +139,10 @@ class QueryOperator:
 
     # ------------------------------------------------------------------ helpers
     def _project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if batch.num_rows == 1 and self._row_projections is not None:
+            one = self._project_row(batch)
+            if one is not None:
+                return one
         cols = [p.evaluate(batch) for p in self.plan.projections]
         try:  # types match the plan on every batch but odd ones (an all-NULL literal column)
             return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
@@ -140,6 +150,21 @@ class QueryOperator:
             cols = [c.cast(f.type) if c.type != f.type else c
                     for c, f in zip(cols, self.plan.output_schema, strict=True)]
             return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
+
+    def _project_row(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """The SELECT list over a one-row batch: computed values on the row's Python values
+        (``Expr.row``) packed into fresh buffers; None when a value is not of its column's kind
+        (the batch path then runs)."""
+        cols = []
+        for p, field, how in self._row_projections:
+            if how is None:
+                cols.append(p.evaluate(batch))
+                continue
+            arr = one_value_array(p.row.fn(batch), field.type, how)
+            if arr is None:
+                return None
+            cols.append(arr)
+        return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
 
     def _with_wt(self, g: pa.RecordBatch) -> pa.RecordBatch:
         if self.plan.aggregate.window is None:
@@ -188,6 +213,22 @@ class QueryOperator:
     def _with_weight(self, batch: pa.RecordBatch, weights: np.ndarray) -> pa.RecordBatch:
         return pa.RecordBatch.from_arrays(list(batch.columns) + [pa.array(weights, type=pa.int64())],
                                           schema=self.schema)
+
+
+def _row_projections(plan: QueryPlan) -> list[tuple] | None:
+    """Per SELECT item: (expr, output field, how to pack its row value — None: evaluate it on the
+    batch, as a bare column is: no conversion at all). None when no item is computed on the row."""
+    out, computed = [], False
+    for p, field in zip(plan.projections, plan.output_schema, strict=True):
+        how = packer(field.type) if p.row is not None and p.row.column is None else None
+        if how is not None and _ROW_KIND_TYPES.get(p.row.kind) != field.type:
+            how = None
+        computed = computed or how is not None
+        out.append((p, field, how))
+    return out if computed else None
+
+
+_ROW_KIND_TYPES = {"i64": pa.int64(), "f64": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
 
 
 def _rows_equal(a: pa.RecordBatch, b: pa.RecordBatch) -> np.ndarray:
