@@ -11,6 +11,7 @@ Emitted batches flow to subscribers, materialized-view stores, sinks and downstr
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -142,8 +143,13 @@ _SMALL_ROWS, _SMALL_BYTES = 64, 64 * 1024
 
 
 def _max_ticks(col: pa.Array, n: int) -> int:
-    view = numeric_view(col)
-    return int(view[0]) if n == 1 else int(view.max())
+    """The batch's largest event time (ticks); one 64-bit value is read straight from its buffer."""
+    if n == 1 and col.type.bit_width == 64 and not pa.types.is_floating(col.type):
+        return _INT64.unpack_from(col.buffers()[1], col.offset * 8)[0]
+    return int(numeric_view(col).max())
+
+
+_INT64 = struct.Struct("<q")
 
 
 class Reactor:

@@ -152,19 +152,23 @@ class QueryOperator:
             return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
 
     def _project_row(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
-        """The SELECT list over a one-row batch: computed values on the row's Python values
-        (``Expr.row``) packed into fresh buffers; None when a value is not of its column's kind
-        (the batch path then runs)."""
+        """The SELECT list over a one-row batch (see ``_row_projections``); None when a value is
+        not of its column's kind: the batch path then runs."""
         cols = []
-        for p, field, how in self._row_projections:
-            if how is None:
-                cols.append(p.evaluate(batch))
-                continue
-            arr = one_value_array(p.row.fn(batch), field.type, how)
-            if arr is None:
-                return None
-            cols.append(arr)
-        return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
+        for step in self._row_projections:
+            if step[0] == "column":
+                cols.append(batch.column(step[1]))
+            elif step[0] == "pack":
+                arr = one_value_array(step[1](batch), step[2], step[3])
+                if arr is None:
+                    return None
+                cols.append(arr)
+            else:
+                cols.append(step[1].evaluate(batch))
+        try:
+            return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            return None
 
     def _with_wt(self, g: pa.RecordBatch) -> pa.RecordBatch:
         if self.plan.aggregate.window is None:
@@ -211,21 +215,39 @@ class QueryOperator:
         return [self._with_weight(out, weights)]
 
     def _with_weight(self, batch: pa.RecordBatch, weights: np.ndarray) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays(list(batch.columns) + [pa.array(weights, type=pa.int64())],
-                                          schema=self.schema)
+        cols = [batch.column(i) for i in range(batch.num_columns)]
+        return pa.RecordBatch.from_arrays(cols + [_weight_array(weights)], schema=self.schema)
+
+
+_SMALL_WEIGHTS: dict[bytes, pa.Array] = {}  # the few weight columns of one-group changes: −1 +1, +1
+
+
+def _weight_array(weights: np.ndarray) -> pa.Array:
+    """``weights`` as an Arrow int64 array; the short ones of one-row updates are shared
+    (Arrow arrays are immutable), which saves a conversion per emitted change."""
+    if len(weights) > 4:
+        return pa.array(weights, type=pa.int64())
+    key = weights.tobytes()
+    hit = _SMALL_WEIGHTS.get(key)
+    if hit is None:
+        hit = _SMALL_WEIGHTS.setdefault(key, pa.array(weights, type=pa.int64()))
+    return hit
 
 
 def _row_projections(plan: QueryPlan) -> list[tuple] | None:
-    """Per SELECT item: (expr, output field, how to pack its row value — None: evaluate it on the
-    batch, as a bare column is: no conversion at all). None when no item is computed on the row."""
-    out, computed = [], False
+    """How each SELECT item is made over a one-row batch: ("column", index) — taken as is;
+    ("pack", row fn, type, packer) — computed on the row's Python values; ("batch", expr) —
+    evaluated with Arrow. None when every item is "batch" (nothing to gain)."""
+    out = []
     for p, field in zip(plan.projections, plan.output_schema, strict=True):
-        how = packer(field.type) if p.row is not None and p.row.column is None else None
-        if how is not None and _ROW_KIND_TYPES.get(p.row.kind) != field.type:
-            how = None
-        computed = computed or how is not None
-        out.append((p, field, how))
-    return out if computed else None
+        row, how = p.row, packer(field.type)
+        if row is not None and row.column is not None and field.type == p.type:
+            out.append(("column", row.column))
+        elif row is not None and row.column is None and how is not None and _ROW_KIND_TYPES.get(row.kind) == field.type:
+            out.append(("pack", row.fn, field.type, how))
+        else:
+            out.append(("batch", p))
+    return None if all(step[0] == "batch" for step in out) else out
 
 
 _ROW_KIND_TYPES = {"i64": pa.int64(), "f64": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
