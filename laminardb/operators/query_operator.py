@@ -197,6 +197,8 @@ class QueryOperator:
         n = len(rows.old_valid)
         both = rows.pair if rows.pair is not None else pa.concat_batches([rows.old, rows.new])
         proj, ok = self._visible(both, np.concatenate([rows.old_valid, rows.new_valid]))
+        if n == 1 and self._always_changes:
+            return self._one_group_change(proj, bool(ok[0]), bool(ok[1]))
         old_ok, new_ok = ok[:n], ok[n:]
         if self._always_changes:
             same = np.zeros(n, dtype=np.bool_)
@@ -214,11 +216,23 @@ class QueryOperator:
         out = proj if (len(idx) == proj.num_rows and (idx == np.arange(len(idx))).all()) else proj.take(pa.array(idx))
         return [self._with_weight(out, weights)]
 
+    def _one_group_change(self, pair: pa.RecordBatch, old_ok: bool, new_ok: bool) -> list[pa.RecordBatch]:
+        """One group that surely changed (``_always_changes``): −old +new, as the general case
+        below gives it, without its index arithmetic (most of a one-row update's output cost)."""
+        if old_ok and new_ok:
+            return [self._with_weight(pair, _RETRACT_INSERT)]
+        if new_ok:
+            return [self._with_weight(pair.slice(1, 1), _INSERT)]
+        if old_ok:
+            return [self._with_weight(pair.slice(0, 1), _RETRACT)]
+        return []
+
     def _with_weight(self, batch: pa.RecordBatch, weights: np.ndarray) -> pa.RecordBatch:
         cols = [batch.column(i) for i in range(batch.num_columns)]
         return pa.RecordBatch.from_arrays(cols + [_weight_array(weights)], schema=self.schema)
 
 
+_RETRACT_INSERT, _INSERT, _RETRACT = np.array([-1, 1], np.int64), np.array([1], np.int64), np.array([-1], np.int64)
 _SMALL_WEIGHTS: dict[bytes, pa.Array] = {}  # the few weight columns of one-group changes: −1 +1, +1
 
 
