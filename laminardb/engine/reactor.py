@@ -413,7 +413,8 @@ class Reactor:
             self.last_lsn = self.journal.log_insert(node.name, batch)  # durable before it counts
         node.accepted += batch.num_rows
         late_before = self._late_counts(node)
-        n = self.ingest(node, batch)
+        known = p.max_event[1] if p.max_event is not None and p.max_event[0] == node.time_col else None
+        n = self.ingest(node, batch, max_event_time=known)
         late = {q: c - late_before[q] for q, c in self._late_counts(node).items()
                 if q in late_before and c > late_before[q]}
         if bad is not None and on_error == "dead_letter":
@@ -467,8 +468,9 @@ class Reactor:
         return None if node.wm == NO_WATERMARK else node.wm
 
     def ingest(self, node: Node, batch: pa.RecordBatch | None, *,
-               watermark: int | None | object = FROM_DATA) -> int:
+               watermark: int | None | object = FROM_DATA, max_event_time: int | None = None) -> int:
         """Run one batch of ``node`` (a source) through the DAG, then advance its watermark.
+        ``max_event_time``: the batch's largest event time when the caller knows it already.
 
         ``watermark`` replaces "max event time − delay" for sources that track it
         themselves (Kafka: the minimum over partitions) or are driven by a coordinator;
@@ -496,7 +498,10 @@ class Reactor:
         if node.time_col is not None:
             # the watermark after this batch is known up front: a distributed operator
             # applies it in the same round trip as the batch (the order of outputs is kept)
-            top = batch.max_event_time if remote else _max_ticks(batch.column(node.time_col), n)
+            if max_event_time is not None:
+                top = max_event_time
+            else:
+                top = batch.max_event_time if remote else _max_ticks(batch.column(node.time_col), n)
             max_ts = max(node.max_ts, top)
             if watermark is FROM_DATA:
                 wm = max_ts - node.delay_ticks
