@@ -133,7 +133,8 @@ def test_one_row_inserts_deliver_what_one_batch_delivers(query):
     with laminardb.open() as a, laminardb.open() as b:
         one = _run(a, query, rows, one_by_one=True)
         whole = _run(b, query, rows, one_by_one=False)  # 72 rows: the checked conversion
-        assert a._source_watermark("trades") == b._source_watermark("trades") == max(r["ts"] for r in rows) - 1000
+        with a.writer("trades") as wa, b.writer("trades") as wb:
+            assert wa.current_watermark == wb.current_watermark == max(r["ts"] for r in rows) - 1000
     assert one.schema.equals(whole.schema), (one.schema, whole.schema)
     assert _table_rows(one) == _table_rows(whole)
     assert one.num_rows > 0 or query.endswith("qty = NULL")
