@@ -28,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laminardb.engine.one_row import one_row_batch
 from laminardb.errors import (
     ConfigError,
     ConversionError,
@@ -50,6 +49,7 @@ from laminardb.sql.convert import (
     rejected_batch,
     undated,
 )
+from laminardb.sql.one_row import one_row_batch
 
 OnError = Literal["raise", "skip", "dead_letter"]
 ON_ERROR_CHOICES = ("raise", "skip", "dead_letter")

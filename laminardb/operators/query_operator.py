@@ -14,13 +14,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from laminardb.engine.one_row import one_value_array, packer
 from laminardb.operators import _agg_state
 from laminardb.operators.group_aggregate import NO_WATERMARK, GroupAggregate, GroupRows
 from laminardb.operators.session import SessionAggregate
 from laminardb.operators.snapshot import StateImage
 from laminardb.sql.arrays import numeric_view
 from laminardb.sql.expressions import evaluate_mask
+from laminardb.sql.one_row import one_value_array, packer
 from laminardb.sql.plan import WEIGHT, QueryPlan
 
 

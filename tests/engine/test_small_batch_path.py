@@ -16,9 +16,9 @@ import pytest
 from oracle import assert_same_rows, consolidate, duck
 from sqlglot import exp, parse_one
 
-from laminardb.engine.one_row import one_row_batch
 from laminardb.errors import ConversionError
 from laminardb.sql.expressions import Scope, compile_expr
+from laminardb.sql.one_row import one_row_batch
 
 SCHEMA = pa.schema([pa.field("ts", pa.int64(), nullable=False), ("sym", pa.string()), ("price", pa.float64()),
                     ("qty", pa.int64()), ("small", pa.int32()), ("flag", pa.bool_())])

@@ -1,6 +1,7 @@
 """One row of plain Python values → a one-row RecordBatch, without Arrow's row converter.
 
-Entry point: ``one_row_batch(row, schema)`` (``insert_batch``'s fast path, for ``insert(dict)``).
+Entry points: ``one_row_batch(row, schema)`` (``insert_batch``'s fast path, for ``insert(dict)``) and
+``one_value_array`` (``QueryOperator`` packing a SELECT item computed on one row).
 Why: ``RecordBatch.from_pylist`` costs ~10 µs for a row of three columns — the largest single
 cost of delivering one row. Packing each value into its own buffer (``struct``) and wrapping
 those with ``Array.from_buffers`` costs ~1 µs a column. Every buffer is fresh (no ring to
