@@ -149,3 +149,27 @@ def test_emit_changes_aggregate_one_row_at_a_time_matches_duckdb(db):
     want = duck("SELECT sym, count(*) AS n, sum(qty)::BIGINT AS s FROM t WHERE price > -1 GROUP BY sym",
                 t=pa.Table.from_pylist(rows, schema=SCHEMA))
     assert_same_rows(consolidate(got), want)
+
+
+def test_a_one_row_insert_runs_no_arrow_kernel(db, monkeypatch):
+    """The row path is taken: with the Arrow evaluators made to fail, one-row inserts still
+    deliver (a batch of two rows would not)."""
+    import laminardb.operators.query_operator as query_operator
+    from laminardb.sql.expressions import Expr
+
+    db.execute(DDL)
+    db.execute("CREATE STREAM q AS SELECT qty * 3 AS b, sym, price - 1 AS p FROM trades WHERE price > 1 AND flag")
+    sub = db.subscribe_stream("q")
+
+    def no_kernels(*args, **kwargs):
+        raise AssertionError("a one-row insert went through pyarrow.compute")
+
+    monkeypatch.setattr(query_operator, "evaluate_mask", no_kernels)
+    monkeypatch.setattr(Expr, "evaluate", no_kernels)
+    row = {"ts": 1, "sym": "A", "price": 2.5, "qty": 5, "small": 1, "flag": True}
+    db.insert("trades", row)
+    db.insert("trades", {**row, "ts": 2, "price": 0.5})
+    db.insert("trades", {**row, "ts": 3, "flag": None})
+    assert sub.to_arrow().to_pylist() == [{"b": 15, "sym": "A", "p": 1.5}]
+    with pytest.raises(AssertionError, match="pyarrow.compute"):
+        db.insert("trades", [row, row])
