@@ -49,6 +49,7 @@ from laminardb.sql.convert import (
     rejected_batch,
     undated,
 )
+from laminardb.sql.one_row import one_row_batch
 
 OnError = Literal["raise", "skip", "dead_letter"]
 ON_ERROR_CHOICES = ("raise", "skip", "dead_letter")
@@ -110,6 +111,7 @@ class Prepared:
     reasons: pa.Array  # … why
     codes: np.ndarray  # … LDB code (2001…2005)
     _raw: Any = None  # positions → the refused rows as text
+    max_event: tuple[str, int] | None = None  # (time column, its largest ticks) when already known
 
     @property
     def rejected(self) -> int:
@@ -144,7 +146,7 @@ def prepare(data: Any, schema: pa.Schema, not_null: frozenset[str], *, source: s
             ticks = numeric_view(fast.column(time_col))
             low, high = int(ticks.min()), int(ticks.max())
         if rules.surely_fine(low, high, max_ts):
-            return _prepared(fast, fast.num_rows, raw)
+            return _prepared(fast, fast.num_rows, raw, max_event=(time_col, high))
         bad, reasons, codes = check(fast.column(time_col), np.zeros(fast.num_rows, bool))
         if not bad.any():
             return _prepared(fast, fast.num_rows, raw)
@@ -168,9 +170,9 @@ _NO_CODES = np.empty(0, np.int16)
 _NO_TEXT = pa.array([], pa.string())
 
 
-def _prepared(batch: pa.RecordBatch, rows: int, raw: Any) -> Prepared:
+def _prepared(batch: pa.RecordBatch, rows: int, raw: Any, max_event: tuple[str, int] | None = None) -> Prepared:
     """All rows fit (the shared empty arrays are never written to)."""
-    return Prepared(batch, rows, _NO_POSITIONS, _NO_TEXT, _NO_CODES, raw)
+    return Prepared(batch, rows, _NO_POSITIONS, _NO_TEXT, _NO_CODES, raw, max_event)
 
 
 def to_batch(data: Any, schema: pa.Schema, not_null: frozenset[str], *, source: str) -> pa.RecordBatch:
@@ -217,14 +219,26 @@ def _kind(t: pa.DataType) -> str | None:
     return None
 
 
-_ROW_PLANS: dict[pa.Schema, list[tuple[str, tuple, bool]] | None] = {}
+_ROW_PLANS: dict[int, tuple[pa.Schema, list[tuple[str, tuple, bool]] | None, list[tuple[int, str]]]] = {}
 
 
 def _row_plan(schema: pa.Schema) -> list[tuple[str, tuple, bool]] | None:
     """Per column: its name, the Python types taken as they are, whether bools are refused.
     None when a column type has no plain Python form (e.g. TIMESTAMP(6))."""
-    if schema in _ROW_PLANS:
-        return _ROW_PLANS[schema]
+    return _schema_facts(schema)[0]
+
+
+def _timestamps(schema: pa.Schema) -> list[tuple[int, str]]:
+    """Index and name of every TIMESTAMP column."""
+    return _schema_facts(schema)[1]
+
+
+def _schema_facts(schema: pa.Schema) -> tuple[list[tuple[str, tuple, bool]] | None, list[tuple[int, str]]]:
+    """``_row_plan`` and ``_timestamps``, cached by the schema object (a source keeps its own):
+    hashing a schema, or walking its fields, costs more than a one-row insert's checks."""
+    hit = _ROW_PLANS.get(id(schema))
+    if hit is not None and hit[0] is schema:
+        return hit[1], hit[2]
     steps: list[tuple[str, tuple, bool]] = []
     plan: list[tuple[str, tuple, bool]] | None = steps
     for f in schema:
@@ -236,9 +250,10 @@ def _row_plan(schema: pa.Schema) -> list[tuple[str, tuple, bool]] | None:
             steps.append((f.name, (int,), True))  # epoch milliseconds
         else:
             steps.append((f.name, _PLAIN[kind], kind != "bool"))
+    stamps = [(i, f.name) for i, f in enumerate(schema) if pa.types.is_timestamp(f.type)]
     if len(_ROW_PLANS) < 1024:
-        _ROW_PLANS[schema] = plan
-    return plan
+        _ROW_PLANS[id(schema)] = (schema, plan, stamps)
+    return plan, stamps
 
 
 def _plain_values(rows: list[dict], schema: pa.Schema) -> bool:
@@ -280,23 +295,24 @@ def _fast_path(data: Any, schema: pa.Schema, not_null: frozenset[str]) -> pa.Rec
         rows = None
     else:
         return None
-    if rows is not None:
-        if len(rows[0]) != len(schema) or any(k not in rows[0] for k in schema.names):
-            return None
+    if rows is not None:  # (_plain_values: each row has exactly the schema's names)
         if len(rows) > _FAST_ROWS or not _plain_values(rows, schema):
             return None
-        try:
-            batch = pa.RecordBatch.from_pylist(rows, schema=schema)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, KeyError):
-            return None
-    for name in not_null:
-        if batch.column(name).null_count:
+        if any(r[name] is None for r in rows for name in not_null):
             return None  # the checked path names the offending row
-    for i, f in enumerate(schema):
-        if not pa.types.is_timestamp(f.type):
-            continue
+        batch = one_row_batch(rows[0], schema) if len(rows) == 1 else None
+        if batch is None:
+            try:
+                batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, KeyError):
+                return None
+    else:
+        for name in not_null:
+            if batch.column(name).null_count:
+                return None  # the checked path names the offending row
+    for i, name in _timestamps(schema):
         if rows is not None:  # plain ints, epoch ms (_row_plan): checked without Arrow calls
-            if any(v is not None and not DATE_RANGE_MS[0] <= v < DATE_RANGE_MS[1] for v in (r[f.name] for r in rows)):
+            if any(v is not None and not DATE_RANGE_MS[0] <= v < DATE_RANGE_MS[1] for v in (r[name] for r in rows)):
                 return None  # epoch µs/ns in a TIMESTAMP column: the checked path refuses the row
         elif undated(batch.column(i)) is not None:
             return None

@@ -20,6 +20,7 @@ from laminardb.operators.session import SessionAggregate
 from laminardb.operators.snapshot import StateImage
 from laminardb.sql.arrays import numeric_view
 from laminardb.sql.expressions import evaluate_mask
+from laminardb.sql.one_row import one_value_array, packer
 from laminardb.sql.plan import WEIGHT, QueryPlan
 
 
@@ -46,6 +47,7 @@ class QueryOperator:
         self.plan = plan
         self.schema = output_schema(plan)
         self.late_dropped = 0
+        self._row_projections = _row_projections(plan)
         agg = plan.aggregate
         self.agg: GroupAggregate | SessionAggregate | None = None
         # with COUNT(*) over an append-only input a group that got rows always changed,
@@ -70,9 +72,13 @@ class QueryOperator:
         """Run one input batch; ``skip_where`` when the caller already applied WHERE (routing)."""
         plan = self.plan
         if plan.where is not None and batch.num_rows and not skip_where:
-            mask = evaluate_mask(plan.where, batch)
-            if not mask.all():
-                batch = batch.filter(pa.array(mask))
+            if batch.num_rows == 1 and plan.where.row is not None:  # one row: on its Python values
+                if plan.where.row.fn(batch) is not True:
+                    return [], None
+            else:
+                mask = evaluate_mask(plan.where, batch)
+                if not mask.all():
+                    batch = batch.filter(pa.array(mask))
         if batch.num_rows == 0:
             return [], None
         weights = None
@@ -133,6 +139,10 @@ class QueryOperator:
 
     # ------------------------------------------------------------------ helpers
     def _project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if batch.num_rows == 1 and self._row_projections is not None:
+            one = self._project_row(batch)
+            if one is not None:
+                return one
         cols = [p.evaluate(batch) for p in self.plan.projections]
         try:  # types match the plan on every batch but odd ones (an all-NULL literal column)
             return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
@@ -140,6 +150,25 @@ class QueryOperator:
             cols = [c.cast(f.type) if c.type != f.type else c
                     for c, f in zip(cols, self.plan.output_schema, strict=True)]
             return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
+
+    def _project_row(self, batch: pa.RecordBatch) -> pa.RecordBatch | None:
+        """The SELECT list over a one-row batch (see ``_row_projections``); None when a value is
+        not of its column's kind: the batch path then runs."""
+        cols = []
+        for step in self._row_projections:
+            if step[0] == "column":
+                cols.append(batch.column(step[1]))
+            elif step[0] == "pack":
+                arr = one_value_array(step[1](batch), step[2], step[3])
+                if arr is None:
+                    return None
+                cols.append(arr)
+            else:
+                cols.append(step[1].evaluate(batch))
+        try:
+            return pa.RecordBatch.from_arrays(cols, schema=self.plan.output_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+            return None
 
     def _with_wt(self, g: pa.RecordBatch) -> pa.RecordBatch:
         if self.plan.aggregate.window is None:
@@ -168,6 +197,8 @@ class QueryOperator:
         n = len(rows.old_valid)
         both = rows.pair if rows.pair is not None else pa.concat_batches([rows.old, rows.new])
         proj, ok = self._visible(both, np.concatenate([rows.old_valid, rows.new_valid]))
+        if n == 1 and self._always_changes:
+            return self._one_group_change(proj, bool(ok[0]), bool(ok[1]))
         old_ok, new_ok = ok[:n], ok[n:]
         if self._always_changes:
             same = np.zeros(n, dtype=np.bool_)
@@ -185,9 +216,55 @@ class QueryOperator:
         out = proj if (len(idx) == proj.num_rows and (idx == np.arange(len(idx))).all()) else proj.take(pa.array(idx))
         return [self._with_weight(out, weights)]
 
+    def _one_group_change(self, pair: pa.RecordBatch, old_ok: bool, new_ok: bool) -> list[pa.RecordBatch]:
+        """One group that surely changed (``_always_changes``): −old +new, as the general case
+        below gives it, without its index arithmetic (most of a one-row update's output cost)."""
+        if old_ok and new_ok:
+            return [self._with_weight(pair, _RETRACT_INSERT)]
+        if new_ok:
+            return [self._with_weight(pair.slice(1, 1), _INSERT)]
+        if old_ok:
+            return [self._with_weight(pair.slice(0, 1), _RETRACT)]
+        return []
+
     def _with_weight(self, batch: pa.RecordBatch, weights: np.ndarray) -> pa.RecordBatch:
-        return pa.RecordBatch.from_arrays(list(batch.columns) + [pa.array(weights, type=pa.int64())],
-                                          schema=self.schema)
+        cols = [batch.column(i) for i in range(batch.num_columns)]
+        return pa.RecordBatch.from_arrays(cols + [_weight_array(weights)], schema=self.schema)
+
+
+_RETRACT_INSERT, _INSERT, _RETRACT = np.array([-1, 1], np.int64), np.array([1], np.int64), np.array([-1], np.int64)
+_SMALL_WEIGHTS: dict[bytes, pa.Array] = {}  # the few weight columns of one-group changes: −1 +1, +1
+
+
+def _weight_array(weights: np.ndarray) -> pa.Array:
+    """``weights`` as an Arrow int64 array; the short ones of one-row updates are shared
+    (Arrow arrays are immutable), which saves a conversion per emitted change."""
+    if len(weights) > 4:
+        return pa.array(weights, type=pa.int64())
+    key = weights.tobytes()
+    hit = _SMALL_WEIGHTS.get(key)
+    if hit is None:
+        hit = _SMALL_WEIGHTS.setdefault(key, pa.array(weights, type=pa.int64()))
+    return hit
+
+
+def _row_projections(plan: QueryPlan) -> list[tuple] | None:
+    """How each SELECT item is made over a one-row batch: ("column", index) — taken as is;
+    ("pack", row fn, type, packer) — computed on the row's Python values; ("batch", expr) —
+    evaluated with Arrow. None when every item is "batch" (nothing to gain)."""
+    out = []
+    for p, field in zip(plan.projections, plan.output_schema, strict=True):
+        row, how = p.row, packer(field.type)
+        if row is not None and row.column is not None and field.type == p.type:
+            out.append(("column", row.column))
+        elif row is not None and row.column is None and how is not None and _ROW_KIND_TYPES.get(row.kind) == field.type:
+            out.append(("pack", row.fn, field.type, how))
+        else:
+            out.append(("batch", p))
+    return None if all(step[0] == "batch" for step in out) else out
+
+
+_ROW_KIND_TYPES = {"i64": pa.int64(), "f64": pa.float64(), "str": pa.string(), "bool": pa.bool_()}
 
 
 def _rows_equal(a: pa.RecordBatch, b: pa.RecordBatch) -> np.ndarray:

@@ -41,6 +41,7 @@ from laminardb.sql._string_functions import compile_string
 from laminardb.sql.exceptions import SqlTypeError, UnknownColumnError, UnsupportedSqlError
 from laminardb.sql.functions import compile_function
 from laminardb.sql.intervals import interval_ms
+from laminardb.sql.row_eval import RowExpr, compile_row
 from laminardb.sql.types import type_name
 
 Value = pa.Array | pa.ChunkedArray | pa.Scalar
@@ -49,11 +50,13 @@ Fn = Callable[[pa.RecordBatch], Value]
 
 @dataclass(frozen=True)
 class Expr:
-    """A compiled expression: ``evaluate(batch)`` gives an array of ``type``."""
+    """A compiled expression: ``evaluate(batch)`` gives an array of ``type``. ``row``: the same
+    expression over a one-row batch's Python values (``row_eval``), None where it has none."""
 
     fn: Fn
     type: pa.DataType
     sql: str
+    row: RowExpr | None = None
 
     def evaluate(self, batch: pa.RecordBatch) -> pa.Array:
         v = self.fn(batch)
@@ -99,7 +102,7 @@ def compile_expr(node: exp.Expression, scope: Scope) -> Expr:
     t = probe.type
     if pa.types.is_null(t):
         t = pa.int32()
-    return Expr(fn, t, node.sql())
+    return Expr(fn, t, node.sql(), compile_row(node, scope))
 
 
 def _arrow_msg(e: Exception) -> str:
