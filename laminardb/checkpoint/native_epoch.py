@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,8 @@ def _run(spark: Any, stage_files: list[str], task: Any) -> list[Any]:
         part = spark.read.parquet(os.fspath(path)).select(
             "*", F.lit(i).cast("int").alias(SOURCE), F.col("_metadata.row_index").alias(ROW))
         df = part if df is None else df.unionByName(part)
-    with _Watchdog():
+    with _Watchdog(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # pyspark's pandas-version warning
         rows = df.mapInArrow(task, RESULT_DDL).collect()
     return sorted(rows, key=lambda r: (r.source, r.first_row))
 

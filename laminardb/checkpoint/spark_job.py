@@ -103,6 +103,9 @@ def spark_session() -> Any:
             _forget_jvm()
         # Spark warns about guessing the local IP on every start: it only serves loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # the executors' Python workers run this interpreter (pyspark reads only the
+        # environment for it; "python3" on the PATH may lack pyarrow)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         from pyspark.sql import SparkSession
 
         builder = (
@@ -110,8 +113,7 @@ def spark_session() -> Any:
             .appName("laminardb-coordinator")
             .config("spark.ui.enabled", "false")
             .config("spark.driver.memory", driver_memory())
-            # the executors' Python workers: this interpreter, importing this laminardb
-            .config("spark.pyspark.python", sys.executable)
+            # the executors' Python workers import this laminardb
             .config("spark.executorEnv.PYTHONPATH", _worker_pythonpath())
             # Arrow batches of up to 100k rows into mapInArrow (10k by default: per-batch cost)
             .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
