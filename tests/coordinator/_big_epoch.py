@@ -1,6 +1,7 @@
 """Child process of ``test_native_epoch``: one FILE sink epoch larger than the Spark JVM's heap,
-written by the coordinator's executor path in a Spark session of its own (256 MB heap, and
-results to the driver capped at 1 MB so any collect of rows fails).
+written by the coordinator's executor path in a Spark session of its own: a 512 MB heap (the
+least Spark starts with, and the old fixed size) and results to the driver capped at 1 MB, so
+any collect of the rows fails.
 
 Usage: ``python -m tests.coordinator._big_epoch <out dir> <staged file>...``; prints the rows
 written. The parent is the oracle (it reads the staged and committed files itself).
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ["LAMINARDB_COORDINATOR_SPARK_MEMORY"] = "256m"
+os.environ["LAMINARDB_COORDINATOR_SPARK_MEMORY"] = "512m"
 os.environ["PYSPARK_SUBMIT_ARGS"] = "--conf spark.driver.maxResultSize=1m pyspark-shell"
 
 import pyarrow.parquet as pq  # noqa: E402

@@ -138,24 +138,24 @@ def test_delta_epochs_carry_their_epoch_and_a_redrive_adds_nothing(spark, tmp_pa
 
 
 def test_an_epoch_larger_than_the_spark_heap_commits_exactly(tmp_path) -> None:
-    """2.4M rows of ~140 bytes (~340 MB as Arrow) through a 256 MB JVM whose driver accepts at
+    """3M rows of ~230 bytes (~690 MB as Arrow) through a 512 MB JVM whose driver accepts at
     most 1 MB of results: passes only if no row is collected into the driver."""
     duckdb = pytest.importorskip("duckdb")
     pytest.importorskip("pyspark")
-    staged = [_stage(tmp_path / "a.parquet", 0, 1_400_000, width=120, group=100_000),
-              _stage(tmp_path / "b.parquet", 1_400_000, 2_400_000, width=120, group=100_000)]
+    staged = [_stage(tmp_path / "a.parquet", 0, 1_800_000, width=200, group=100_000),
+              _stage(tmp_path / "b.parquet", 1_800_000, 3_000_000, width=200, group=100_000)]
     decoded = sum(pq.ParquetFile(p).metadata.row_group(i).total_byte_size
                   for p in staged for i in range(pq.ParquetFile(p).metadata.num_row_groups))
-    assert decoded > 256 << 20, f"the epoch ({decoded >> 20} MB) must exceed the 256 MB heap"
+    assert decoded > 512 << 20, f"the epoch ({decoded >> 20} MB) must exceed the 512 MB heap"
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "tests.coordinator._big_epoch", str(out), *staged],
                           cwd=_ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "rows=2400000" in proc.stdout and "heap=256m" in proc.stdout
+    assert "rows=3000000" in proc.stdout and "heap=512m" in proc.stdout
     committed = f"read_parquet('{out}/part-*.parquet')"
     source = f"read_parquet([{', '.join(repr(p) for p in staged)}])"
     for a, b in ((committed, source), (source, committed)):
-        assert duckdb.sql(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b})").fetchone() == (0,)
+        assert duckdb.sql(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b})").fetchall() == [(0,)]
     # the order: the committed files in name order hold the staged files' ids in file order
     got = pa.concat_tables([pq.read_table(p, columns=["id"]) for p in sorted(out.glob("part-*"))])
     want = pa.concat_tables([pq.read_table(p, columns=["id"]) for p in staged])
