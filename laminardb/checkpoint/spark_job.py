@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 # from the node's memory, an eighth of it within [512 MB, 8 GB]: the coordinator shares the
 # head node with the database heads. Set LAMINARDB_COORDINATOR_SPARK_MEMORY (e.g. "2g") or
 # LAMINARDB_COORDINATOR_SPARK_MASTER (e.g. "local[2]") to override.
-_MASTER = os.environ.get("LAMINARDB_COORDINATOR_SPARK_MASTER", "local[*]")
+_MASTER = "local[*]"
 # Rows per Spark job: with the default 512m heap a job of 1M rows runs out of memory (the
 # driver holds them as Arrow, as batches in the JVM, sorted, and collected; measured peaks of
 # ~480 MB with 250k-row jobs); 100k keeps the peak well inside the heap.
@@ -109,7 +109,7 @@ def spark_session() -> Any:
         from pyspark.sql import SparkSession
 
         builder = (
-            SparkSession.builder.master(_MASTER)
+            SparkSession.builder.master(os.environ.get("LAMINARDB_COORDINATOR_SPARK_MASTER", _MASTER))
             .appName("laminardb-coordinator")
             .config("spark.ui.enabled", "false")
             .config("spark.driver.memory", driver_memory())
