@@ -112,6 +112,7 @@ def spark_session() -> Any:
             SparkSession.builder.master(os.environ.get("LAMINARDB_COORDINATOR_SPARK_MASTER", _MASTER))
             .appName("laminardb-coordinator")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")  # no progress bars in the actor's log
             .config("spark.driver.memory", driver_memory())
             # the executors' Python workers import this laminardb
             .config("spark.executorEnv.PYTHONPATH", _worker_pythonpath())
