@@ -113,7 +113,8 @@ def write_epoch(spark: Any, kind: str, sink: Any, stage_files: list[str], epoch:
 def _write_file_epoch(spark: Any, sink: TransactionalFileSink, stage_files: list[str],
                       epoch: int, schema: pa.Schema) -> tuple[dict[str, Any], int]:
     tmp = sink.staging / f".spark-{epoch:012d}"  # under _staging: readers never see it
-    shutil.rmtree(tmp, ignore_errors=True)  # a failed earlier try of this epoch
+    for left in sink.staging.glob(".spark-*"):  # of a job a crash interrupted: never staged
+        shutil.rmtree(left, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         task = FilePartsTask(str(tmp), sink.format, schema.serialize().to_pybytes())
