@@ -132,6 +132,7 @@ def _run(path: str, rows: int, epochs: int, work: Path) -> dict[str, Any]:
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
     me = os.getpid()
     spark_cpu = sum(p.cpu_s for p in spent if p.pid != me)
+    jvm_cpu = sum(p.cpu_s for p in spent if p.pid != me and "java" in p.name)
     driver_cpu = sum(p.cpu_s for p in spent if p.pid == me) - head.cpu_s
     sink_rows = rows * len(sinks) * epochs
     return {
@@ -140,6 +141,7 @@ def _run(path: str, rows: int, epochs: int, work: Path) -> dict[str, Any]:
         "epoch_p99_s": round(st["duration_p99_s"], 3), "spark_p50_s": round(st["spark_p50_s"], 3),
         "sink_rows_per_s": round(sink_rows / wall),
         "spark_procs_cpu_us_per_row": round(spark_cpu / sink_rows * 1e6, 3),
+        "jvm_cpu_us_per_row": round(jvm_cpu / sink_rows * 1e6, 3),
         "coordinator_cpu_us_per_row": round((spark_cpu + max(driver_cpu, 0.0)) / sink_rows * 1e6, 3),
         "cpus": os.cpu_count(),
     }
@@ -161,7 +163,7 @@ def main() -> None:
                 results.append(out)
                 print(f"{path:>6} {rows:>9,} rows/epoch x {out['sinks']} sinks: barrier→manifest p50 "
                       f"{out['epoch_p50_s']} s p99 {out['epoch_p99_s']} s; CPU µs per sink row: Spark "
-                      f"processes {out['spark_procs_cpu_us_per_row']}, with the driver's Python "
+                      f"processes {out['spark_procs_cpu_us_per_row']} (JVM {out['jvm_cpu_us_per_row']}), with the driver's Python "
                       f"{out['coordinator_cpu_us_per_row']}; warm-up {out['warmup_s']} s", flush=True)
         print("BENCH_JSON " + json.dumps(results))
     finally:
