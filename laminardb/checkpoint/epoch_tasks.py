@@ -1,52 +1,64 @@
-"""What a Spark executor runs for one partition of an epoch's staged rows (``mapInArrow``):
-write them as sink data files next to their target, return one small row per file written.
-Entry points: :class:`FilePartsTask` (a FILE sink's part files), :class:`DeltaFilesTask`
-(a Delta table's Parquet data files) and :data:`RESULT_DDL` (the rows they return).
+"""What a Spark task runs for one chunk of an epoch's staged Parquet: read its row groups with
+pyarrow and write them as sink data files next to their target, returning one small row per
+file. Entry points: :func:`plan_chunks` (the driver's work list, from the files' footers),
+:class:`FilePartsTask` (a FILE sink's part files) and :class:`DeltaFilesTask` (a Delta
+table's Parquet data files).
 
 Why here, in its own module: Spark's Python workers unpickle the task by reference, so it
-must be importable there without the driver's state; the rows reach the task straight from
-Spark's Parquet reader and never pass through the driver.
+must be importable there without the driver's state. Why pyarrow and not Spark's Parquet
+reader: the rows were staged by pyarrow and go out through pyarrow writers; Spark's reader
+turns every row into a JVM row and back into Arrow for the Python task (measured 1.5 µs of
+JVM CPU a row, `bench/README.md`), where pyarrow reads the columns as they are. Spark
+schedules the chunks on its executors and retries a failed one; no row reaches the driver.
 
-Order: the input carries each row's staged file (``SOURCE``, as its index in the epoch's
-file list) and its position in that file (``ROW``). A partition's rows arrive as runs of
-consecutive rows of one file; a task starts a new output file at every run boundary (and
-every ``roll_rows``), so each output file is one contiguous run, keyed by (file, first row).
-The driver orders the outputs by that key: the committed files, read in name order, hold the
-epoch's rows in staged order — the same for a re-driven epoch, without a sort of all rows.
+Order: a chunk is a run of consecutive row groups of one staged file, keyed by (file index,
+first row). Each chunk becomes one output file; the driver names the outputs in key order,
+so the committed files, read in name order, hold the epoch's rows in staged order — the same
+files for a re-driven epoch, without a sort.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-__all__ = ["RESULT_DDL", "ROW", "SOURCE", "DeltaFilesTask", "FilePartsTask"]
+__all__ = ["CHUNK_ROWS", "DeltaFilesTask", "FilePartsTask", "plan_chunks"]
 
-SOURCE = "__ldb_source"
-ROW = "__ldb_row"
-#: the rows a task returns, one per file it wrote
-RESULT_DDL = "source int, first_row long, path string, rows long, bytes long, stats string"
+#: the most rows in one chunk (one output file), as the embedded FILE sink rolls its part files
+CHUNK_ROWS = 1_000_000
+# small row groups (a head appends what each engine batch holds) are written out together
+_WRITE_ROWS = 65_536
 
-
-def _runs(batch: pa.RecordBatch) -> list[tuple[int, int]]:
-    """(start, stop) of each run of consecutive rows of one staged file in ``batch``."""
-    src = batch.column(SOURCE).to_numpy(zero_copy_only=False)
-    row = batch.column(ROW).to_numpy(zero_copy_only=False)
-    breaks = np.flatnonzero((np.diff(src) != 0) | (np.diff(row) != 1)) + 1
-    edges = [0, *breaks.tolist(), batch.num_rows]
-    return list(zip(edges[:-1], edges[1:], strict=False))
+Chunk = tuple[int, str, int, int, int]  # (file index, path, first row group, row groups, first row)
 
 
-class _RunWriter:
-    """Splits a partition into runs and hands each to ``open_file`` / ``write`` / ``close``."""
+def plan_chunks(stage_files: Sequence[str], parallelism: int, *,
+                max_rows: int = CHUNK_ROWS) -> list[Chunk]:
+    """Split the staged files into chunks of whole row groups: about ``parallelism`` per file
+    (every core busy on one big file), at most ``max_rows`` rows each. Reads footers only."""
+    chunks: list[Chunk] = []
+    for i, path in enumerate(stage_files):
+        meta = pq.ParquetFile(path).metadata
+        target = max(1, min(max_rows, math.ceil(meta.num_rows / max(parallelism, 1))))
+        first_group, rows, first_row = 0, 0, 0
+        for g in range(meta.num_row_groups):
+            rows += meta.row_group(g).num_rows
+            if rows >= target or g == meta.num_row_groups - 1:
+                if rows:
+                    chunks.append((i, os.fspath(path), first_group, g + 1 - first_group, first_row))
+                first_group, first_row, rows = g + 1, first_row + rows, 0
+    return chunks
 
-    roll_rows = 1_000_000
+
+class _ChunkWriter:
+    """Reads each chunk's row groups and writes them to one file (``open_file``/``result``)."""
 
     def __init__(self, schema_ipc: bytes) -> None:
         self.schema_ipc = schema_ipc
@@ -58,39 +70,31 @@ class _RunWriter:
         """(path, bytes, stats) of a closed file."""
         raise NotImplementedError
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, chunks: Iterator[Chunk]) -> Iterator[tuple[int, int, str, int, int, str]]:
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        out: list[dict[str, Any]] = []
-        handle, key, rows, last = None, None, 0, None
-        for batch in batches:
-            for start, stop in _runs(batch):
-                src = int(batch.column(SOURCE)[start].as_py())
-                first = int(batch.column(ROW)[start].as_py())
-                continues = last == (src, first - 1) and rows < self.roll_rows
-                if handle is not None and not continues:
-                    out.append(self._close(handle, key, rows))
-                    handle = None
-                if handle is None:
-                    handle, key, rows = self.open_file(schema), (src, first), 0
-                part = pa.Table.from_batches([batch.slice(start, stop - start)])
-                handle.write(part.select(schema.names).cast(schema))
-                rows += stop - start
-                last = (src, int(batch.column(ROW)[stop - 1].as_py()))
-        if handle is not None:
-            out.append(self._close(handle, key, rows))
-        if out:
-            yield pa.RecordBatch.from_pylist(out, schema=pa.schema([
-                ("source", pa.int32()), ("first_row", pa.int64()), ("path", pa.string()),
-                ("rows", pa.int64()), ("bytes", pa.int64()), ("stats", pa.string())]))
+        for source, path, first_group, groups, first_row in chunks:
+            staged = pq.ParquetFile(path)
+            handle, rows, held = self.open_file(schema), 0, []
+            for g in range(first_group, first_group + groups):
+                held.append(staged.read_row_group(g, use_threads=False))
+                if sum(t.num_rows for t in held) >= _WRITE_ROWS:
+                    rows += self._write(handle, held, schema)
+                    held = []
+            rows += self._write(handle, held, schema)
+            handle.close()
+            out, size, stats = self.result(handle, rows)
+            yield source, first_row, out, rows, size, stats
 
-    def _close(self, handle: Any, key: Any, rows: int) -> dict[str, Any]:
-        handle.close()
-        path, size, stats = self.result(handle, rows)
-        return {"source": key[0], "first_row": key[1], "path": path, "rows": rows,
-                "bytes": size, "stats": stats}
+    @staticmethod
+    def _write(handle: Any, tables: list[pa.Table], schema: pa.Schema) -> int:
+        if not tables:
+            return 0
+        table = pa.concat_tables(tables).cast(schema)
+        handle.write(table)
+        return table.num_rows
 
 
-class FilePartsTask(_RunWriter):
+class FilePartsTask(_ChunkWriter):
     """Writes part files of a FILE sink into ``out_dir`` with the embedded sink's own writer
     (``connectors.files.FileSink``), so the bytes match what ``laminardb.open`` writes."""
 
@@ -113,8 +117,6 @@ class FilePartsTask(_RunWriter):
 
 class _ParquetFile:
     def __init__(self, path: str, schema: pa.Schema) -> None:
-        import pyarrow.parquet as pq
-
         self.path = path
         self.schema = schema
         self.writer = pq.ParquetWriter(path, schema)
@@ -129,7 +131,7 @@ class _ParquetFile:
         self.writer.close()
 
 
-class DeltaFilesTask(_RunWriter):
+class DeltaFilesTask(_ChunkWriter):
     """Writes Parquet data files into the Delta table at ``table_path`` (invisible until the
     driver commits their add-actions) and returns each file's add-action fields."""
 

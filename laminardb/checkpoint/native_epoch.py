@@ -1,22 +1,22 @@
-"""The coordinator's epoch job for FILE and Delta Lake sinks: Spark's executors read the
-staged Parquet and write the sink's files; the driver only renames or commits, once per
-epoch. Entry points: :func:`native_kind` (can this sink's epoch go this way?),
+"""The coordinator's epoch job for FILE and Delta Lake sinks: Spark tasks on the executors
+read the staged Parquet and write the sink's files; the driver only renames or commits, once
+per epoch. Entry points: :func:`native_kind` (can this sink's epoch go this way?),
 :func:`write_epoch` (run the job; returns the manifest info) and
 :class:`SparkDeltaLakeSink` (a Delta Lake sink that commits the executors' add-actions).
 
 Why: the old path copied every row into the JVM (``createDataFrame``), sorted it and copied
 it back (``toArrow``) — 3–4 µs a row in the driver. Here the driver holds the epoch's file
-list and one small row per written file (``epoch_tasks.RESULT_DDL``), never the rows.
+list, their footers' row-group counts and one small row per written file, never the rows.
 
 Steps, FILE (``TransactionalFileSink``, not partitioned)::
 
-    executors: staged Parquet → part files in <path>/_staging/.spark-<epoch>/  (FileSink writer)
+    executors: staged row groups → part files in <path>/_staging/.spark-<epoch>/ (FileSink writer)
     driver:    rename them to _staging/part-<epoch>-<writer>-<n>.<fmt>, n in staged row order
     commit(e): the sink's own rename into <path> (idempotent; recover() re-drives it)
 
 Delta Lake::
 
-    executors: staged Parquet → Parquet data files in the table directory (not yet in the log)
+    executors: staged row groups → Parquet data files in the table directory (in no commit yet)
     driver:    their add-actions → <stage>/actions-<epoch>.json (durable, before the manifest)
     commit(e): one Delta commit of those actions with app transaction (app id, version = e),
                skipped when the table already records e (idempotent re-drive)
@@ -29,14 +29,13 @@ import logging
 import os
 import re
 import shutil
-import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
 from laminardb.checkpoint._files import atomic_write, fsync_dir
-from laminardb.checkpoint.epoch_tasks import RESULT_DDL, ROW, SOURCE, DeltaFilesTask, FilePartsTask
+from laminardb.checkpoint.epoch_tasks import DeltaFilesTask, FilePartsTask, plan_chunks
 from laminardb.connectors.delta_lake import DeltaLakeSink
 from laminardb.connectors.exceptions import SinkWriteError
 from laminardb.connectors.file_sink import TransactionalFileSink
@@ -46,17 +45,18 @@ __all__ = ["SparkDeltaLakeSink", "native_kind", "write_epoch"]
 log = logging.getLogger(__name__)
 
 _PARQUET_MAGIC = b"PAR1"
+
+
+class _Written(NamedTuple):
+    """One file a task wrote: its chunk's key (staged file, first row) and what a commit needs."""
+
+    source: int
+    first_row: int
+    path: str
+    rows: int
+    bytes: int
+    stats: str
 _ACTIONS = re.compile(r"^actions-(\d{12})\.json$")
-
-
-def _spark_readable(t: pa.DataType) -> bool:
-    """Types Spark's Parquet reader gives back as the same values (cast back in the task)."""
-    if pa.types.is_integer(t):
-        return pa.types.is_signed_integer(t)
-    return (pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_string(t)
-            or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
-            or pa.types.is_date32(t) or pa.types.is_decimal(t)
-            or (pa.types.is_timestamp(t) and t.unit in ("ms", "us")))
 
 
 def _is_parquet(path: str) -> bool:
@@ -70,10 +70,8 @@ def _is_parquet(path: str) -> bool:
 def native_kind(sink: Any, schema: pa.Schema, stage_files: list[str]) -> str | None:
     """``"file"`` or ``"delta"`` when the executors can write this epoch, else None (the
     bounded driver path of ``spark_job.iter_epoch``: Kafka, PostgreSQL, Iceberg, partitioned
-    FILE, a remote Delta table, types Spark's reader changes, or Arrow IPC stage files)."""
+    FILE, a remote Delta table, or Arrow IPC stage files)."""
     if not stage_files or not all(_is_parquet(p) for p in stage_files):
-        return None
-    if not all(_spark_readable(f.type) for f in schema):
         return None
     if type(sink) is TransactionalFileSink:
         return "file"
@@ -83,22 +81,17 @@ def native_kind(sink: Any, schema: pa.Schema, stage_files: list[str]) -> str | N
 
 
 def _run(spark: Any, stage_files: list[str], task: Any) -> list[Any]:
-    """One Spark job: every staged file read on the executors, tagged with its index in
-    ``stage_files`` and each row's position, through ``task``; returns the task's rows, in
-    staged order."""
-    from pyspark.sql import functions as F
-
+    """One Spark job: a task per chunk of the staged files (``epoch_tasks.plan_chunks``), run on
+    the executors; returns the tasks' rows (one per written file) in staged order."""
     from laminardb.checkpoint.spark_job import _Watchdog
 
-    df = None
-    for i, path in enumerate(stage_files):
-        part = spark.read.parquet(os.fspath(path)).select(
-            "*", F.lit(i).cast("int").alias(SOURCE), F.col("_metadata.row_index").alias(ROW))
-        df = part if df is None else df.unionByName(part)
-    with _Watchdog(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # pyspark's pandas-version warning
-        rows = df.mapInArrow(task, RESULT_DDL).collect()
-    return sorted(rows, key=lambda r: (r.source, r.first_row))
+    sc = spark.sparkContext
+    chunks = plan_chunks(stage_files, sc.defaultParallelism)
+    if not chunks:
+        return []
+    with _Watchdog():
+        rows = sc.parallelize(chunks, len(chunks)).mapPartitions(task).collect()
+    return sorted((_Written(*r) for r in rows), key=lambda r: (r.source, r.first_row))
 
 
 def write_epoch(spark: Any, kind: str, sink: Any, stage_files: list[str], epoch: int,

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from laminardb.checkpoint.epoch_tasks import plan_chunks
 from laminardb.checkpoint.native_epoch import SparkDeltaLakeSink, native_kind, write_epoch
 from laminardb.connectors.file_sink import TransactionalFileSink
 
@@ -47,21 +48,17 @@ def _committed(sink: TransactionalFileSink) -> pa.Table:
     return pa.concat_tables([pq.read_table(p) for p in files]) if files else SCHEMA.empty_table()
 
 
-@pytest.fixture
-def small_splits(spark):
-    """Spark splits each staged file into many partitions and packs several splits into one
-    task: the order must survive both. Restores the shared session's settings."""
-    keys = {"spark.sql.files.maxPartitionBytes": "4k", "spark.sql.files.openCostInBytes": "1k"}
-    old = {k: spark.conf.get(k, None) for k in keys}
-    for k, v in keys.items():
-        spark.conf.set(k, v)
-    yield spark
-    for k, v in old.items():
-        spark.conf.unset(k) if v is None else spark.conf.set(k, v)
+def test_chunks_are_whole_row_groups_in_staged_order(tmp_path) -> None:
+    a = _stage(tmp_path / "a.parquet", 0, 1000, group=100)
+    b = _stage(tmp_path / "b.parquet", 1000, 1050, group=100)
+    chunks = plan_chunks([a, b], 3)
+    # file a: 10 groups, ~334 rows a chunk → 4 chunks of whole groups; file b: one group
+    assert [(c[0], c[2], c[3], c[4]) for c in chunks] == [
+        (0, 0, 4, 0), (0, 4, 4, 400), (0, 8, 2, 800), (1, 0, 1, 0)]
+    assert len(plan_chunks([a], 1, max_rows=250)) == 4  # at most max_rows (whole groups)
 
 
-def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(small_splits, tmp_path) -> None:
-    spark = small_splits
+def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(spark, tmp_path) -> None:
     staged = [_stage(tmp_path / "a.parquet", 0, 3000), _stage(tmp_path / "b.parquet", 3000, 4000)]
     want = pa.concat_tables([pq.read_table(p) for p in staged])
     outputs = []
@@ -69,7 +66,7 @@ def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(small_splits, 
         sink = TransactionalFileSink(tmp_path / run, format="parquet", schema=SCHEMA)
         assert native_kind(sink, SCHEMA, staged) == "file"
         info, rows = write_epoch(spark, "file", sink, staged, 7, SCHEMA)
-        assert rows == want.num_rows and len(info["files"]) > 2  # several tasks' files
+        assert rows == want.num_rows and len(info["files"]) >= 2  # a task per chunk, each a file
         assert _committed(sink).num_rows == 0  # staged, not visible before the commit
         if run == "redriven":  # a failed try first: aborted, then the epoch written again
             sink.abort(7)
@@ -89,8 +86,13 @@ def test_arrow_stage_files_and_other_sinks_keep_the_driver_path(tmp_path) -> Non
         w.write_table(_chunk(0, 10, 4))
     sink = TransactionalFileSink(tmp_path / "out", format="jsonl", schema=SCHEMA)
     assert native_kind(sink, SCHEMA, [str(arrow)]) is None
-    unsigned = pa.schema([("id", pa.uint64())])
-    assert native_kind(sink, unsigned, [_stage(tmp_path / "p.parquet", 0, 10)]) is None
+    staged = [_stage(tmp_path / "p.parquet", 0, 10)]
+    assert native_kind(sink, SCHEMA, staged) == "file"
+    from laminardb.connectors.partitioned_sink import PartitionedTransactionalFileSink
+
+    partitioned = PartitionedTransactionalFileSink(tmp_path / "parts", format="parquet", schema=SCHEMA,
+                                                   partition_by="k", default_name="none")
+    assert native_kind(partitioned, SCHEMA, staged) is None
 
 
 def test_jsonl_file_epoch_matches_the_embedded_writer(spark, tmp_path) -> None:
