@@ -25,7 +25,6 @@ Delta Lake::
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import shutil
@@ -42,8 +41,6 @@ from laminardb.connectors.file_sink import TransactionalFileSink
 
 __all__ = ["SparkDeltaLakeSink", "native_kind", "write_epoch"]
 
-log = logging.getLogger(__name__)
-
 _PARQUET_MAGIC = b"PAR1"
 
 
@@ -56,6 +53,8 @@ class _Written(NamedTuple):
     rows: int
     bytes: int
     stats: str
+
+
 _ACTIONS = re.compile(r"^actions-(\d{12})\.json$")
 
 
