@@ -48,10 +48,15 @@ class Interner:
         self._reserve(n, int(offsets[-1] - offsets[0]))
         ids = np.empty(n, dtype=np.int64)
         new_rows = np.empty(n, dtype=np.int64)
-        n_new = K.intern_rows(
-            offsets, data, self.tab_ids, self.tab_hash, self.arena, self.arena_off,
-            self.n_keys, ids, new_rows,
-        )
+        done, n_new = 0, 0
+        while True:
+            done, n_new = K.intern_rows(
+                offsets, data, done, self.tab_ids, self.tab_hash, self.arena, self.arena_off,
+                self.n_keys, ids, new_rows, n_new,
+            )
+            if done == n:
+                break
+            self._grow_table()
         if n_new:
             idx = pa.array(new_rows[:n_new])
             for chunks, col in zip(self._chunks, columns, strict=True):
@@ -87,14 +92,17 @@ class Interner:
                 pos -= len(c)
         return out
 
+    def _grow_table(self) -> None:
+        """Double the hash table (``intern_rows`` stops when it is 1/4 full: short probes)."""
+        old_ids, old_hash = self.tab_ids, self.tab_hash
+        self.tab_ids = np.full(2 * len(old_ids), -1, dtype=np.int64)
+        self.tab_hash = np.zeros(2 * len(old_ids), dtype=np.uint64)
+        K.rehash_interned(self.tab_ids, self.tab_hash, old_ids, old_hash)
+
     def _reserve(self, n_rows: int, n_bytes: int) -> None:
+        """Room for every row being a new key in the arena and its offsets (written in
+        order, so unused room is never touched); the hash table grows as keys arrive."""
         need_keys = len(self) + n_rows
-        if 2 * need_keys > len(self.tab_ids):
-            cap = _pow2_at_least(4 * need_keys)
-            old_ids, old_hash = self.tab_ids, self.tab_hash
-            self.tab_ids = np.full(cap, -1, dtype=np.int64)
-            self.tab_hash = np.zeros(cap, dtype=np.uint64)
-            K.rehash_interned(self.tab_ids, self.tab_hash, old_ids, old_hash)
         if need_keys + 1 > len(self.arena_off):
             grown = np.zeros(max(2 * len(self.arena_off), need_keys + 1), dtype=np.int64)
             grown[: len(self.arena_off)] = self.arena_off

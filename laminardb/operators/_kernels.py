@@ -188,24 +188,57 @@ def _bytes_equal(a, a_start, a_end, b, b_start, b_end):
     return True
 
 
-@njit(cache=True, nogil=True)
-def intern_rows(offsets, data, tab_ids, tab_hash, arena, arena_off, n_keys, out_ids, new_rows):
-    """Map each encoded row to a dense id, appending unseen rows to the arena.
+@njit(inline="always")
+def _word(data, s, e):
+    """``data[s:e]`` (at most 8 bytes) as one little-endian word."""
+    w = np.uint64(0)
+    for b in range(e - s):
+        w = (w << np.uint64(8)) | np.uint64(data[e - 1 - b])
+    return w
 
-    Returns how many new ids were created; ``new_rows[:k]`` are the first rows holding them.
-    The caller guarantees capacity: table load stays under 1/2 and the arena can hold the batch.
+
+@njit(inline="always")
+def _intern_hash(data, s, e):
+    """The interner's hash (process-local, never stored or sent; ``hash_bytes`` is the stable
+    one). A key of up to 8 bytes is one word mixed by a bijection, so equal hashes and equal
+    lengths mean equal bytes: short keys are compared without the arena. Inlined, with no
+    call in the row loop (a call there costs more than the hash)."""
+    n = e - s
+    if n <= 8:
+        return _fmix(_word(data, s, e)) ^ (np.uint64(n) * _P1)
+    h = _P5 + np.uint64(n)
+    i = s
+    while i < e:
+        k = min(i + 8, e)
+        h ^= _rotl(_word(data, i, k) * _P2, 31) * _P1
+        h = _rotl(h, 27) * _P1 + _P4
+        i = k
+    return _fmix(h)
+
+
+@njit(cache=True, nogil=True)
+def intern_rows(offsets, data, start, tab_ids, tab_hash, arena, arena_off, n_keys, out_ids, new_rows, n_new):
+    """Map each encoded row from ``start`` on to a dense id, appending unseen rows to the arena.
+
+    Stops before a new key would fill the table past 1/4 and returns (next row, new ids so
+    far): the caller doubles the table and calls again, so the table stays as small as the key
+    set (1,000 keys: 32 KB, in cache) instead of sized for every row of the batch being new.
+    ``new_rows[:n_new]`` are the first rows holding the new ids; the arena can hold the batch.
     """
     mask = len(tab_ids) - 1
+    max_keys = len(tab_ids) // 4
     nk = n_keys[0]
-    n_new = 0
-    for i in range(len(out_ids)):
-        s = offsets[i]
-        e = offsets[i + 1]
-        h = hash_bytes(data, s, e)
+    for i in range(start, len(out_ids)):
+        s = np.int64(offsets[i])
+        e = np.int64(offsets[i + 1])
+        h = _intern_hash(data, s, e)
         j = np.int64(h & np.uint64(mask))
         while True:
             kid = tab_ids[j]
             if kid == _EMPTY:
+                if nk >= max_keys:
+                    n_keys[0] = nk
+                    return i, n_new
                 tab_ids[j] = nk
                 tab_hash[j] = h
                 a = arena_off[nk]
@@ -217,14 +250,15 @@ def intern_rows(offsets, data, tab_ids, tab_hash, arena, arena_off, n_keys, out_
                 n_new += 1
                 nk += 1
                 break
-            if tab_hash[j] == h and _bytes_equal(
-                arena, arena_off[kid], arena_off[kid + 1], data, s, e
-            ):
-                out_ids[i] = kid
-                break
+            if tab_hash[j] == h:
+                ks = arena_off[kid]
+                ke = arena_off[kid + 1]
+                if ke - ks == e - s and (e - s <= 8 or _bytes_equal(arena, ks, ke, data, s, e)):
+                    out_ids[i] = kid
+                    break
             j = (j + 1) & mask
     n_keys[0] = nk
-    return n_new
+    return len(out_ids), n_new
 
 
 @njit(cache=True, nogil=True)
