@@ -3,8 +3,10 @@
 ``Interner`` maps the rows of one or more Arrow columns to dense ids (0, 1, 2, …, in order
 of first sight) and keeps the original values so ids can be turned back into Arrow arrays.
 ``GroupTable`` maps (key id, window start) pairs to reusable accumulator slots.
-Both own growable numpy arrays and resize them *before* a kernel runs: kernels never
-allocate, and a table's load factor stays under 1/2 so probes stay short.
+Both own growable numpy arrays: kernels never allocate. Hash tables grow with the keys
+(a kernel stops when its table is 1/4 full, the class doubles it and the kernel resumes), so
+they stay small enough for the CPU cache and probes stay short; the other arrays are sized
+before a kernel runs for every row of the batch being new.
 """
 
 from __future__ import annotations
@@ -174,11 +176,16 @@ class GroupTable:
     def upsert(self, key_ids: np.ndarray, wins: np.ndarray) -> np.ndarray:
         self.reserve(len(key_ids))
         slots = np.empty(len(key_ids), dtype=np.int64)
-        K.upsert_groups(
-            key_ids, wins, self.tab, self.slot_key, self.slot_win, self.live, self.free,
-            self.counters, slots,
-        )
-        return slots
+        done = 0
+        while True:
+            done = K.upsert_groups(
+                key_ids, wins, done, self.tab, self.slot_key, self.slot_win, self.live, self.free,
+                self.counters, slots,
+            )
+            if done == len(key_ids):
+                return slots
+            self.tab = np.full(2 * len(self.tab), -1, dtype=np.int64)
+            K.rebuild_group_table(self.tab, self.slot_key, self.slot_win, self.live, self.high_water)
 
     def reserve(self, n_rows: int) -> None:
         need = self.high_water + n_rows
@@ -191,9 +198,6 @@ class GroupTable:
                 setattr(self, name, new)
             for cb in self.on_grow:
                 cb(cap)
-        if 2 * (self.n_live + n_rows) > len(self.tab):
-            self.tab = np.full(_pow2_at_least(4 * (self.n_live + n_rows)), -1, dtype=np.int64)
-            K.rebuild_group_table(self.tab, self.slot_key, self.slot_win, self.live, self.high_water)
 
     def live_slots(self) -> np.ndarray:
         return np.flatnonzero(self.live[: self.high_water])

@@ -300,7 +300,7 @@ def compare_interned(arena, arena_off, a, b):
 # --------------------------------------------------------------------------- group table
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
 def take_slot(free, counters):
     """A slot for a new group: the last one freed, else the next never used.
     ``counters[0]`` = slots used (high-water mark), ``counters[1]`` = free-stack size."""
@@ -313,35 +313,38 @@ def take_slot(free, counters):
 
 
 @njit(cache=True, nogil=True)
-def upsert_groups(key_ids, wins, tab, slot_key, slot_win, live, free, counters, out_slots):
-    """Find or create the slot of each (key id, window start) pair.
+def upsert_groups(key_ids, wins, start, tab, slot_key, slot_win, live, free, counters, out_slots):
+    """Find or create the slot of each (key id, window start) pair from row ``start`` on.
 
     ``counters`` = [slots used (high-water mark), free-stack size, live groups].
-    Returns the number of groups created. Capacity is guaranteed by the caller.
+    Stops before a new group would fill the table past 1/4 and returns the next row: the
+    caller doubles the table and calls again, so it stays as small as the live groups (in
+    cache). Slot capacity for every row being a new group is guaranteed by the caller.
     """
     mask = len(tab) - 1
-    n_new = 0
-    for i in range(len(key_ids)):
+    max_live = len(tab) // 4
+    for i in range(start, len(key_ids)):
         kid = key_ids[i]
         w = wins[i]
         j = np.int64(hash_pair(kid, w) & np.uint64(mask))
         while True:
             s = tab[j]
             if s == _EMPTY:
+                if counters[2] >= max_live:
+                    return i
                 s = take_slot(free, counters)
                 tab[j] = s
                 slot_key[s] = kid
                 slot_win[s] = w
                 live[s] = True
                 counters[2] += 1
-                n_new += 1
                 out_slots[i] = s
                 break
             if slot_key[s] == kid and slot_win[s] == w:
                 out_slots[i] = s
                 break
             j = (j + 1) & mask
-    return n_new
+    return len(key_ids)
 
 
 @njit(cache=True, nogil=True)
@@ -364,17 +367,26 @@ def rebuild_group_table(tab, slot_key, slot_win, live, n_slots):
 
 @njit(cache=True, nogil=True)
 def assign_tumble(ts, size, offset, closed_before, out_win, out_keep):
-    """Tumbling window start per row; ``out_keep[i]`` is False when its window has closed."""
+    """Tumbling window start per row; ``out_keep[i]`` is False when its window has closed.
+    Returns (rows kept, lowest window start kept). Rows of a batch mostly fall in the window
+    of the row before, so a division is done only when a row leaves it."""
     n_keep = 0
+    lo = np.iinfo(np.int64).max
+    start = np.int64(0)
+    end = np.int64(0)  # [start, end) is the window of the row before (empty at first)
     for i in range(len(ts)):
-        t = ts[i] - offset
-        start = (t // size) * size + offset
+        t = ts[i]
+        if t < start or t >= end:
+            start = ((t - offset) // size) * size + offset
+            end = start + size
         out_win[i] = start
-        keep = start + size > closed_before
+        keep = end > closed_before
         out_keep[i] = keep
         if keep:
             n_keep += 1
-    return n_keep
+            if start < lo:
+                lo = start
+    return n_keep, lo
 
 
 @njit(cache=True, nogil=True)
