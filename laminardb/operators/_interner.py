@@ -29,6 +29,12 @@ def _pow2_at_least(n: int) -> int:
     return c
 
 
+def _grow_filled(arr: np.ndarray, cap: int, fill: int) -> np.ndarray:
+    out = np.full(cap, fill, dtype=arr.dtype)
+    out[: len(arr)] = arr
+    return out
+
+
 class Interner:
     """Rows of key columns → dense int64 ids; ``take(ids)`` gives the values back."""
 
@@ -160,6 +166,7 @@ class GroupTable:
         # [slots used (high-water mark), free-stack size, live groups]
         self.counters = np.zeros(3, dtype=np.int64)
         self.on_grow: list = []  # callbacks(new_capacity) so accumulators grow with slots
+        self.key_slot = np.full(_INITIAL_CAPACITY, -1, dtype=np.int64)  # key id → slot it last used
 
     @property
     def capacity(self) -> int:
@@ -173,14 +180,18 @@ class GroupTable:
     def n_live(self) -> int:
         return int(self.counters[2])
 
-    def upsert(self, key_ids: np.ndarray, wins: np.ndarray) -> np.ndarray:
+    def upsert(self, key_ids: np.ndarray, wins: np.ndarray, n_keys: int = 0) -> np.ndarray:
+        """The slot of each (key id, window start), created if new. ``n_keys``: key ids are
+        below it (the interner's size), so the last-slot-per-key hint covers them all."""
         self.reserve(len(key_ids))
+        if n_keys > len(self.key_slot):
+            self.key_slot = _grow_filled(self.key_slot, _pow2_at_least(n_keys), -1)
         slots = np.empty(len(key_ids), dtype=np.int64)
         done = 0
         while True:
             done = K.upsert_groups(
                 key_ids, wins, done, self.tab, self.slot_key, self.slot_win, self.live, self.free,
-                self.counters, slots,
+                self.counters, self.key_slot, slots,
             )
             if done == len(key_ids):
                 return slots

@@ -197,15 +197,20 @@ def _word(data, s, e):
     return w
 
 
+_LONG = np.uint64(1) << np.uint64(63)
+
+
 @njit(inline="always")
-def _intern_hash(data, s, e):
-    """The interner's hash (process-local, never stored or sent; ``hash_bytes`` is the stable
-    one). A key of up to 8 bytes is one word mixed by a bijection, so equal hashes and equal
-    lengths mean equal bytes: short keys are compared without the arena. Inlined, with no
-    call in the row loop (a call there costs more than the hash)."""
+def _intern_tag(data, s, e):
+    """What the interner's table stores for ``data[s:e]`` (process-local, never stored or
+    sent; ``hash_bytes`` is the stable hash). A key of at most 7 bytes is its own tag: the
+    bytes as one little-endian word with a 0x01 byte after them (so lengths differ), top bit
+    clear, and equal tags mean equal keys with no look at the arena. A longer key's tag is
+    its hash with the top bit set, and a tag match is confirmed on the bytes. Inlined, with
+    no call in the row loop (a call there costs more than the hash)."""
     n = e - s
-    if n <= 8:
-        return _fmix(_word(data, s, e)) ^ (np.uint64(n) * _P1)
+    if n <= 7:
+        return _word(data, s, e) | (np.uint64(1) << np.uint64(8 * n))
     h = _P5 + np.uint64(n)
     i = s
     while i < e:
@@ -213,7 +218,14 @@ def _intern_hash(data, s, e):
         h ^= _rotl(_word(data, i, k) * _P2, 31) * _P1
         h = _rotl(h, 27) * _P1 + _P4
         i = k
-    return _fmix(h)
+    return _fmix(h) | _LONG
+
+
+@njit(inline="always")
+def _tag_position(tag, mask):
+    """Table position of a tag: short-key tags are mixed first, long ones are hashes already."""
+    h = tag if tag & _LONG else _fmix(tag)
+    return np.int64(h & np.uint64(mask))
 
 
 @njit(cache=True, nogil=True)
@@ -222,8 +234,9 @@ def intern_rows(offsets, data, start, tab_ids, tab_hash, arena, arena_off, n_key
 
     Stops before a new key would fill the table past 1/4 and returns (next row, new ids so
     far): the caller doubles the table and calls again, so the table stays as small as the key
-    set (1,000 keys: 32 KB, in cache) instead of sized for every row of the batch being new.
+    set (1,000 keys: 64 KB, in cache) instead of sized for every row of the batch being new.
     ``new_rows[:n_new]`` are the first rows holding the new ids; the arena can hold the batch.
+    ``tab_hash`` holds each entry's tag (``_intern_tag``).
     """
     mask = len(tab_ids) - 1
     max_keys = len(tab_ids) // 4
@@ -231,8 +244,8 @@ def intern_rows(offsets, data, start, tab_ids, tab_hash, arena, arena_off, n_key
     for i in range(start, len(out_ids)):
         s = np.int64(offsets[i])
         e = np.int64(offsets[i + 1])
-        h = _intern_hash(data, s, e)
-        j = np.int64(h & np.uint64(mask))
+        tag = _intern_tag(data, s, e)
+        j = _tag_position(tag, mask)
         while True:
             kid = tab_ids[j]
             if kid == _EMPTY:
@@ -240,7 +253,7 @@ def intern_rows(offsets, data, start, tab_ids, tab_hash, arena, arena_off, n_key
                     n_keys[0] = nk
                     return i, n_new
                 tab_ids[j] = nk
-                tab_hash[j] = h
+                tab_hash[j] = tag
                 a = arena_off[nk]
                 for b in range(e - s):
                     arena[a + b] = data[s + b]
@@ -250,12 +263,11 @@ def intern_rows(offsets, data, start, tab_ids, tab_hash, arena, arena_off, n_key
                 n_new += 1
                 nk += 1
                 break
-            if tab_hash[j] == h:
-                ks = arena_off[kid]
-                ke = arena_off[kid + 1]
-                if ke - ks == e - s and (e - s <= 8 or _bytes_equal(arena, ks, ke, data, s, e)):
-                    out_ids[i] = kid
-                    break
+            if tab_hash[j] == tag and (
+                not tag & _LONG or _bytes_equal(arena, arena_off[kid], arena_off[kid + 1], data, s, e)
+            ):
+                out_ids[i] = kid
+                break
             j = (j + 1) & mask
     n_keys[0] = nk
     return len(out_ids), n_new
@@ -269,12 +281,12 @@ def rehash_interned(tab_ids, tab_hash, old_ids, old_hash):
         kid = old_ids[j]
         if kid == _EMPTY:
             continue
-        h = old_hash[j]
-        k = np.int64(h & np.uint64(mask))
+        tag = old_hash[j]
+        k = _tag_position(tag, mask)
         while tab_ids[k] != _EMPTY:
             k = (k + 1) & mask
         tab_ids[k] = kid
-        tab_hash[k] = h
+        tab_hash[k] = tag
 
 
 @njit(cache=True, nogil=True)
@@ -313,19 +325,27 @@ def take_slot(free, counters):
 
 
 @njit(cache=True, nogil=True)
-def upsert_groups(key_ids, wins, start, tab, slot_key, slot_win, live, free, counters, out_slots):
+def upsert_groups(key_ids, wins, start, tab, slot_key, slot_win, live, free, counters, key_slot, out_slots):
     """Find or create the slot of each (key id, window start) pair from row ``start`` on.
 
     ``counters`` = [slots used (high-water mark), free-stack size, live groups].
+    ``key_slot[key id]`` is the slot a key last used (a hint, checked before use: a window's
+    rows mostly find their group there without hashing); ids past its end are not cached.
     Stops before a new group would fill the table past 1/4 and returns the next row: the
     caller doubles the table and calls again, so it stays as small as the live groups (in
     cache). Slot capacity for every row being a new group is guaranteed by the caller.
     """
     mask = len(tab) - 1
     max_live = len(tab) // 4
+    n_cached = len(key_slot)
     for i in range(start, len(key_ids)):
         kid = key_ids[i]
         w = wins[i]
+        if kid < n_cached:
+            s = key_slot[kid]
+            if s >= 0 and slot_win[s] == w and slot_key[s] == kid and live[s]:
+                out_slots[i] = s
+                continue
         j = np.int64(hash_pair(kid, w) & np.uint64(mask))
         while True:
             s = tab[j]
@@ -344,6 +364,8 @@ def upsert_groups(key_ids, wins, start, tab, slot_key, slot_win, live, free, cou
                 out_slots[i] = s
                 break
             j = (j + 1) & mask
+        if kid < n_cached:
+            key_slot[kid] = s
     return len(key_ids)
 
 

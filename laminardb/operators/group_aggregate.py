@@ -148,7 +148,7 @@ class GroupAggregate:
             key_ids = key_ids[rows]
         if len(key_ids) == 0:
             return None, late
-        slots = self.groups.upsert(key_ids, wins)
+        slots = self.groups.upsert(key_ids, wins, len(self.keys) if self.keys is not None else 1)
         self.last_slots = slots  # read by the partial aggregation of the Delta mode
         if self.window is not None:
             self._min_open_end = min(self._min_open_end, int(lowest) + self.window.size)
