@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from sqlglot import exp
 
 from laminardb.sql import function_registry
+from laminardb.sql._string_kernels import contains_literal, split_index
 from laminardb.sql.exceptions import SqlTypeError, UnsupportedSqlError
 from laminardb.sql.function_registry import processing_clock
 from laminardb.sql.types import type_name
@@ -335,6 +336,52 @@ def name_groups(pattern: str) -> tuple[str, int]:
     return f"(?P<g0>{''.join(out)})", groups
 
 
+_META = set("\\^$.|?*+()[]{}")
+_QUANTIFIERS = set("*+?{")
+
+
+def required_literal(pattern: str) -> str | None:
+    """The longest run of plain ASCII characters every match of ``pattern`` contains, or None.
+
+    Conservative: only characters outside any group or class, not under a quantifier, count; a
+    top-level ``|`` or an inline flag (``(?i)``) gives None. Rows without the literal cannot
+    match, so REGEXP_EXTRACT runs RE2 only on the rows that have it."""
+    if "\\Q" in pattern:  # quoted text may hold parentheses: not worth parsing
+        return None
+    best, run = "", ""
+    depth, i, n = 0, 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":  # an escape: skipped, ends the run
+            best, run, i = max(best, run, key=len), "", i + 2
+            continue
+        if c == "(" and pattern[i + 1 : i + 2] == "?" and not (
+                pattern[i + 2 : i + 3] in (":", "P") or (pattern[i + 2 : i + 3] == "<"
+                                                         and pattern[i + 3 : i + 4] not in ("=", "!"))):
+            return None  # a flag such as (?i) changes how the rest matches
+        if c == "[":  # a class: skipped to its closing ]
+            j = i + 1 + (pattern[i + 1 : i + 2] == "^")
+            j += pattern[j : j + 1] == "]"
+            while j < n and pattern[j] != "]":
+                j += 2 if pattern[j] == "\\" else 1
+            best, run, i = max(best, run, key=len), "", j + 1
+            continue
+        if c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "|" and depth == 0:
+            return None
+        if depth == 0 and c not in _META and c.isascii() and c.isprintable() and \
+                pattern[i + 1 : i + 2] not in _QUANTIFIERS:
+            run += c
+        else:
+            best, run = max(best, run, key=len), ""
+        i += 1
+    best = max(best, run, key=len)
+    return best or None
+
+
 def _regexp_extract(node: exp.RegexpExtract, compile_arg: CompileArg) -> Fn:
     sql = node.sql()
     pattern = _string_literal(node.expression, "REGEXP_EXTRACT's pattern")
@@ -358,9 +405,23 @@ def _regexp_extract(node: exp.RegexpExtract, compile_arg: CompileArg) -> Fn:
                                   "look-around and back-references are not supported") from None
     arg = compile_arg(node.this)
 
+    literal = required_literal(pattern)
+
+    def extract(s: pa.Array) -> pa.Array:
+        return pc.struct_field(pc.extract_regex(s, pattern=named), [group])
+
     def fn(b):
         s = _as_string(_broadcast(arg(b), b.num_rows), sql)
-        return pc.struct_field(pc.extract_regex(s, pattern=named), [group])
+        if literal is None:
+            return extract(s)
+        has = contains_literal(s, literal)  # numba; RE2 (~200 ns a row) only where it can match
+        if has.all():
+            return extract(s)
+        if not has.any():
+            return pa.nulls(len(s), s.type)
+        found = extract(s.filter(pa.array(has)))
+        pos = np.cumsum(has) - 1
+        return found.take(pa.array(np.where(has, pos, 0), mask=~has))
 
     return fn
 
@@ -377,21 +438,14 @@ def _split_index(node: exp.Expression, arg: Fn, delim_node: exp.Expression, inde
         iv = index(b)
         if not (pa.types.is_integer(iv.type) or pa.types.is_null(iv.type)):
             raise SqlTypeError(f"{sql}: the index must be an integer, got {type_name(iv.type)}")
-        lists = pc.split_pattern(s, pattern=delim)
-        if isinstance(lists, pa.ChunkedArray):
-            lists = lists.combine_chunks()
-        lengths = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False)
-        starts = np.asarray(lists.offsets)[:-1].astype(np.int64)
         if isinstance(iv, pa.Scalar):
             idx = np.full(n, iv.as_py() if iv.is_valid else -1, dtype=np.int64)
         else:
             iv = _broadcast(iv, n)
             idx = pc.fill_null(pc.cast(iv, pa.int64()), -1).to_numpy(zero_copy_only=False)
-        # Flink splits '' into no pieces at all (commons-lang splitByWholeSeparatorPreserveAllTokens)
-        empty = pc.fill_null(pc.equal(pc.utf8_length(s), 0), True).to_numpy(zero_copy_only=False)
-        ok = (idx >= 0) & (idx < lengths) & ~empty
-        take = pa.array(np.where(ok, starts + idx, 0), type=pa.int64(), mask=~ok)
-        return pc.take(lists.values, take)
+        # one scan per row up to the wanted piece, in numba; Flink splits '' into no pieces at
+        # all (commons-lang splitByWholeSeparatorPreserveAllTokens)
+        return split_index(s, delim, idx)
 
     return fn
 
