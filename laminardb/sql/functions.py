@@ -366,6 +366,11 @@ def required_literal(pattern: str) -> str | None:
                 j += 2 if pattern[j] == "\\" else 1
             best, run, i = max(best, run, key=len), "", j + 1
             continue
+        if c == "{":  # a repetition {m,n}: skipped to its }
+            best, run = max(best, run, key=len), ""
+            close = pattern.find("}", i)
+            i = n if close < 0 else close + 1
+            continue
         if c == "(":
             depth += 1
         elif c == ")":
