@@ -11,6 +11,8 @@ before a kernel runs for every row of the batch being new.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,6 +29,17 @@ def _pow2_at_least(n: int) -> int:
     while c < n:
         c *= 2
     return c
+
+
+_NO_WORDS = np.zeros(0, dtype=np.uint64)
+
+
+def _words(data: np.ndarray) -> np.ndarray:
+    """``data`` (uint8) seen as a uint64 starting at every byte, zero copy (unaligned loads):
+    a short key is read in one load instead of byte by byte."""
+    if len(data) < 8 or sys.byteorder != "little":  # the tags compose words little-endian
+        return _NO_WORDS
+    return np.ndarray(shape=(len(data) - 7,), dtype=np.uint64, buffer=data, strides=(1,))
 
 
 def _grow_filled(arr: np.ndarray, cap: int, fill: int) -> np.ndarray:
@@ -57,9 +70,10 @@ class Interner:
         ids = np.empty(n, dtype=np.int64)
         new_rows = np.empty(n, dtype=np.int64)
         done, n_new = 0, 0
+        words = _words(data)
         while True:
             done, n_new = K.intern_rows(
-                offsets, data, done, self.tab_ids, self.tab_hash, self.arena, self.arena_off,
+                offsets, data, words, done, self.tab_ids, self.tab_hash, self.arena, self.arena_off,
                 self.n_keys, ids, new_rows, n_new,
             )
             if done == n:
@@ -166,7 +180,9 @@ class GroupTable:
         # [slots used (high-water mark), free-stack size, live groups]
         self.counters = np.zeros(3, dtype=np.int64)
         self.on_grow: list = []  # callbacks(new_capacity) so accumulators grow with slots
-        self.key_slot = np.full(_INITIAL_CAPACITY, -1, dtype=np.int64)  # key id → slot it last used
+        # key id → the group (slot, window start) it last used: a hint, cleared when the slot is freed
+        self.key_slot = np.full(_INITIAL_CAPACITY, -1, dtype=np.int64)
+        self.key_win = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)
 
     @property
     def capacity(self) -> int:
@@ -186,12 +202,13 @@ class GroupTable:
         self.reserve(len(key_ids))
         if n_keys > len(self.key_slot):
             self.key_slot = _grow_filled(self.key_slot, _pow2_at_least(n_keys), -1)
+            self.key_win = _grow_filled(self.key_win, len(self.key_slot), 0)
         slots = np.empty(len(key_ids), dtype=np.int64)
         done = 0
         while True:
             done = K.upsert_groups(
                 key_ids, wins, done, self.tab, self.slot_key, self.slot_win, self.live, self.free,
-                self.counters, self.key_slot, slots,
+                self.counters, self.key_slot, self.key_win, slots,
             )
             if done == len(key_ids):
                 return slots
@@ -218,6 +235,10 @@ class GroupTable:
         if len(slots) == 0:
             return
         self.live[slots] = False
+        keys = self.slot_key[slots]
+        hinted = keys < len(self.key_slot)
+        keys, freed = keys[hinted], slots[hinted]
+        self.key_slot[keys[self.key_slot[keys] == freed]] = -1  # the hint must not point at a freed slot
         nf = int(self.counters[1])
         self.free[nf : nf + len(slots)] = slots
         self.counters[1] = nf + len(slots)

@@ -201,6 +201,16 @@ _LONG = np.uint64(1) << np.uint64(63)
 
 
 @njit(inline="always")
+def _short_tag(words, data, s, e):
+    """``_intern_tag`` of a key of at most 7 bytes: one unaligned 8-byte load from ``words``
+    (``data`` seen as a uint64 at every byte offset) when the buffer has 8 bytes from ``s``."""
+    n = e - s
+    if s < len(words):
+        return (words[s] & ((np.uint64(1) << np.uint64(8 * n)) - np.uint64(1))) | (np.uint64(1) << np.uint64(8 * n))
+    return _word(data, s, e) | (np.uint64(1) << np.uint64(8 * n))
+
+
+@njit(inline="always")
 def _intern_tag(data, s, e):
     """What the interner's table stores for ``data[s:e]`` (process-local, never stored or
     sent; ``hash_bytes`` is the stable hash). A key of at most 7 bytes is its own tag: the
@@ -229,14 +239,15 @@ def _tag_position(tag, mask):
 
 
 @njit(cache=True, nogil=True)
-def intern_rows(offsets, data, start, tab_ids, tab_hash, arena, arena_off, n_keys, out_ids, new_rows, n_new):
+def intern_rows(offsets, data, words, start, tab_ids, tab_hash, arena, arena_off, n_keys, out_ids, new_rows,
+                n_new):
     """Map each encoded row from ``start`` on to a dense id, appending unseen rows to the arena.
 
     Stops before a new key would fill the table past 1/4 and returns (next row, new ids so
     far): the caller doubles the table and calls again, so the table stays as small as the key
     set (1,000 keys: 64 KB, in cache) instead of sized for every row of the batch being new.
     ``new_rows[:n_new]`` are the first rows holding the new ids; the arena can hold the batch.
-    ``tab_hash`` holds each entry's tag (``_intern_tag``).
+    ``tab_hash`` holds each entry's tag (``_intern_tag``); ``words``: see ``_short_tag``.
     """
     mask = len(tab_ids) - 1
     max_keys = len(tab_ids) // 4
@@ -244,7 +255,7 @@ def intern_rows(offsets, data, start, tab_ids, tab_hash, arena, arena_off, n_key
     for i in range(start, len(out_ids)):
         s = np.int64(offsets[i])
         e = np.int64(offsets[i + 1])
-        tag = _intern_tag(data, s, e)
+        tag = _short_tag(words, data, s, e) if e - s <= 7 else _intern_tag(data, s, e)
         j = _tag_position(tag, mask)
         while True:
             kid = tab_ids[j]
@@ -325,12 +336,14 @@ def take_slot(free, counters):
 
 
 @njit(cache=True, nogil=True)
-def upsert_groups(key_ids, wins, start, tab, slot_key, slot_win, live, free, counters, key_slot, out_slots):
+def upsert_groups(key_ids, wins, start, tab, slot_key, slot_win, live, free, counters, key_slot, key_win,
+                  out_slots):
     """Find or create the slot of each (key id, window start) pair from row ``start`` on.
 
     ``counters`` = [slots used (high-water mark), free-stack size, live groups].
-    ``key_slot[key id]`` is the slot a key last used (a hint, checked before use: a window's
-    rows mostly find their group there without hashing); ids past its end are not cached.
+    ``key_slot[key id]``/``key_win[key id]``: the group a key last used (-1: none, or freed;
+    ``GroupTable.remove`` clears it), so a window's rows mostly find their group without
+    hashing; key ids past the hint arrays' end are not cached.
     Stops before a new group would fill the table past 1/4 and returns the next row: the
     caller doubles the table and calls again, so it stays as small as the live groups (in
     cache). Slot capacity for every row being a new group is guaranteed by the caller.
@@ -341,11 +354,9 @@ def upsert_groups(key_ids, wins, start, tab, slot_key, slot_win, live, free, cou
     for i in range(start, len(key_ids)):
         kid = key_ids[i]
         w = wins[i]
-        if kid < n_cached:
-            s = key_slot[kid]
-            if s >= 0 and slot_win[s] == w and slot_key[s] == kid and live[s]:
-                out_slots[i] = s
-                continue
+        if kid < n_cached and key_win[kid] == w and key_slot[kid] >= 0:
+            out_slots[i] = key_slot[kid]
+            continue
         j = np.int64(hash_pair(kid, w) & np.uint64(mask))
         while True:
             s = tab[j]
@@ -366,6 +377,7 @@ def upsert_groups(key_ids, wins, start, tab, slot_key, slot_win, live, free, cou
             j = (j + 1) & mask
         if kid < n_cached:
             key_slot[kid] = s
+            key_win[kid] = w
     return len(key_ids)
 
 
