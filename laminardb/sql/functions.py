@@ -278,10 +278,16 @@ def _date_format(node: exp.Expression, arg: Fn, pattern_node: exp.Expression) ->
 # --------------------------------------------------------------------------- strings
 
 
-def name_groups(pattern: str) -> tuple[str, int]:
+def name_groups(pattern: str, only: int | None = None) -> tuple[str, int]:
     """Rename the capturing groups of a (Java/RE2) pattern to ``(?P<g1>…)``, ``(?P<g2>…)`` … in
     order of their opening parenthesis, wrap the whole as ``(?P<g0>…)``; return it with the
-    number of groups. Escapes, ``\\Q…\\E`` and character classes are skipped."""
+    number of groups. Escapes, ``\\Q…\\E`` and character classes are skipped. ``only``: group
+    ``only`` alone captures, the others become ``(?:…)`` (RE2 tracks fewer submatches and Arrow
+    builds one column: REGEXP_EXTRACT wants one group)."""
+
+    def group(k: int) -> str:
+        return f"(?P<g{k}>" if only is None or k == only else "(?:"
+
     out: list[str] = []
     groups = 0
     i, n = 0, len(pattern)
@@ -320,7 +326,7 @@ def name_groups(pattern: str) -> tuple[str, int]:
             if rest.startswith("?P<") or (rest.startswith("?<") and pattern[i + 3 : i + 4] not in ("=", "!")):
                 groups += 1  # a named group is numbered too (Java, RE2)
                 close = pattern.find(">", i)
-                out.append(f"(?P<g{groups}>")
+                out.append(group(groups))
                 i = close + 1
                 continue
             if rest.startswith("?"):
@@ -328,12 +334,12 @@ def name_groups(pattern: str) -> tuple[str, int]:
                 i += 1
                 continue
             groups += 1
-            out.append(f"(?P<g{groups}>")
+            out.append(group(groups))
             i += 1
             continue
         out.append(c)
         i += 1
-    return f"(?P<g0>{''.join(out)})", groups
+    return f"{group(0)}{''.join(out)})", groups
 
 
 _META = set("\\^$.|?*+()[]{}")
@@ -399,7 +405,7 @@ def _regexp_extract(node: exp.RegexpExtract, compile_arg: CompileArg) -> Fn:
     for extra in ("occurrence", "parameters"):
         if node.args.get(extra) is not None:
             raise UnsupportedSqlError(f"{sql}: REGEXP_EXTRACT takes (string, pattern[, group])")
-    named, count = name_groups(pattern)
+    named, count = name_groups(pattern, only=group)
     if group > count:
         raise SqlTypeError(f"{sql}: group {group} does not exist; the pattern has {count} group"
                            f"{'s' if count != 1 else ''} (0 is the whole match)")
@@ -413,7 +419,7 @@ def _regexp_extract(node: exp.RegexpExtract, compile_arg: CompileArg) -> Fn:
     literal = required_literal(pattern)
 
     def extract(s: pa.Array) -> pa.Array:
-        return pc.struct_field(pc.extract_regex(s, pattern=named), [group])
+        return pc.struct_field(pc.extract_regex(s, pattern=named), [0])  # the one group captured
 
     def fn(b):
         s = _as_string(_broadcast(arg(b), b.num_rows), sql)
