@@ -102,3 +102,16 @@ def test_regexp_extract_with_prefilter_equals_duckdb(db):
                 "FROM rows ORDER BY id", rows=rows)
     assert got["r"].to_pylist() == want["r"].to_pylist()
     assert 0 < got["r"].null_count < len(s) - 50  # both matches and rows skipped by the prefilter
+
+
+@pytest.mark.parametrize("pattern", ["%channel_id=%", "%日本%", "%::%", "%ü%", "%\\%", "%zz%"])
+def test_like_substring_equals_duckdb(db, pattern):
+    """LIKE '%text%' takes the numba byte search; NOT LIKE and NULL rows as DuckDB has them."""
+    s = _strings(600, seed=31) + ["a\\b", None, ""]
+    rows = pa.table({"id": pa.array(range(len(s)), pa.int64()), "s": pa.array(s, pa.string()),
+                     "i": pa.array([0] * len(s), pa.int64())})
+    p = _sq(pattern)
+    got = run_select(db, "CREATE SOURCE t (id BIGINT, s VARCHAR, i BIGINT)",
+                     f"SELECT id, s LIKE {p} AS l, s NOT LIKE {p} AS nl FROM t", rows).sort_by("id")
+    want = duck(f"SELECT id, s LIKE {p} AS l, s NOT LIKE {p} AS nl FROM rows ORDER BY id", rows=rows)
+    assert got.to_pylist() == want.to_pylist()
