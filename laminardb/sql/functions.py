@@ -430,9 +430,11 @@ def _regexp_extract(node: exp.RegexpExtract, compile_arg: CompileArg) -> Fn:
             return extract(s)
         if not has.any():
             return pa.nulls(len(s), s.type)
-        found = extract(s.filter(pa.array(has)))
-        pos = np.cumsum(has) - 1
-        return found.take(pa.array(np.where(has, pos, 0), mask=~has))
+        # the same strings, NULL where the literal is missing (zero copy): RE2 skips NULL rows
+        bits = np.concatenate([np.zeros(s.offset, np.bool_), has]) if s.offset else has
+        masked = pa.Array.from_buffers(s.type, len(s), [pa.py_buffer(np.packbits(bits, bitorder="little")),
+                                                        *s.buffers()[1:]], offset=s.offset)
+        return extract(masked)
 
     return fn
 
