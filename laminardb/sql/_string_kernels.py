@@ -136,3 +136,12 @@ def contains_literal(strings: pa.Array, literal: str) -> np.ndarray:
     out = np.empty(len(strings), np.bool_)
     _contains(offsets, data, valid, has_valid, _utf8(literal), out)
     return out
+
+
+def warm() -> None:
+    """Compile (or load from numba's cache) both kernels for string and large_string arrays,
+    with and without NULLs (called by ``operators.warmup.warm_kernels``)."""
+    for kind in (pa.string(), pa.large_string()):
+        for arr in (pa.array(["a/b", "c"], kind), pa.array(["a/b", None], kind)):
+            split_index(arr, "/", np.zeros(2, np.int64))
+            contains_literal(arr, "b")
