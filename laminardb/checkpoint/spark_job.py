@@ -62,6 +62,7 @@ _ROW = "__ldb_row"
 _ARROW_FILE_MAGIC = b"ARROW1"
 _PARQUET_MAGIC = b"PAR1"
 
+_APP_NAME = "laminardb-coordinator"
 _lock = threading.Lock()
 _spark: Any = None
 
@@ -69,14 +70,9 @@ _spark: Any = None
 def driver_memory() -> str:
     """The JVM heap: ``LAMINARDB_COORDINATOR_SPARK_MEMORY``, else an eighth of the node's RAM
     within [512 MB, 8 GB]."""
-    configured = os.environ.get("LAMINARDB_COORDINATOR_SPARK_MEMORY")
-    if configured:
-        return configured
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # not a POSIX node: the old fixed size
-        return "512m"
-    return f"{min(max(total // 8 >> 20, 512), 8192)}m"
+    from laminardb.spark.resources import driver_memory_mb
+
+    return os.environ.get("LAMINARDB_COORDINATOR_SPARK_MEMORY") or f"{driver_memory_mb()}m"
 
 
 def _worker_pythonpath() -> str:
@@ -106,36 +102,53 @@ def spark_session() -> Any:
         # the executors' Python workers run this interpreter (pyspark reads only the
         # environment for it; "python3" on the PATH may lack pyarrow)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        from pyspark.sql import SparkSession
-
-        builder = (
-            SparkSession.builder.master(os.environ.get("LAMINARDB_COORDINATOR_SPARK_MASTER", _MASTER))
-            .appName("laminardb-coordinator")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")  # no progress bars in the actor's log
-            .config("spark.driver.memory", driver_memory())
+        settings = {
+            "spark.master": os.environ.get("LAMINARDB_COORDINATOR_SPARK_MASTER", _MASTER),
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",  # no progress bars in the actor's log
+            "spark.driver.memory": driver_memory(),
             # the executors' Python workers import this laminardb
-            .config("spark.executorEnv.PYTHONPATH", _worker_pythonpath())
+            "spark.executorEnv.PYTHONPATH": _worker_pythonpath(),
             # Arrow batches of up to 100k rows into mapInArrow (10k by default: per-batch cost)
-            .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100000")
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.shuffle.partitions", "1")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.sql.shuffle.partitions": "1",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
             # never fall back to a per-row conversion: fail loudly instead
-            .config("spark.sql.execution.arrow.pyspark.fallback.enabled", "false")
+            "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
             # an OutOfMemoryError leaves Spark's scheduler threads dead and the job waiting
             # forever: exit instead, so the call fails and the next epoch gets a fresh JVM
-            .config("spark.driver.extraJavaOptions",
-                    "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError")
-        )
+            "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError",
+        }
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pyspark's pandas-version FutureWarning
-            spark = builder.getOrCreate()
+            spark = _start_session(settings)
         spark.sparkContext.setLogLevel("ERROR")
         _spark = spark
         return spark
+
+
+def _start_session(settings: dict[str, str]) -> Any:
+    """On the standalone cluster ``laminardb spark up`` started on this node (executors on
+    every node, ``laminardb.spark``), unless a master is forced by the environment; else in
+    this process (``local[*]``)."""
+    from laminardb.spark.session import standalone_session
+    from laminardb.spark.standalone import coordinator_conf
+
+    cluster = None if "LAMINARDB_COORDINATOR_SPARK_MASTER" in os.environ else coordinator_conf()
+    if cluster is not None:
+        log.info("the coordinator's Spark runs on the standalone cluster at %s", cluster["spark.master"])
+        host = cluster["spark.driver.host"]  # where the other nodes' executors reach the driver
+        return standalone_session({**settings, **cluster, "spark.driver.bindAddress": host},
+                                  app_name=_APP_NAME)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(_APP_NAME)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def stop_spark() -> None:
