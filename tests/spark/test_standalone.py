@@ -134,3 +134,75 @@ def test_the_coordinators_epoch_job_runs_on_the_standalone_workers(tmp_path: Pat
         spark_job.stop_spark()
         stop_spark_daemons(d)
     assert not _jvms_under(d)
+
+
+def test_an_executor_killed_mid_epoch_is_replaced_and_the_epoch_commits_exactly_once(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    """SIGKILL the executor while the epoch job's tasks run: the worker starts a new executor,
+    Spark runs the lost tasks again, and the committed rows equal the staged ones, each once
+    (a killed attempt's half-written file is never renamed into the sink)."""
+    import signal
+    import threading
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from laminardb.checkpoint import spark_job
+    from laminardb.checkpoint.native_epoch import write_epoch
+    from laminardb.connectors.file_sink import TransactionalFileSink
+    from tests._services.procs import wait_until
+
+    d = tmp_path / "spark"
+    start_spark(d, master_port=free_port(), webui_port=free_port(), memory_mb=1024)
+    monkeypatch.setenv("LAMINARDB_SPARK_DIR", str(d))
+    monkeypatch.delenv("LAMINARDB_COORDINATOR_SPARK_MASTER", raising=False)
+    spark_job.stop_spark()
+    schema = pa.schema([("id", pa.int64()), ("k", pa.string())])
+    staged = []
+    for f in range(2):  # two writers' files, many row groups: several tasks of a few seconds
+        ids = np.arange(f * 800_000, (f + 1) * 800_000, dtype=np.int64)
+        path = str(tmp_path / f"epoch-5-{f}.parquet")
+        pq.write_table(pa.table({"id": ids, "k": pa.array(np.char.add("k", (ids % 97).astype(str)))},
+                                schema=schema), path, row_group_size=20_000)
+        staged.append(path)
+    want = pa.concat_tables([pq.read_table(p) for p in staged])
+    sink = TransactionalFileSink(tmp_path / "out", format="parquet", schema=schema)
+    outcome: dict = {}
+    try:
+        spark = spark_job.spark_session()
+
+        def job() -> None:
+            try:
+                outcome["rows"] = write_epoch(spark, "file", sink, staged, 5, schema)[1]
+            except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                outcome["error"] = exc
+
+        def executors() -> set[int]:
+            return {p for p in pids_whose_cmdline_has("CoarseGrainedExecutorBackend")
+                    if os.readlink(f"/proc/{p}/cwd").startswith(str(d))}
+
+        def writing_executor() -> int | None:  # a task has begun writing its part file
+            written = list((tmp_path / "out" / "_staging").glob(".spark-*/*"))
+            running = executors()
+            return next(iter(running)) if written and len(running) == 1 else None
+
+        assert spark.range(10).count() == 10  # the executor is up before the epoch starts
+        runner = threading.Thread(target=job, daemon=True)
+        runner.start()
+        victim = wait_until(writing_executor, timeout=120, interval=0.01, what="a task writing its part file")
+        assert runner.is_alive() and "rows" not in outcome, "the job ended before the kill: nothing was tested"
+        os.kill(victim, signal.SIGKILL)
+        runner.join(timeout=240)
+        assert not runner.is_alive(), "the epoch job did not finish after its executor was killed"
+        assert "error" not in outcome, outcome.get("error")
+        assert sink.staging.exists() and not list(sink.staging.glob(".spark-*")), "the job's temp dir is left"
+        wait_until(lambda: executors() - {victim}, timeout=60, what="a new executor in place of the killed one")
+        assert victim not in executors(), "the killed executor is still there"
+        sink.commit(5)
+        got = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("part-*"))])
+        assert outcome["rows"] == want.num_rows and got.equals(want)
+    finally:
+        spark_job.stop_spark()
+        stop_spark_daemons(d)
+    assert not _jvms_under(d)
