@@ -50,7 +50,7 @@ class ReactorActorImpl:
         self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
         self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
         self.images: dict = {}  # node → StateImage taken at the last barrier, until encoded
-        self.kept: dict = {}  # a plan tree's rows this actor routed to itself, until its next step
+        self.kept: dict = {}  # query → a plan tree's rows this actor routed to itself, until its next step
 
     def reset(self) -> None:
         """Forget every query and all state (a pooled actor serving a new connection)."""
@@ -222,7 +222,7 @@ class ReactorActorImpl:
                 batches = [batch.slice(start, end - start)]
             else:
                 batches = [from_ipc(d) for d in ray.get(list(data))]
-            ex = self._exchange(query)
+            ex = self._exchange(query, first=True)
             for batch in batches:
                 self.rows_in += batch.num_rows
                 ex.enter(name, batch, wm)
@@ -242,16 +242,20 @@ class ReactorActorImpl:
         from laminardb.cluster.exchange import stateful_nodes
 
         with self._busy():
-            ex = self._exchange(query)
+            ex = self._exchange(query, first=True)
             indexes = [i for i, _ in stateful_nodes(ex.tree)] if index is None else [index]
             for i in indexes:
                 ex.watermark(i, wm, before)
             return ex.result()
 
-    def _exchange(self, query: str):
+    def _exchange(self, query: str, *, first: bool = False):
+        """``first``: the call starts a batch's or a watermark's propagation — parts kept from
+        one that failed midway (an actor died) are dropped."""
         from laminardb.cluster.exchange import ActorExchange
 
-        return ActorExchange(self._op(query), self.index, self.owner, self.n_actors, self.kept)
+        if first or query not in self.kept:
+            self.kept[query] = {}
+        return ActorExchange(self._op(query), self.index, self.owner, self.n_actors, self.kept[query])
 
     def plan_state(self, query: str) -> tuple[int, int]:
         from laminardb.cluster.distributed_plan import tree_state
