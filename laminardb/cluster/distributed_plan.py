@@ -122,7 +122,8 @@ class DistributedPlanOperator:
                      for a in readers]
             return self._steps(first, wm_before), None
         n = self.cluster.n_actors
-        targets = [a for a in range(n) if range_slice(batch.num_rows, a, n)[1] > range_slice(batch.num_rows, a, n)[0]]
+        shares = [range_slice(batch.num_rows, a, n) for a in range(n)]
+        targets = [a for a, (start, end) in enumerate(shares) if end > start]
         if not targets:
             return [], None
         data, slots = ship(self.ring, batch, targets)  # shared memory on this machine
