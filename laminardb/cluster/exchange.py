@@ -7,7 +7,9 @@ nodes (filters, projections, UNION ALL) run at once, where the rows are. At a st
 (join, keyed aggregate, Top-N, OVER) the rows are split by the owner of each row's vnode under
 *that node's* key (``split_by_owner``, as ``_keys_of`` says): the parts for other actors go
 into Ray's object store from here and only their references go back to the head, which hands
-them to the owners in its next step (``distributed_plan.py``) — the head never holds a row.
+them to the owners in its next step (``distributed_plan.py``) — the head never decodes, splits
+or copies a row out of the store (a part of at most ``INLINE_BYTES`` rides inside the answer
+as opaque IPC bytes instead: cheaper than a reference for a handful of rows).
 
 Why this actor's own part waits for the next step too (``kept``): the owner then takes every
 sender's part of a node's input in sender order, the order the rows had when the head
@@ -51,10 +53,16 @@ def stateful_nodes(tree: PlanOperator) -> list[tuple[int, bool]]:
 
 
 #: a message between steps: (target actor, node index, port, sender, payload) — the payload
-#: an ObjectRef of Arrow IPC, or (its own part) an int naming a batch in the target's ``kept``
+#: Arrow IPC (an ObjectRef, or inline when small: ``INLINE_BYTES``), or (its own part) an int
+#: naming a batch in the target's ``kept``
 Message = tuple[int, int, int, int, Any]
 
 _kept_ids = itertools.count()  # names of the parts an actor keeps for itself
+
+#: a part up to this size travels inside the answer and the next call (Ray inlines such small
+#: values anyway) instead of as an object reference the head would borrow: for selective
+#: filters before a join, most parts are a few rows and the reference protocol costs more
+INLINE_BYTES = 64 * 1024
 
 
 class ActorExchange:
@@ -87,11 +95,11 @@ class ActorExchange:
             if not groups or groups[-1][:2] != (index, port):
                 groups.append((index, port, []))
             groups[-1][2].append(payload)
-        refs = [p for _, _, ps in groups for p in ps if not isinstance(p, int)]
-        fetched = iter(ray.get(refs)) if refs else iter(())
+        refs = [p for _, _, ps in groups for p in ps if isinstance(p, ray.ObjectRef)]
+        fetched = dict(zip(map(id, refs), ray.get(refs), strict=True)) if refs else {}
         rows = 0
         for index, port, payloads in groups:
-            batches = [self.kept.pop(p) if isinstance(p, int) else from_ipc(next(fetched)) for p in payloads]
+            batches = [self.kept.pop(p) if isinstance(p, int) else from_ipc(fetched.get(id(p), p)) for p in payloads]
             batch = batches[0] if len(batches) == 1 else _concat(batches)
             rows += batch.num_rows
             if batch.num_rows:
@@ -135,7 +143,9 @@ class ActorExchange:
                 payload: Any = next(_kept_ids)
                 self.kept[payload] = part
             else:
-                payload = ray.put(to_ipc_array(part))
+                payload = to_ipc_array(part)
+                if payload.nbytes > INLINE_BYTES:
+                    payload = ray.put(payload)
             self.sent.append((target, index, port, self.me, payload))
 
     def _run(self, node: _Node, port: int, batch: pa.RecordBatch, wm: int) -> None:
