@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from laminardb.nexmark import QUERIES, SOURCES_DDL, generate
+from laminardb.nexmark import QUERIES, SOURCES_DDL, NexmarkConfig, generate
 from tests._services.fixtures import kafka_broker  # noqa: F401
 from tests.nexmark.test_nexmark import _fold, _normalize
 
@@ -107,3 +107,90 @@ def test_kafka_tree_rows_move_actor_to_actor_and_the_head_decodes_only_the_root_
         assert ops[q].counts.messages > 0, q  # the joins' inputs did cross between the actors
         assert want[q], f"{q}: the scenario must produce rows"
         assert _normalize(_fold(raw[q])) == want[q], q
+
+
+class _InProcess:
+    """A ``ReactorActorImpl`` called in this process the way Ray calls an actor (``.remote``
+    runs the method at once): the exchange's steps, without Ray's scheduling in the way."""
+
+    def __init__(self, impl) -> None:
+        self.impl = impl
+
+    def __getattr__(self, method: str):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(remote=getattr(self.impl, method))
+
+
+class _Cluster:
+    """What ``DistributedPlanOperator`` needs of an ``ActorPool``, over in-process actors."""
+
+    def __init__(self, impls: list, owner) -> None:
+        from laminardb.cluster.routing import Routing
+
+        self.actors = [_InProcess(i) for i in impls]
+        self.n_actors = len(impls)
+        self.routing = Routing(owner)
+
+    def gather(self, targets, futures, method):
+        return futures
+
+    def call_each(self, targets, method, *args):
+        return [getattr(self.actors[a], method).remote(*args) for a in targets]
+
+    def single_owner(self) -> int:
+        return int(self.routing.owner[0])
+
+
+@pytest.mark.parametrize("inline_bytes", [0, 1 << 40], ids=["by-reference", "inline"])
+@pytest.mark.parametrize("query", ["q20", "q5", "q19"])
+def test_two_actors_exchanging_rows_equal_one_tree(ray_cluster, monkeypatch, query, inline_bytes):
+    """The actors' side of the exchange (``ReactorActorImpl.plan_*`` over ``ActorExchange``),
+    two of them in this process, every part passed by reference or every part inline: the
+    roots' output, batch by batch and watermark by watermark, folds to what one embedded tree
+    emits — joins, windows closed by watermarks (q5) and Top-N (q19)."""
+    import numpy as np
+
+    import laminardb
+    from laminardb.cluster import exchange
+    from laminardb.cluster.distributed_plan import DistributedPlanOperator
+    from laminardb.cluster.reactor_actor import ReactorActorImpl
+    from laminardb.cluster.remote_rows import RemoteRows
+    from laminardb.cluster.routing import Routing
+    from laminardb.cluster.wire import to_ipc_array
+
+    monkeypatch.setattr(exchange, "INLINE_BYTES", inline_bytes)
+    monkeypatch.delattr("os.sched_setaffinity", raising=False)  # the actors would pin this process
+    owner = Routing.from_members(2, 64).owner
+    impls = [ReactorActorImpl(a, 2) for a in range(2)]
+    with laminardb.open() as ref:
+        try:
+            for db in [ref] + [i.conn for i in impls]:
+                db.execute(SOURCES_DDL)
+                db.execute(QUERIES[query].statement())
+            for impl in impls:
+                impl.set_ownership(owner.tobytes(), np.zeros(64, np.int64).tobytes(), 2)
+            one = ref.engine.reactor.nodes[query].op
+            two = DistributedPlanOperator(query, one.plan, _Cluster(impls, owner))
+            want, got, wm = [], [], -(2**62)
+            for i, (stream, batch) in enumerate(generate(12_000, seed=7, batch_events=1_500, config=NexmarkConfig(rate=1000.0))):
+                want += one.process_input(stream, batch, wm)[0]
+                if i % 2:  # Kafka-style: each half read by one actor, never at the head
+                    import ray
+
+                    half = batch.num_rows // 2
+                    rows = RemoteRows(batch.schema, batch.num_rows, None,
+                                      [(0, ray.put(to_ipc_array(batch.slice(0, half)))),
+                                       (1, ray.put(to_ipc_array(batch.slice(half))))])
+                    got += two.process_input(stream, rows, wm)[0]
+                else:
+                    got += two.process_input(stream, batch, wm)[0]
+                wm = max(wm, int(np.asarray(batch.column("dateTime").cast("int64")).max()) - 4_000)
+                want += one.on_watermark(wm)
+                got += two.on_watermark(wm)
+        finally:
+            for impl in impls:
+                impl.conn.close()
+    assert two.counts.messages > 0
+    assert want, "the scenario must produce rows"
+    assert _normalize(_fold(pa.Table.from_batches(got))) == _normalize(_fold(pa.Table.from_batches(want)))
