@@ -1,101 +1,57 @@
-"""``DistributedPlanOperator``: a plan tree (joins, OVER, Top-N, subqueries) whose stateful
-operators run on the actors, each partitioned by its own key.
+"""``DistributedPlanOperator``: a plan tree (joins, OVER, Top-N, subqueries) whose nodes run
+on the actors, each stateful one partitioned by its own key; rows move actor → actor.
 
 Entry point: ``DistributedPlanOperator(name, plan, cluster)``, the Delta mode's stand-in for
 ``PlanOperator`` (same contract: ``process_input``, ``on_watermark``, ``snapshot``/``restore``,
-``current_rows``). The head keeps the tree's shape and runs its stateless nodes (filters,
-projections, UNION ALL); every stateful node — a join, a keyed aggregate, Top-N, OVER — is a
-``_RemoteNode`` whose rows are split by the owner of each row's vnode under *that node's* key
-(a join: the left keys for its left input, the right keys for its right one) and run on the
-owning actor's copy of the same tree. What a node emits comes back and moves on to its parent,
-which routes it again by its own key: rows move actor → actor, through the head, wherever
-consecutive keys differ. Nodes without a key (a global aggregate, an unpartitioned OVER) run
-on the owner of vnode 0.
+``current_rows``). Every actor holds a copy of the whole tree and runs it over the rows it
+holds (``exchange.ActorExchange``): stateless nodes where the rows are; each stateful node — a
+join, a keyed aggregate, Top-N, OVER — on the owner of each row's vnode under *that node's* key
+(a join: the left keys for its left input, the right keys for its right one); a node without a
+key on the owner of vnode 0. Where an actor's rows belong to another actor, it puts them in
+Ray's object store itself and answers with their references.
 
-Why a node and not a whole tree per actor: each node's state then sits exactly on the actor
-that owns its key's vnode, so the actors' snapshots split by vnode (every operator hashes its
-own key) and a rescale moves each node's state with its vnodes, with no per-tree key analysis.
-The cost is a round trip per stateful node per batch; fusing nodes whose keys agree (q4's
-join and its MAX grouped by the join key) is the next step.
+The head is only the scheduler of those messages: a step is one call per actor with work,
+carrying the (node, port, references) addressed to it; the answers name the next step's
+messages, until none is left. It never decodes, splits or ships a row between nodes — only
+the root's output comes back (for subscribers, views and sinks). Rows the client inserts go
+to the actors once (each runs a contiguous share), Kafka rows (``RemoteRows``) start on the
+actors that read them. Why the head still schedules rather than the actors calling each
+other: the head then knows when a batch or a watermark has fully propagated, which the
+watermark order and the checkpoint barrier (``snapshot_take`` after every call sent) rely on,
+and two single-threaded actors never wait on each other.
 
-Watermarks keep the embedded order: on each one, the nodes advance children first (post-order),
-so a window a child closes reaches its parent before the parent sees the watermark.
+Why each node's state stays partitioned by its own key: the actors' snapshots split by vnode
+(every operator hashes its own key), so a rescale moves each node's state with its vnodes with
+no per-tree key analysis — exactly as when the head routed the rows.
+
+Watermarks keep the embedded order: the stateful nodes advance children first (post-order),
+and what a node closes has reached its parent before the parent sees the watermark.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pyarrow as pa
 
 from laminardb.cluster.distributed_operator import CLUSTER_FORMAT, ClusterImage, ship
-from laminardb.cluster.routing import split_by_owner
-from laminardb.cluster.wire import from_ipc, to_ipc
-from laminardb.operators.plan_operator import PlanOperator, _Join, _Node, _Stage, _TopN
+from laminardb.cluster.exchange import stateful_nodes
+from laminardb.cluster.routing import range_slice
+from laminardb.cluster.wire import from_ipc
+from laminardb.operators.plan_operator import PlanOperator
 from laminardb.sql.plan import QueryPlan
 from laminardb.sql.watermarks import NO_WATERMARK
 
 
-def _keys_of(node: _Node):
-    """``(port, batch) -> key arrays`` of a stateful node and whether it has a key at all (a
-    node without one runs on one actor), or None for a node the head runs itself (stateless)."""
-    if isinstance(node, _Stage):
-        agg = node.plan.aggregate
-        if agg is None:
-            return None
-        exprs = list(agg.keys)
-        return (lambda port, batch: [e.evaluate(batch) for e in exprs]), bool(exprs)
-    if isinstance(node, _Join):
-        keys = node.op.keys
-        return (lambda port, batch: [k.evaluate(batch) for k in keys[port]]), bool(keys[0])
-    if isinstance(node, _TopN):  # Top-N and OVER: their PARTITION BY columns
-        cols = list(node.op.node.partition)
-        return (lambda port, batch: [batch.column(i) for i in cols]), bool(cols)
-    return None
+@dataclass
+class ExchangeCounts:
+    """What the head did for a tree (tests read it: rows never pass through the head)."""
 
-
-class _RemoteNode(_Node):
-    """A stateful node of the tree, run on the actors (see the module docstring)."""
-
-    def __init__(self, owner: DistributedPlanOperator, index: int, local: _Node, keys, keyed: bool) -> None:
-        self.owner = owner
-        self.index = index
-        self.op = local.op  # schema and counters; the state lives on the actors
-        self.keys = keys
-        self.keyed = keyed
-
-    def _targets(self) -> list[int]:
-        """The actors holding this node's state: all, or the owner of vnode 0 (no key)."""
-        cluster = self.owner.cluster
-        return list(range(cluster.n_actors)) if self.keyed else [cluster.single_owner()]
-
-    def push(self, batch: pa.RecordBatch, port: int, wm: int) -> list[pa.RecordBatch]:
-        cluster = self.owner.cluster
-        n = cluster.n_actors
-        if not self.keyed or n == 1:
-            parts = {self._targets()[0]: batch}
-        else:
-            split = split_by_owner(batch, self.keys(port, batch), cluster.routing.owner, n)
-            parts = {a: p for a, p in enumerate(split) if p.num_rows}
-        targets = sorted(parts)
-        futures, slots = [], []
-        try:
-            for a in targets:
-                data, used = ship(self.owner.ring, parts[a], [a])  # shared memory on this machine
-                slots += used
-                futures.append(cluster.actors[a].plan_push.remote(self.owner.name, self.index, port, wm, data))
-            return self._outputs(cluster.gather(targets, futures, "plan_push"))
-        finally:
-            for slot in slots:
-                self.owner.ring.release(slot)
-
-    def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
-        cluster = self.owner.cluster
-        return self._outputs(cluster.call_each(self._targets(), "plan_watermark", self.owner.name, self.index, wm))
-
-    def _outputs(self, results: list[tuple[list[bytes], int]]) -> list[pa.RecordBatch]:
-        """Each actor's (emitted batches, rows it dropped as late); the drops are counted here."""
-        self.owner.late_dropped += sum(late for _, late in results)
-        out = [from_ipc(b) for outs, _ in results for b in outs]
-        return [b for b in out if b.num_rows]
+    steps: int = 0  # rounds of calls
+    calls: int = 0  # actor calls
+    messages: int = 0  # (node, port, references) handed from one actor to another
+    root_rows: int = 0  # rows the head decoded: the root's output only
+    root_bytes: int = 0  # their Arrow IPC bytes
 
 
 class _ActorsState:
@@ -142,31 +98,88 @@ class DistributedPlanOperator:
         self.plan = plan
         self.cluster = cluster
         self.ring = ring  # the connection's shared-memory ring (None: Ray's object store)
-        self.tree = PlanOperator(plan, place=self._place)
+        self.tree = PlanOperator(plan)  # the shape and schemas; the rows and state are on the actors
+        self.stateful = stateful_nodes(self.tree)  # (node index, keyed), children first
         self.schema = self.tree.schema
+        self.wm = NO_WATERMARK
         self.late_dropped = 0  # rows the nodes dropped as late, as the actors report them
+        self.counts = ExchangeCounts()
         self.agg = _ActorsState(self)  # what metrics() reads: state rows and bytes on the actors
         #: the actor count of the last snapshot (None: none since the state was loaded); a
         #: delta is taken only against the same actors
         self._snapshot_actors: int | None = None
-
-    def _place(self, index: int, node: _Node) -> _Node | None:
-        keys = _keys_of(node)
-        return None if keys is None else _RemoteNode(self, index, node, *keys)
 
     # ------------------------------------------------------------------ the operator contract
     def process(self, batch, wm_before: int = NO_WATERMARK, **_ignored):
         return self.process_input(self.plan.inputs[0], batch, wm_before)
 
     def process_input(self, name: str, batch, wm_before: int = NO_WATERMARK):
-        return self.tree.process_input(name, batch, wm_before)  # RemoteRows: fetched first
+        """Rows of input ``name``: Kafka rows (``RemoteRows``) start on the actors that read
+        them; rows from the client go to every actor once, each running a contiguous share."""
+        if hasattr(batch, "refs_read_by"):
+            readers = sorted({a for a, _ in batch.wholes})
+            first = [(a, "plan_input", (self.name, name, wm_before, "refs", batch.refs_read_by(a)))
+                     for a in readers]
+            return self._steps(first, wm_before), None
+        n = self.cluster.n_actors
+        shares = [range_slice(batch.num_rows, a, n) for a in range(n)]
+        targets = [a for a, (start, end) in enumerate(shares) if end > start]
+        if not targets:
+            return [], None
+        data, slots = ship(self.ring, batch, targets)  # shared memory on this machine
+        try:
+            first = [(a, "plan_input", (self.name, name, wm_before, "range", data)) for a in targets]
+            return self._steps(first, wm_before), None
+        finally:
+            for slot in slots:
+                self.ring.release(slot)
 
     def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
-        return self.tree.on_watermark(wm)
+        """The stateful nodes advance children first; what each closes moves on up (at the
+        previous watermark, as embedded) before the next node advances. On one actor the
+        whole tree advances in one call."""
+        before, out = self.wm, []
+        if self.cluster.n_actors == 1:
+            out = self._steps([(0, "plan_watermark", (self.name, None, wm, before))], before)
+        else:
+            everyone, single = list(range(self.cluster.n_actors)), [self.cluster.single_owner()]
+            for index, keyed in self.stateful:
+                calls = [(a, "plan_watermark", (self.name, index, wm, before)) for a in (everyone if keyed else single)]
+                out += self._steps(calls, before)
+        self.wm = max(self.wm, wm)
+        return out
+
+    def _steps(self, calls: list[tuple[int, str, tuple]], wm: int) -> list[pa.RecordBatch]:
+        """Run ``calls`` (actor, method, args), then hand each answer's messages to their
+        target actors, step after step, until no rows are left between nodes. Each target
+        takes its messages by node, port and sender (``exchange`` says why). Returns the
+        root's output."""
+        out: list[pa.RecordBatch] = []
+        while calls:
+            targets = [a for a, _, _ in calls]
+            futures = [getattr(self.cluster.actors[a], method).remote(*args) for a, method, args in calls]
+            results = self.cluster.gather(targets, futures, calls[0][1])
+            self.counts.steps += 1
+            self.counts.calls += len(calls)
+            inbox: dict[int, list] = {}
+            for sent, data, late in results:
+                self.late_dropped += late
+                if data is not None:
+                    batch = from_ipc(data)
+                    self.counts.root_rows += batch.num_rows
+                    self.counts.root_bytes += len(data)
+                    if batch.num_rows:
+                        out.append(batch)
+                for target, index, port, sender, payload in sent:
+                    inbox.setdefault(target, []).append((index, port, sender, payload))
+                self.counts.messages += len(sent)
+            calls = [(a, "plan_deliver", (self.name, wm, [(i, p, load) for i, p, _, load in
+                                                          sorted(msgs, key=lambda m: m[:3])]))
+                     for a, msgs in sorted(inbox.items())]
+        return out
 
     def current_rows(self) -> pa.RecordBatch:
-        root = self.tree.root
-        if not isinstance(root, _RemoteNode):
+        if (len(self.tree.nodes) - 1) not in {i for i, _ in self.stateful}:  # the root holds no rows
             return self.tree.current_rows()
         results = self.cluster.call_each(list(range(self.cluster.n_actors)), "current_rows", self.name)
         batches = [from_ipc(b) for b in results]
@@ -224,24 +237,9 @@ class DistributedPlanOperator:
         self._snapshot_actors = None
 
 
-def node_outputs(tree: PlanOperator, index: int, port: int, wm: int,
-                 batch: pa.RecordBatch) -> tuple[list[bytes], int]:
-    """An actor's side of ``_RemoteNode.push``: node ``index`` of its own copy of the tree
-    takes the rows it owns; what it emits goes back to the head (never up this tree), with
-    the rows it dropped as late."""
-    node = tree.nodes[index]
-    before = node.op.late_dropped
-    outs = [to_ipc(b) for b in node.push(batch, port, wm) if b.num_rows]
-    return outs, node.op.late_dropped - before
-
-
-def node_watermark(tree: PlanOperator, index: int, wm: int) -> tuple[list[bytes], int]:
-    return [to_ipc(b) for b in tree.nodes[index].on_watermark(wm) if b.num_rows], 0
-
-
 def tree_state(tree: PlanOperator) -> tuple[int, int]:
     """An actor's copy of a tree: its state rows and bytes (``_ActorsState``)."""
     return int(tree.agg.state_groups), int(tree.agg.nbytes)
 
 
-__all__ = ["DistributedPlanOperator", "node_outputs", "node_watermark", "tree_state"]
+__all__ = ["DistributedPlanOperator", "ExchangeCounts", "tree_state"]

@@ -50,6 +50,7 @@ class ReactorActorImpl:
         self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
         self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
         self.images: dict = {}  # node → StateImage taken at the last barrier, until encoded
+        self.kept: dict = {}  # query → a plan tree's rows this actor routed to itself, until its next step
 
     def reset(self) -> None:
         """Forget every query and all state (a pooled actor serving a new connection)."""
@@ -61,6 +62,7 @@ class ReactorActorImpl:
         self.shm.close()
         self.partial = {}
         self.images = {}
+        self.kept = {}
         self.conn = laminardb.open()
         self.conn.engine.reactor.connectors_enabled = False
         self.rows_in = self.polled_rows = 0
@@ -203,23 +205,57 @@ class ReactorActorImpl:
             state = self.partial[node] = PartialState(self._op(node).plan)
         return to_ipc(state.close(wm))
 
-    # -- plan trees: one stateful node at a time (see distributed_plan.py) ----------
-    def plan_push(self, query: str, index: int, port: int, wm: int, data) -> tuple[list[bytes], int]:
-        """Rows this actor owns for node ``index`` of ``query``'s tree; returns what it emits
-        and how many rows it dropped as late."""
-        from laminardb.cluster.distributed_plan import node_outputs
+    # -- plan trees: each actor runs the whole tree over its rows (exchange.py) --------
+    def plan_input(self, query: str, name: str, wm: int, mode: str, data) -> tuple[list, bytes | None, int]:
+        """Rows of input ``name`` into this actor's copy of ``query``'s tree: ``range`` — its
+        contiguous share of a batch the client inserted; ``refs`` — the object references of
+        the Kafka rows it read itself. Returns (messages for other actors — references to rows
+        it put in the object store, and its own parts kept here — the root's output as IPC,
+        rows dropped as late)."""
+        import ray
 
         with self._busy():
-            # copied out of the shared-memory ring: joins and Top-N keep input rows as state
-            batch = self.shm.read(data, copy=True) if isinstance(data, ShmSlice) else from_ipc(_resolved(data))
-            self.rows_in += batch.num_rows
-            return node_outputs(self._op(query), index, port, wm, batch)
+            if mode == "range":
+                # copied out of the shared-memory ring: joins and Top-N keep input rows as state
+                batch = self.shm.read(data, copy=True) if isinstance(data, ShmSlice) else from_ipc(_resolved(data))
+                start, end = range_slice(batch.num_rows, self.index, self.n_actors)
+                batches = [batch.slice(start, end - start)]
+            else:
+                batches = [from_ipc(d) for d in ray.get(list(data))]
+            ex = self._exchange(query, first=True)
+            for batch in batches:
+                self.rows_in += batch.num_rows
+                ex.enter(name, batch, wm)
+            return ex.result()
 
-    def plan_watermark(self, query: str, index: int, wm: int) -> tuple[list[bytes], int]:
-        from laminardb.cluster.distributed_plan import node_watermark
+    def plan_deliver(self, query: str, wm: int, messages: list) -> tuple[list, bytes | None, int]:
+        """Rows other actors (and this one) routed here, as (node, port, payload): run them
+        on up the tree; returns as ``plan_input``."""
+        with self._busy():
+            ex = self._exchange(query)
+            self.rows_in += ex.deliver(messages, wm)
+            return ex.result()
+
+    def plan_watermark(self, query: str, index: int | None, wm: int, before: int) -> tuple[list, bytes | None, int]:
+        """Node ``index`` (None: every stateful node, children first — one actor) advances to
+        ``wm``; what it closes moves on up at ``before``. Returns as ``plan_input``."""
+        from laminardb.cluster.exchange import stateful_nodes
 
         with self._busy():
-            return node_watermark(self._op(query), index, wm)
+            ex = self._exchange(query, first=True)
+            indexes = [i for i, _ in stateful_nodes(ex.tree)] if index is None else [index]
+            for i in indexes:
+                ex.watermark(i, wm, before)
+            return ex.result()
+
+    def _exchange(self, query: str, *, first: bool = False):
+        """``first``: the call starts a batch's or a watermark's propagation — parts kept from
+        one that failed midway (an actor died) are dropped."""
+        from laminardb.cluster.exchange import ActorExchange
+
+        if first or query not in self.kept:
+            self.kept[query] = {}
+        return ActorExchange(self._op(query), self.index, self.owner, self.n_actors, self.kept[query])
 
     def plan_state(self, query: str) -> tuple[int, int]:
         from laminardb.cluster.distributed_plan import tree_state

@@ -217,13 +217,17 @@ class PlanOperator:
         if hasattr(batch, "materialize"):  # rows left on the actors that read them (Delta)
             batch = batch.materialize()
         out: list[pa.RecordBatch] = []
+        for node, port in self.scan_targets(name):
+            self._up(node, port, [batch], wm_before, out)
+        return out, None
+
+    def scan_targets(self, name: str) -> list[tuple[_Node, int]]:
+        """The (node, port) pairs that read input ``name`` (matched case-insensitively)."""
         targets = self.scans.get(name)
         if targets is None:
             lowered = {k.lower(): v for k, v in self.scans.items()}
             targets = lowered.get(name.lower(), [])
-        for node, port in targets:
-            self._up(node, port, [batch], wm_before, out)
-        return out, None
+        return targets
 
     def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
         out: list[pa.RecordBatch] = []

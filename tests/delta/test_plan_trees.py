@@ -1,6 +1,6 @@
 """Plan trees in the Delta mode (issue 10, "Distribution"): every stateful node of a join,
 OVER, Top-N or subquery tree runs on the actors, partitioned by its own key; rows move
-actor → actor (through the head) where consecutive keys differ. Checked the Flink way: the
+actor → actor where consecutive keys differ (the head only schedules them). Checked the Flink way: the
 Nexmark tree queries over the same generated rows, with an actor SIGKILLed and the database
 rescaled 2 → 1 → 2 mid-stream, equal an unbroken embedded run (changelogs folded)."""
 
