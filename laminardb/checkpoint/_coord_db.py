@@ -118,6 +118,11 @@ class _Stats:
     last_error: str | None = None
     last_bytes: int = 0
     last_rows: int = 0
+    #: checkpoints that took longer than the interval: the next one started late and took
+    #: every row since this one's barrier (epochs merge; none is skipped or queued twice)
+    overruns: int = 0
+    last_duration_s: float | None = None
+    last_done: float | None = None  # monotonic time the last checkpoint was recorded
     history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_HISTORY))
 
 
@@ -290,6 +295,9 @@ class CoordinatedDatabase:
         st.checkpoints += 1
         st.last_epoch, st.last_error = epoch, None
         st.last_bytes, st.last_rows = int(ack.get("bytes") or 0), rows
+        st.last_duration_s, st.last_done = time.monotonic() - t0, time.monotonic()
+        if self.spec.interval_s and st.last_duration_s > self.spec.interval_s:
+            st.overruns += 1
         with self._stats_lock:  # status() copies the history from another thread
             st.history.append((t_manifest - t0, spark_s, float(ack.get("stall_s") or 0.0),
                                t_prepared - t0))
@@ -386,6 +394,8 @@ class CoordinatedDatabase:
             "settled": not self.needs_settle, "sinks": sorted(self.sinks),
             "duration_p50_s": None, "duration_p99_s": None, "spark_share": None,
             "spark_p50_s": None, "stall_p50_s": None, "prepare_p50_s": None,
+            "overruns": st.overruns, "last_duration_s": st.last_duration_s,
+            "behind_s": self._behind(st),
         }
         if hist:
             dur, spark, stall, prep = (np.array(c, dtype=np.float64) for c in zip(*hist, strict=True))
@@ -395,6 +405,13 @@ class CoordinatedDatabase:
                 spark_p50_s=float(np.percentile(spark, 50)), stall_p50_s=float(np.percentile(stall, 50)),
                 prepare_p50_s=float(np.percentile(prep, 50)))
         return out
+
+    def _behind(self, st: _Stats) -> float:
+        """How long the next checkpoint is overdue (0 when on time): the backlog of a Spark
+        job, sink or head slower than the interval."""
+        if not self.spec.interval_s or st.last_done is None:
+            return 0.0
+        return max(0.0, time.monotonic() - st.last_done - self.spec.interval_s)
 
     def close(self) -> None:
         for slot in self.sinks.values():

@@ -168,3 +168,39 @@ def test_retires_only_when_idle_and_then_refuses_registrations(make, tmp_path) -
     with pytest.raises(CoordinatorRetiredError):
         register(coord, tmp_path)
     assert coord.databases() == []
+
+
+def test_a_spark_job_slower_than_the_interval_merges_epochs_and_shows_the_backlog(make, tmp_path,
+                                                                                monkeypatch) -> None:
+    """Each epoch's Spark job takes 3× the interval: checkpoints run back to back, each takes
+    every row since the last barrier (nothing is lost or written twice), and status() counts
+    the overruns and how far behind the next checkpoint is."""
+    import time
+
+    from laminardb.checkpoint import native_epoch
+
+    real = native_epoch.write_epoch
+
+    def slow(*args, **kwargs):
+        time.sleep(0.6)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(native_epoch, "write_epoch", slow)
+    head, coord = make(rows_per_epoch=200)
+    register(coord, tmp_path, interval_s=0.2)
+    behind = []
+
+    def three_done() -> bool:
+        s = coord.status("db1")
+        behind.append(s["behind_s"])
+        return s["checkpoints"] >= 3
+
+    wait_until(three_done, timeout=120, interval=0.05, what="3 slow checkpoints")
+    with coord._db("db1").lock:  # between checkpoints: the figures and the head agree
+        s = coord.status("db1")
+        st = head.state()
+    coord.stop()
+    assert s["failures"] == 0 and s["overruns"] >= 3 and s["last_duration_s"] > 0.2
+    assert max(behind) > 0.0, "status() never showed the overdue checkpoint"
+    assert st["pending"] == {} and st["last_committed"] == s["last_epoch"]
+    check_output(tmp_path, head)  # every row of every epoch, once
