@@ -89,7 +89,7 @@ class OneRowUpdate:
         self._keys_packed = all(_packable(t) and (pa.types.is_integer(t) or t in (pa.string(), pa.bool_()))
                                 and not pa.types.is_timestamp(t) for t in key_types)
         self._key_types = key_types
-        self._steps = [(_KINDS[type(a)], a) for a in agg.accs]
+        self._steps = [(_kind(a), a) for a in agg.accs]
         self._out_types = [a.spec.out_type for a in agg.accs]
 
     def process(self, keys: list[pa.Array], args: list[pa.Array | None], ts: np.ndarray | None,
@@ -110,78 +110,83 @@ class OneRowUpdate:
                 closed_before = wm_before - agg.lateness
             late = win + size <= closed_before
         values = [k.to_pylist()[0] for k in keys]
-        key_id, slot = self._group(keys, values, win, late)
+        slot, fixed = self._group(keys, values, win, late)
         if late:  # the batch path interned the key, then dropped the row
-            return None, np.ones(1, dtype=np.bool_)
-        agg.last_slots = np.full(1, slot, dtype=np.int64)
+            return None, _LATE
+        # (``last_slots``, which the batch path also sets, is read for EMIT ON WINDOW CLOSE only)
         if agg.window is not None:
             agg._min_open_end = min(agg._min_open_end, win + agg.window.size)
 
         counts = agg.rows.counts
-        old_ok = bool(counts[slot] > 0)
-        old = [self._value(kind, a, slot) for kind, a in self._steps]
+        old_ok = counts[slot] > 0
+        old = [_VALUES[kind](a, slot) for kind, a in self._steps]
         w = 1 if weights is None else int(weights[0])
         counts[slot] += w
         seq = agg._seq
         for (kind, a), arr in zip(self._steps, args, strict=True):
             _UPDATES[kind](a, slot, arr, w, t, seq)
         agg._seq = seq + 1
-        new_ok = bool(counts[slot] > 0)
-        new = [self._value(kind, a, slot) for kind, a in self._steps]
+        new_ok = counts[slot] > 0
+        new = [_VALUES[kind](a, slot) for kind, a in self._steps]
 
-        cols = []
-        if agg.window is not None:
-            cols.append(_pair(win, win, agg.time_type))
-            cols.append(_pair(win + agg.window.size, win + agg.window.size, agg.time_type))
-        cols += self._key_pair(key_id, values)
-        cols += [_pair(o, n, ty) for o, n, ty in zip(old, new, self._out_types, strict=True)]
+        cols = fixed + [_pair(o, n, ty) for o, n, ty in zip(old, new, self._out_types, strict=True)]
         pair = pa.RecordBatch.from_arrays(cols, schema=agg.schema)
         if not new_ok and agg.window is None:  # retracted to nothing: freed as the batch path does
             agg._free(np.full(1, slot, dtype=np.int64))
-        return self._group_rows(new=None, new_valid=np.array([new_ok]), old_valid=np.array([old_ok]), pair=pair), None
+        return self._group_rows(new=None, new_valid=_VALID[new_ok], old_valid=_VALID[old_ok], pair=pair), None
 
     # ------------------------------------------------------------------ key → slot
-    def _group(self, keys: list[pa.Array], values: list, win: int, late: bool) -> tuple[int, int]:
-        """(key id, slot) of the row's group; slot −1 for a late row (its key still interned)."""
+    def _group(self, keys: list[pa.Array], values: list, win: int, late: bool) -> tuple[int, list[pa.Array]]:
+        """The slot of the row's group (−1 for a late row: its key is still interned) and its
+        window bound and key columns as old/new pairs (immutable: kept with the hint)."""
         agg = self.agg
         hints = self._hints
         hint_key = (*values, win)
         if hints is not None and not late:
             hit = hints.get(hint_key)
             if hit is not None:
-                key_id, slot = hit
+                key_id, slot, fixed = hit
                 g = agg.groups
                 # slots are reused after a group closes: a hint holds only while the slot is this group's
                 if g.live[slot] and g.slot_key[slot] == key_id and g.slot_win[slot] == win:
-                    return key_id, slot
+                    return slot, fixed
         key_id = int(agg.keys.intern(keys)[0]) if agg.keys is not None else 0
         if late:
-            return key_id, -1
+            return -1, []
         slot = int(agg.groups.upsert(np.full(1, key_id, dtype=np.int64), np.full(1, win, dtype=np.int64))[0])
+        fixed = []
+        if agg.window is not None:
+            end = win + agg.window.size
+            fixed += [_pair(win, win, agg.time_type), _pair(end, end, agg.time_type)]
+        if self._keys_packed:
+            fixed += [_pair(v, v, t) for v, t in zip(values, self._key_types, strict=True)]
+        elif agg.keys is not None:
+            fixed += [pa.concat_arrays([c, c]) for c in agg.keys.take(np.full(1, key_id, dtype=np.int64))]
         if hints is not None:
             if len(hints) >= _MAX_HINTS:
                 hints.clear()
-            hints[hint_key] = (key_id, slot)
-        return key_id, slot
+            hints[hint_key] = (key_id, slot, fixed)
+        return slot, fixed
 
-    def _key_pair(self, key_id: int, values: list) -> list[pa.Array]:
-        if self._keys_packed:
-            return [_pair(v, v, t) for v, t in zip(values, self._key_types, strict=True)]
-        stored = self.agg.keys.take(np.full(1, key_id, dtype=np.int64))
-        return [pa.concat_arrays([c, c]) for c in stored]
 
-    @staticmethod
-    def _value(kind: str, a, slot: int):
-        """The aggregate's result for ``slot`` as a Python value (None: NULL), as ``raw`` gives it."""
-        if kind == "count":
-            return int(a.counts[slot])
-        if kind in ("sum", "avg"):
-            cnt = int(a.counts[slot])
-            if cnt <= 0:
-                return None
-            s = a.sums[slot]
-            return float(s) / cnt if kind == "avg" else s.item()
-        return a.best[slot].item() if a.has[slot] else None
+# ---------------------------------------------------------------------- results
+# The result of an aggregate for one slot as a Python value (None: NULL), as ``raw`` gives it.
+
+def _count_value(a: CountAcc, slot: int) -> int:
+    return int(a.counts[slot])
+
+
+def _sum_value(a: SumAcc, slot: int):
+    return a.sums[slot].item() if a.counts[slot] > 0 else None
+
+
+def _avg_value(a: SumAcc, slot: int) -> float | None:
+    cnt = int(a.counts[slot])
+    return float(a.sums[slot]) / cnt if cnt > 0 else None  # numpy's float64 ÷ int64, bit for bit
+
+
+def _best_value(a: MinMaxAcc | FirstLastAcc, slot: int):
+    return a.best[slot].item() if a.has[slot] else None
 
 
 # ---------------------------------------------------------------------- scalar updates
@@ -234,7 +239,24 @@ def _update_first_last(a: FirstLastAcc, slot: int, arr: pa.Array, w: int, t: int
 
 _UPDATES = {"count": _update_count, "sum": _update_sum, "avg": _update_sum,
             "minmax": _update_minmax, "first_last": _update_first_last}
-_KINDS = {CountAcc: "count", SumAcc: "sum", MinMaxAcc: "minmax", FirstLastAcc: "first_last"}
+_VALUES = {"count": _count_value, "sum": _sum_value, "avg": _avg_value,
+           "minmax": _best_value, "first_last": _best_value}
+
+
+def _kind(acc) -> str:
+    if type(acc) is SumAcc:
+        return acc.spec.kind  # sum or avg: one state, two results
+    return {CountAcc: "count", MinMaxAcc: "minmax", FirstLastAcc: "first_last"}[type(acc)]
+
+
+def _frozen(values) -> np.ndarray:
+    arr = np.array(values, dtype=np.bool_)
+    arr.flags.writeable = False  # shared by every one-row update: nobody may write into it
+    return arr
+
+
+_VALID = {False: _frozen([False]), True: _frozen([True])}  # new_valid/old_valid of one group
+_LATE = _frozen([True])
 
 
 # ---------------------------------------------------------------------- output
