@@ -37,7 +37,7 @@ TYPES = {"k": pa.string(), "n": pa.int64(), "f": pa.float64(), "i": pa.int64(), 
 
 def _rows(seed: int, n: int) -> list[dict]:
     rnd = random.Random(seed)
-    return [{"k": rnd.choice(SYMS), "n": rnd.choice([None, -3, 0, 1, 2**62]), "t": 1_000 + 10 * i + rnd.randrange(-400, 40),
+    return [{"k": rnd.choice(SYMS), "n": rnd.choice([None, -3, 0, 1, 2**62]), "t": 1_000 + 20 * (i // 2) + rnd.choice([-400, -200, 0, 0, 30]),
              "f": rnd.choice(FLOATS), "i": rnd.choice(INTS), "s": rnd.choice(SMALLS)} for i in range(n)]
 
 
