@@ -24,9 +24,10 @@ import pyarrow as pa
 
 from laminardb.operators.aggregates import CountAcc, FirstLastAcc, MinMaxAcc, SumAcc
 
-#: (key values, window start) → (key id, slot) hints kept; cleared when full. One entry per
-#: live group of a busy key set costs ~200 B, so this bounds the dict to ~13 MB.
-_MAX_HINTS = 1 << 16
+#: (key values, window start) → (key id, slot, key/bound columns) hints kept; cleared when
+#: full. An entry holds a few small Arrow arrays (~1 KB), so this bounds the dict to ~16 MB;
+#: a key set larger than this misses now and then and takes the interner (~5 µs more).
+_MAX_HINTS = 1 << 14
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _INT_FORMATS = {pa.int8(): "b", pa.int16(): "h", pa.int32(): "i", pa.int64(): "q",
                 pa.uint8(): "B", pa.uint16(): "H", pa.uint32(): "I",
@@ -86,10 +87,10 @@ class OneRowUpdate:
         self._hints: dict | None = {} if all(_hintable(t) for t in key_types) else None
         # keys packed from the row's own values (equal bytes: the stored key); floats and others are
         # taken from the interner, whose stored value may differ (-0.0 first seen, then 0.0)
-        self._keys_packed = all(_packable(t) and (pa.types.is_integer(t) or t in (pa.string(), pa.bool_()))
-                                and not pa.types.is_timestamp(t) for t in key_types)
+        self._keys_packed = all((pa.types.is_integer(t) and t in _INT_FORMATS) or t in (pa.string(), pa.bool_())
+                                for t in key_types)
         self._key_types = key_types
-        self._steps = [(_kind(a), a) for a in agg.accs]
+        self._steps = [(_UPDATES[_kind(a)], _VALUES[_kind(a)], a) for a in agg.accs]
         self._out_types = [a.spec.out_type for a in agg.accs]
 
     def process(self, keys: list[pa.Array], args: list[pa.Array | None], ts: np.ndarray | None,
@@ -119,15 +120,15 @@ class OneRowUpdate:
 
         counts = agg.rows.counts
         old_ok = counts[slot] > 0
-        old = [_VALUES[kind](a, slot) for kind, a in self._steps]
+        old = [value(a, slot) for _, value, a in self._steps]
         w = 1 if weights is None else int(weights[0])
         counts[slot] += w
         seq = agg._seq
-        for (kind, a), arr in zip(self._steps, args, strict=True):
-            _UPDATES[kind](a, slot, arr, w, t, seq)
+        for (update, _, a), arr in zip(self._steps, args, strict=True):
+            update(a, slot, arr, w, t, seq)
         agg._seq = seq + 1
         new_ok = counts[slot] > 0
-        new = [_VALUES[kind](a, slot) for kind, a in self._steps]
+        new = [value(a, slot) for _, value, a in self._steps]
 
         cols = fixed + [_pair(o, n, ty) for o, n, ty in zip(old, new, self._out_types, strict=True)]
         pair = pa.RecordBatch.from_arrays(cols, schema=agg.schema)

@@ -80,7 +80,8 @@ def _late(late) -> list | None:
 
 @pytest.mark.parametrize("window", [None, WindowSpec("tumble", size=100), WindowSpec("tumble", size=70, offset=13)],
                          ids=["unwindowed", "tumble", "tumble-offset"])
-@pytest.mark.parametrize("keys", [("k",), ("k", "n"), ()], ids=["varchar", "varchar+bigint", "global"])
+@pytest.mark.parametrize("keys", [("k",), ("k", "n"), ("f", "s"), ()],
+                         ids=["varchar", "varchar+bigint", "double+int", "global"])  # double: NaN, ±0.0
 def test_one_row_updates_equal_the_batch_path(window, keys):
     """Step by step: the same pairs, the same late rows, the same snapshot bytes; then a restore
     of the middle snapshot continues like the unbroken operator; then one batch of the same
