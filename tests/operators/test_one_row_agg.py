@@ -11,6 +11,7 @@ checkpoint and a reopen in the middle, against DuckDB over the same rows.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 
@@ -41,10 +42,11 @@ def _rows(seed: int, n: int) -> list[dict]:
              "f": rnd.choice(FLOATS), "i": rnd.choice(INTS), "s": rnd.choice(SMALLS)} for i in range(n)]
 
 
-def _operator(window: WindowSpec | None, keys: tuple[str, ...], *, one_row: bool) -> GroupAggregate:
+def _operator(window: WindowSpec | None, keys: tuple[str, ...], *, one_row: bool, lateness: int = 0) -> GroupAggregate:
     specs = [AggSpec(kind, None if col is None else TYPES[col], result_type(kind, None if col is None else TYPES[col]))
              for kind, col in CALLS]
-    agg = GroupAggregate(key_types=[TYPES[k] for k in keys], specs=specs, window=window, emit="changes")
+    agg = GroupAggregate(key_types=[TYPES[k] for k in keys], specs=specs, window=window, emit="changes",
+                         lateness=lateness)
     if not one_row:
         agg._one_row = None
     return agg
@@ -78,21 +80,24 @@ def _late(late) -> list | None:
     return None if late is None else late.tolist()
 
 
-@pytest.mark.parametrize("window", [None, WindowSpec("tumble", size=100), WindowSpec("tumble", size=70, offset=13)],
-                         ids=["unwindowed", "tumble", "tumble-offset"])
+@pytest.mark.parametrize(("window", "lateness"), [(None, 0), (WindowSpec("tumble", size=100), 0),
+                                                  (WindowSpec("tumble", size=70, offset=13), 0),
+                                                  (WindowSpec("tumble", size=100), 150)],
+                         ids=["unwindowed", "tumble", "tumble-offset", "tumble-lateness"])
 @pytest.mark.parametrize("keys", [("k",), ("k", "n"), ("f", "s"), ()],
                          ids=["varchar", "varchar+bigint", "double+int", "global"])  # double: NaN, ±0.0
-def test_one_row_updates_equal_the_batch_path(window, keys):
+def test_one_row_updates_equal_the_batch_path(window, lateness, keys):
     """Step by step: the same pairs, the same late rows, the same snapshot bytes; then a restore
     of the middle snapshot continues like the unbroken operator; then one batch of the same
     rows ends in the same groups."""
-    rows = _rows(len(str(window)) * 7 + len(keys), 400)
+    rows = _rows(len(str(window)) * 7 + len(keys) + lateness, 400)
+    make = functools.partial(_operator, window, keys, lateness=lateness)
     chunks, i = [], 0
     while i < len(rows):  # mostly one row, now and then a small batch
         size = 1 if i % 50 < 45 else 3
         chunks.append(rows[i:i + size])
         i += size
-    fast, slow = _operator(window, keys, one_row=True), _operator(window, keys, one_row=False)
+    fast, slow = make(one_row=True), make(one_row=False)
     wm, middle, n_late = NO_WATERMARK, None, 0
     for c, part in enumerate(chunks):
         a, b = _feed(fast, part, keys, wm), _feed(slow, part, keys, wm)
@@ -106,9 +111,9 @@ def test_one_row_updates_equal_the_batch_path(window, keys):
     assert n_late > 0 or window is None, "no late row: the late branch went untested"
 
     blob, wm, start = middle
-    restored = _operator(window, keys, one_row=True)
+    restored = make(one_row=True)
     restored.restore(blob)
-    again = _operator(window, keys, one_row=False)
+    again = make(one_row=False)
     again.restore(blob)
     for c in range(start, len(chunks)):
         a, b = _feed(restored, chunks[c], keys, wm), _feed(again, chunks[c], keys, wm)
@@ -121,7 +126,7 @@ def test_one_row_updates_equal_the_batch_path(window, keys):
     assert _groups(restored) == _groups(fast)
 
     if window is None:  # nothing late: one batch of every row ends in the same groups
-        whole = _operator(window, keys, one_row=False)
+        whole = make(one_row=False)
         _feed(whole, rows, keys, NO_WATERMARK)
         assert _groups(whole) == _groups(fast)
 
