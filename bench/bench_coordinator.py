@@ -1,16 +1,22 @@
-"""Delta checkpoint coordinator benchmark: what one checkpoint epoch costs, and Spark's share.
+"""Delta checkpoint coordinator benchmark: what one checkpoint epoch costs, the executor path
+(FILE and Delta Lake written by Spark's executors from staged Parquet) against the old driver
+path (``local[1]``, 512 MB, every row through ``createDataFrame``/``toArrow``) in one run.
 
 Run from the repository root:
 
-    .venv/bin/python bench/bench_coordinator.py                 # 100k rows per epoch, 10 epochs
-    .venv/bin/python bench/bench_coordinator.py --rows 1000000 --epochs 5
+    .venv/bin/python bench/bench_coordinator.py                          # 100k and 1M rows, 5 epochs
+    .venv/bin/python bench/bench_coordinator.py --rows 100000 --epochs 10 --paths native
 
 An in-process head (the four checkpoint calls of the database head) stages ``--rows`` new
-rows per epoch for two exactly-once sinks, a FILE (Parquet) sink and a Delta Lake sink, as
-Arrow IPC stream files; the coordinator (``CheckpointCoordinator``) runs ``--epochs``
-checkpoints after one warm-up epoch (JVM start and first query excluded). Reported from
-``status()``: barrier→manifest p50/p99, the Spark job's p50 and its share of the epoch,
-and the rest (sink writes and pre-commits, the epoch log). Ends with ``BENCH_JSON {...}``.
+rows per epoch for two exactly-once sinks, a FILE (Parquet) sink and a Delta Lake sink: as
+Parquet for the executor path (what ``StagedSink`` writes now), as Arrow IPC streams for the
+driver path (what it wrote before, which routes the epoch through ``spark_job.iter_epoch``).
+Each (path, rows) gets a fresh coordinator and Spark session and runs ``--epochs``
+checkpoints after one warm-up epoch (JVM start and first query excluded). Reported:
+barrier→manifest p50/p99 (``status()``; also without the prepare, where the stand-in head
+writes the epoch's stage files that a real head streams as rows arrive), and CPU µs per sink row of the coordinator's work:
+the Spark processes (the JVM and its Python workers) alone and with the driver's Python
+(minus the bench head's own staging). Ends with ``BENCH_JSON [...]``.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,35 +33,51 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from laminardb.checkpoint.spark_coordinator import CheckpointCoordinator
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import proc_cpu  # noqa: E402
+import ray  # noqa: E402,F401 - proc_cpu uses Ray's vendored psutil
+
+from laminardb.checkpoint.spark_coordinator import CheckpointCoordinator  # noqa: E402
 
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.string()), ("v", pa.float64()),
                     ("ts", pa.timestamp("ms"))])
+# the old driver path's session: what spark_job.py fixed before the executor path
+_LEGACY_ENV = {"LAMINARDB_COORDINATOR_SPARK_MASTER": "local[1]", "LAMINARDB_COORDINATOR_SPARK_MEMORY": "512m"}
 
 
 class BenchHead:
     """Stages ``rows`` fresh rows per epoch for every sink; commits drop the stage files."""
 
-    def __init__(self, directory: Path, sinks: dict[str, str], rows: int) -> None:
-        self.dir, self.sinks, self.rows = directory, sinks, rows
+    def __init__(self, directory: Path, sinks: dict[str, str], rows: int, *, parquet: bool) -> None:
+        self.dir, self.sinks, self.rows, self.parquet = directory, sinks, rows, parquet
+        self.cpu_s = 0.0  # this thread's CPU staging rows: not the coordinator's work
         self.dir.mkdir(parents=True, exist_ok=True)
         self.next_id, self.committed, self.pending = 0, 0, set()
         self.keys = pa.array([f"key-{i}" for i in range(1000)])
 
+    def _path(self, name: str, epoch: int) -> Path:
+        return self.dir / f"{name}-{epoch}.{'parquet' if self.parquet else 'arrows'}"
+
     def prepare_checkpoint(self, epoch: int) -> dict[str, Any]:
+        t0 = time.thread_time()
         ids = np.arange(self.next_id, self.next_id + self.rows, dtype=np.int64)
         self.next_id += self.rows
         table = pa.table({"id": ids, "k": self.keys.take(pa.array(ids % 1000)), "v": ids * 0.25,
                           "ts": pa.array(1_700_000_000_000 + ids, pa.timestamp("ms"))}, schema=SCHEMA)
         sinks = {}
         for name, sql in self.sinks.items():
-            path = self.dir / f"{name}-{epoch}.arrows"
-            with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, SCHEMA) as w:
-                w.write_table(table)
+            path = self._path(name, epoch)
+            if self.parquet:  # as StagedSink: one row group per appended batch (here 64k rows)
+                pq.write_table(table, path, row_group_size=65_536)
+            else:
+                with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, SCHEMA) as w:
+                    w.write_table(table)
             sinks[name] = {"sql": sql, "schema": SCHEMA.serialize().to_pybytes(),
                            "stage": str(path), "rows": table.num_rows}
         self.pending.add(epoch)
+        self.cpu_s += time.thread_time() - t0
         return {"epoch": epoch, "manifest_ref": f"bench/{epoch}", "bytes": table.nbytes,
                 "stall_s": 0.0, "sinks": sinks, "sources": {}}
 
@@ -62,7 +85,7 @@ class BenchHead:
         for e in [e for e in self.pending if e <= epoch]:
             self.pending.discard(e)
             for name in self.sinks:
-                (self.dir / f"{name}-{e}.arrows").unlink(missing_ok=True)
+                self._path(name, e).unlink(missing_ok=True)
         self.committed = max(self.committed, epoch)
 
     def abort_checkpoint(self, epoch: int) -> None:
@@ -72,68 +95,85 @@ class BenchHead:
         return {"last_committed": self.committed, "pending": sorted(self.pending)}
 
 
-def _read_alone(head: BenchHead, work: Path) -> tuple[float, float]:
-    """One sink's epoch (two parts) read by the Spark job and by plain pyarrow, best of 3."""
-    from laminardb.checkpoint.spark_job import read_epoch, read_stage_file, spark_session
+def _run(path: str, rows: int, epochs: int, work: Path) -> dict[str, Any]:
+    """One (path, rows): a fresh coordinator and Spark session, a warm-up epoch, ``epochs``
+    measured ones."""
+    from laminardb.checkpoint.spark_job import spark_session, stop_spark
 
-    epoch = head.committed + 1
-    head.prepare_checkpoint(epoch)
-    files = [str(head.dir / f"out_file-{epoch}.arrows"), str(head.dir / f"out_delta-{epoch}.arrows")]
-    spark, best_spark, best_arrow = spark_session(), float("inf"), float("inf")
-    for _ in range(3):
-        t = time.perf_counter()
-        a = read_epoch(spark, files)
-        best_spark = min(best_spark, time.perf_counter() - t)
-        t = time.perf_counter()
-        b = pa.concat_tables([read_stage_file(f) for f in files])
-        best_arrow = min(best_arrow, time.perf_counter() - t)
-        assert a.equals(b)
-    return best_spark, best_arrow
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=100_000)
-    ap.add_argument("--epochs", type=int, default=10)
-    ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed)")
-    args = ap.parse_args()
-    work = Path(args.dir or tempfile.mkdtemp(prefix="ldb-bench-coord-"))
+    work.mkdir(parents=True)
+    saved = {k: os.environ.get(k) for k in _LEGACY_ENV}
+    if path == "legacy":
+        os.environ.update(_LEGACY_ENV)
     try:
         sinks = {
             "out_file": f"CREATE SINK out_file INTO FILE (path = '{work / 'out'}', format = 'parquet') "
                         "AS SELECT * FROM s",
             "out_delta": f"CREATE SINK out_delta INTO DELTA_LAKE (path = '{work / 'lake'}') AS SELECT * FROM s",
         }
-        head = BenchHead(work / "head", sinks, args.rows)
+        head = BenchHead(work / "head", sinks, rows, parquet=path == "native")
         coord = CheckpointCoordinator(work / "state", head_resolver=lambda name: head)
         coord.register("bench", interval_s=None, checkpoint_dir=str(work / "ckpt"))
         t0 = time.perf_counter()
         coord.checkpoint_now("bench")  # warm-up: JVM start, first query, table creation
         warm = time.perf_counter() - t0
-        # drop the warm-up epoch from the statistics
         coord._db("bench").stats.history.clear()  # noqa: SLF001 - bench only
+        spark_session()  # started by the warm-up: sampled with its workers below
+        head.cpu_s = 0.0
+        before = proc_cpu.sample()
         t0 = time.perf_counter()
-        for _ in range(args.epochs):
+        for _ in range(epochs):
             coord.checkpoint_now("bench")
         wall = time.perf_counter() - t0
+        spent = proc_cpu.used(before, proc_cpu.sample())
         st = coord.status("bench")
+        # barrier→manifest minus the prepare: the stand-in head writes the whole epoch's stage
+        # files inside prepare, where a real head has streamed them as rows arrived
+        hist = list(coord._db("bench").stats.history)  # noqa: SLF001 - bench only
+        after_prepare = np.array([dur - prep for dur, _, _, prep in hist])
         coord.stop()
-        spark_s, arrow_s = _read_alone(head, work)
-        out = {
-            "rows_per_epoch": args.rows, "sinks": len(sinks), "epochs": args.epochs,
-            "warmup_s": round(warm, 2), "epoch_p50_s": round(st["duration_p50_s"], 3),
-            "epoch_p99_s": round(st["duration_p99_s"], 3),
-            "spark_p50_s": round(st["spark_p50_s"], 3), "spark_share": round(st["spark_share"], 3),
-            "rows_per_s": round(args.rows * args.epochs / wall),
-            "read_epoch_spark_s": round(spark_s, 3), "read_epoch_pyarrow_s": round(arrow_s, 4),
-            "cpus": os.cpu_count(),
-        }
-        print(f"{args.rows:,} rows/epoch x {len(sinks)} sinks: epoch p50 {out['epoch_p50_s']} s "
-              f"(p99 {out['epoch_p99_s']} s), Spark job p50 {out['spark_p50_s']} s = "
-              f"{out['spark_share']:.0%} of the epoch; first epoch (JVM start) {out['warmup_s']} s")
-        print(f"one sink's epoch read alone: Spark {out['read_epoch_spark_s']} s, "
-              f"pyarrow read + concat {out['read_epoch_pyarrow_s']} s")
-        print("BENCH_JSON " + json.dumps(out))
+    finally:
+        stop_spark()
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+    me = os.getpid()
+    spark_cpu = sum(p.cpu_s for p in spent if p.pid != me)
+    jvm_cpu = sum(p.cpu_s for p in spent if p.pid != me and "java" in p.name)
+    driver_cpu = sum(p.cpu_s for p in spent if p.pid == me) - head.cpu_s
+    sink_rows = rows * len(sinks) * epochs
+    return {
+        "path": path, "rows_per_epoch": rows, "sinks": len(sinks), "epochs": epochs,
+        "warmup_s": round(warm, 2), "epoch_p50_s": round(st["duration_p50_s"], 3),
+        "epoch_p99_s": round(st["duration_p99_s"], 3), "spark_p50_s": round(st["spark_p50_s"], 3),
+        "after_prepare_p50_s": round(float(np.percentile(after_prepare, 50)), 3),
+        "after_prepare_p99_s": round(float(np.percentile(after_prepare, 99)), 3),
+        "sink_rows_per_s": round(sink_rows / wall),
+        "spark_procs_cpu_us_per_row": round(spark_cpu / sink_rows * 1e6, 3),
+        "jvm_cpu_us_per_row": round(jvm_cpu / sink_rows * 1e6, 3),
+        "coordinator_cpu_us_per_row": round((spark_cpu + max(driver_cpu, 0.0)) / sink_rows * 1e6, 3),
+        "cpus": os.cpu_count(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default="100000,1000000", help="rows per epoch, comma-separated")
+    ap.add_argument("--epochs", type=int, default=5)
+    ap.add_argument("--paths", default="legacy,native", help="legacy (driver), native (executors)")
+    ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed)")
+    args = ap.parse_args()
+    work = Path(args.dir or tempfile.mkdtemp(prefix="ldb-bench-coord-"))
+    results = []
+    try:
+        for rows in (int(r) for r in args.rows.split(",")):
+            for path in args.paths.split(","):
+                out = _run(path, rows, args.epochs, work / f"{path}-{rows}")
+                results.append(out)
+                print(f"{path:>6} {rows:>9,} rows/epoch x {out['sinks']} sinks: barrier→manifest p50 "
+                      f"{out['epoch_p50_s']} s p99 {out['epoch_p99_s']} s (after the prepare "
+                      f"{out['after_prepare_p50_s']} / {out['after_prepare_p99_s']} s); CPU µs per sink row: Spark "
+                      f"processes {out['spark_procs_cpu_us_per_row']} (JVM {out['jvm_cpu_us_per_row']}), with the driver's Python "
+                      f"{out['coordinator_cpu_us_per_row']}; warm-up {out['warmup_s']} s", flush=True)
+        print("BENCH_JSON " + json.dumps(results))
     finally:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)

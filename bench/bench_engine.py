@@ -62,7 +62,7 @@ LAT_QUERIES = {
         "CREATE STREAM q AS SELECT sym, count(*) AS n, sum(price) AS s FROM trades GROUP BY sym EMIT CHANGES"
     ),
 }
-TARGETS = {"throughput_eps": 10e6, "ratio": 0.5, "filter_project_p99_us": 200, "emit_changes_agg_p99_us": 300}
+TARGETS = {"throughput_eps": 10e6, "ratio": 1.0, "filter_project_p99_us": 200, "emit_changes_agg_p99_us": 300}
 
 
 # ---------------------------------------------------------------------------- machine

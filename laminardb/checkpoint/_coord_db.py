@@ -6,7 +6,9 @@ One checkpoint (``checkpoint()``), with ``log`` the database's epoch log::
 
     e = log.allocate(); log.intent(e)                      -- intent record first
     ack = head.prepare_checkpoint(e)                       -- barrier, snapshots, sink stage
-    per exactly-once sink: Spark reads the staged rows → sink.write → sink.pre_commit(e)
+    per exactly-once sink, FILE and Delta Lake: a Spark job whose executors read the staged
+        Parquet and write the sink's files (native_epoch.write_epoch); the driver stages them
+    other sinks: Spark reads the staged rows → sink.write → sink.pre_commit(e)
     log.record_manifest(e, ack.manifest_ref, sink infos)   -- the commit point
     sink.commit(e) for each sink; head.commit_checkpoint(e)
 
@@ -159,6 +161,13 @@ class CoordinatedDatabase:
         stmt = ddl.parse_statement(sql)
         if not isinstance(stmt, ddl.CreateSink):
             raise CheckpointPrepareError(f"sink {name!r}: the head sent {sql[:80]!r}, not a CREATE SINK")
+        if stmt.connector.lower() in ("delta_lake", "deltalake", "delta"):
+            # a Delta Lake sink that can also commit the add-actions of the executors' files
+            from laminardb.checkpoint.native_epoch import SparkDeltaLakeSink
+            from laminardb.connectors.sinks import _dir_name
+
+            return SparkDeltaLakeSink(name=stmt.name, schema=schema, options=stmt.options,
+                                      stage_dir=os.path.join(self.stage_root, _dir_name(stmt.name)))
         return make_sink(stmt, schema, durable=True, stage_root=str(self.stage_root))
 
     def _sink(self, name: str, sql: str, schema: pa.Schema) -> _SinkSlot:
@@ -287,6 +296,7 @@ class CoordinatedDatabase:
         return epoch
 
     def _stage_sinks(self, epoch: int, sinks: dict[str, Any]) -> tuple[dict[str, Any], int, float]:
+        from laminardb.checkpoint.native_epoch import native_kind, write_epoch
         from laminardb.checkpoint.spark_job import iter_epoch
 
         infos: dict[str, Any] = {}
@@ -296,9 +306,19 @@ class CoordinatedDatabase:
             schema = pa.ipc.read_schema(pa.py_buffer(desc["schema"]))
             slot = self._sink(name, desc["sql"], schema)
             n = 0
-            if desc.get("stage") and desc.get("rows", 1) != 0:
+            staged = [desc["stage"]] if desc.get("stage") and desc.get("rows", 1) != 0 else []
+            kind = native_kind(slot.sink, schema, staged)
+            if kind is not None:  # the executors write the files; no row reaches the driver
                 with self._spark_lock:
-                    jobs = iter_epoch(self._spark(), [desc["stage"]], schema=schema)
+                    t = time.perf_counter()
+                    info, n = write_epoch(self._spark(), kind, slot.sink, staged, epoch, schema)
+                    spark_s += time.perf_counter() - t
+                infos[name] = {"info": info, "rows": n}
+                rows += n
+                continue
+            if staged:
+                with self._spark_lock:
+                    jobs = iter_epoch(self._spark(), staged, schema=schema)
                     while True:  # one bounded Spark job at a time, written out before the next
                         t = time.perf_counter()
                         table = next(jobs, None)

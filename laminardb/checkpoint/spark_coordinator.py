@@ -5,11 +5,12 @@ one checkpoint loop thread per database), :func:`coordinator_actor_class` (the s
 Ray actor) and :func:`ensure_coordinator` (get-or-create the cluster's one coordinator).
 
 Shape (issue 9; docs/coordinator.md): RayDP pins pyspark <= 3.5, so the coordinator is a
-Spark driver (``local[1]``, see ``spark_job.py``) inside one detached, restartable Ray actor
+Spark application (``local[*]``, see ``spark_job.py``) inside one detached, restartable Ray actor
 ``"coordinator"`` in namespace ``"laminardb"`` on the head node. Every database registers
 with it (``register``); each interval its thread runs one checkpoint through the database
 head ``head:<database>`` (``_coord_db.CoordinatedDatabase``): intent → prepare → Spark job
-per exactly-once sink → manifest (the commit point) → sink and head commits.
+per exactly-once sink (FILE and Delta Lake written by the executors, ``native_epoch.py``)
+→ manifest (the commit point) → sink and head commits.
 
 Restart: Ray restarts the actor with the same constructor arguments; the coordinator reads
 ``registry.json`` from its ``state_dir``, and each database first *settles* from its epoch
@@ -121,7 +122,7 @@ class CheckpointCoordinator:
         if spark is None:
             from laminardb.checkpoint.spark_job import spark_session as spark
         self._spark = spark
-        self._spark_lock = threading.Lock()  # one Spark job at a time (local[1])
+        self._spark_lock = threading.Lock()  # one Spark job at a time: each uses every core
         self._secret = raft_secret or os.environ.get("LAMINARDB_RAFT_SECRET")
         self._secrets: dict[str, str] = {}  # per database, from register(); memory only
         self._lock = threading.RLock()

@@ -1,13 +1,15 @@
-"""The Spark job of the Delta checkpoint coordinator: read one epoch's staged sink output.
+"""The Spark session of the Delta checkpoint coordinator, and the bounded driver-side reader
+kept for the sinks whose epochs are not written on the executors yet.
 
-Entry points: :func:`spark_session` (one small local Spark driver per process, started on
-first use and reused), :func:`iter_epoch` (an epoch's staged Arrow IPC files → Arrow
-tables, one Spark job per bounded number of rows) and :func:`read_epoch` (the same as one
-table).
+Entry points: :func:`spark_session` (one local Spark application per process, started on
+first use and reused), :func:`iter_epoch` (an epoch's staged files → Arrow tables, one
+Spark job per bounded number of rows; Kafka, PostgreSQL, Iceberg and partitioned FILE
+sinks) and :func:`read_epoch` (the same as one table). FILE and Delta Lake sinks do not
+come here: ``native_epoch.py`` writes them on the executors.
 
 Why Spark, and why this shape: the coordinator is a PySpark application (issue 9). RayDP
-would run Spark executors as Ray actors but pins pyspark <= 3.5, so the driver runs
-``local[1]`` inside the coordinator's Ray actor on the head node. Each part file (or slice
+would run Spark executors as Ray actors but pins pyspark <= 3.5, so Spark runs
+``local[*]`` inside the coordinator's Ray actor on the head node. Each part file (or slice
 of one: a job reads at most ``_ROWS_PER_JOB`` rows) becomes a DataFrame with
 ``createDataFrame`` from Arrow (no per-row Python), tagged with its part number and row
 number; Spark unions the parts and orders them by (part, row), so the output is
@@ -26,23 +28,27 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 
 __all__ = ["iter_epoch", "kill_jvm", "read_epoch", "read_stage_file", "spark_session", "stop_spark"]
 
 log = logging.getLogger(__name__)
 
-# One core and a small heap: the job reads one epoch of sink output at a time, and the
-# coordinator shares the head node with the database heads. Raise through the
-# LAMINARDB_COORDINATOR_SPARK_MEMORY environment variable for very large epochs.
-_DRIVER_MEMORY = os.environ.get("LAMINARDB_COORDINATOR_SPARK_MEMORY", "512m")
+# Every core of the node (local[*]: executors are threads of the one JVM) and a heap sized
+# from the node's memory, an eighth of it within [512 MB, 8 GB]: the coordinator shares the
+# head node with the database heads. Set LAMINARDB_COORDINATOR_SPARK_MEMORY (e.g. "2g") or
+# LAMINARDB_COORDINATOR_SPARK_MASTER (e.g. "local[2]") to override.
+_MASTER = "local[*]"
 # Rows per Spark job: with the default 512m heap a job of 1M rows runs out of memory (the
 # driver holds them as Arrow, as batches in the JVM, sorted, and collected; measured peaks of
 # ~480 MB with 250k-row jobs); 100k keeps the peak well inside the heap.
@@ -54,13 +60,32 @@ _JOB_TIMEOUT_S = float(os.environ.get("LAMINARDB_COORDINATOR_SPARK_JOB_TIMEOUT",
 _PART = "__ldb_part"
 _ROW = "__ldb_row"
 _ARROW_FILE_MAGIC = b"ARROW1"
+_PARQUET_MAGIC = b"PAR1"
 
+_APP_NAME = "laminardb-coordinator"
 _lock = threading.Lock()
 _spark: Any = None
 
 
+def driver_memory() -> str:
+    """The JVM heap: ``LAMINARDB_COORDINATOR_SPARK_MEMORY``, else an eighth of the node's RAM
+    within [512 MB, 8 GB]."""
+    from laminardb.spark.resources import driver_memory_mb
+
+    return os.environ.get("LAMINARDB_COORDINATOR_SPARK_MEMORY") or f"{driver_memory_mb()}m"
+
+
+def _worker_pythonpath() -> str:
+    """PYTHONPATH of Spark's Python workers: this laminardb first (the mapInArrow tasks of
+    ``native_epoch`` import it), then what the process had."""
+    import laminardb
+
+    root = str(Path(laminardb.__file__).resolve().parents[1])
+    return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+
+
 def spark_session() -> Any:
-    """The process's coordinator SparkSession (``local[1]``, no UI, Arrow on, quiet logs).
+    """The process's coordinator SparkSession (``local[*]``, no UI, Arrow on, quiet logs).
 
     Started once (a JVM: ~3-5 s), then reused by every database's checkpoints; started
     again when its JVM died (it exits on OutOfMemoryError rather than hang half-alive).
@@ -74,31 +99,56 @@ def spark_session() -> Any:
             _forget_jvm()
         # Spark warns about guessing the local IP on every start: it only serves loopback.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        from pyspark.sql import SparkSession
-
-        builder = (
-            SparkSession.builder.master("local[1]")
-            .appName("laminardb-coordinator")
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.memory", _DRIVER_MEMORY)
-            .config("spark.driver.host", "127.0.0.1")
-            .config("spark.driver.bindAddress", "127.0.0.1")
-            .config("spark.sql.shuffle.partitions", "1")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # the executors' Python workers run this interpreter (pyspark reads only the
+        # environment for it; "python3" on the PATH may lack pyarrow)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        settings = {
+            "spark.master": os.environ.get("LAMINARDB_COORDINATOR_SPARK_MASTER", _MASTER),
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",  # no progress bars in the actor's log
+            "spark.driver.memory": driver_memory(),
+            # the executors' Python workers import this laminardb
+            "spark.executorEnv.PYTHONPATH": _worker_pythonpath(),
+            # Arrow batches of up to 100k rows into mapInArrow (10k by default: per-batch cost)
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.sql.shuffle.partitions": "1",
+            "spark.sql.session.timeZone": "UTC",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
             # never fall back to a per-row conversion: fail loudly instead
-            .config("spark.sql.execution.arrow.pyspark.fallback.enabled", "false")
+            "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
             # an OutOfMemoryError leaves Spark's scheduler threads dead and the job waiting
             # forever: exit instead, so the call fails and the next epoch gets a fresh JVM
-            .config("spark.driver.extraJavaOptions",
-                    "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError")
-        )
+            "spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:+ExitOnOutOfMemoryError",
+        }
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pyspark's pandas-version FutureWarning
-            spark = builder.getOrCreate()
+            spark = _start_session(settings)
         spark.sparkContext.setLogLevel("ERROR")
         _spark = spark
         return spark
+
+
+def _start_session(settings: dict[str, str]) -> Any:
+    """On the standalone cluster ``laminardb spark up`` started on this node (executors on
+    every node, ``laminardb.spark``), unless a master is forced by the environment; else in
+    this process (``local[*]``)."""
+    from laminardb.spark.session import standalone_session
+    from laminardb.spark.standalone import coordinator_conf
+
+    cluster = None if "LAMINARDB_COORDINATOR_SPARK_MASTER" in os.environ else coordinator_conf()
+    if cluster is not None:
+        log.info("the coordinator's Spark runs on the standalone cluster at %s", cluster["spark.master"])
+        host = cluster["spark.driver.host"]  # where the other nodes' executors reach the driver
+        return standalone_session({**settings, **cluster, "spark.driver.bindAddress": host},
+                                  app_name=_APP_NAME)
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(_APP_NAME)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def stop_spark() -> None:
@@ -169,9 +219,11 @@ class _Watchdog:
 
 
 def read_stage_file(path: str | os.PathLike[str]) -> pa.Table:
-    """One staged part: an Arrow IPC stream (what heads write) or an Arrow IPC file."""
+    """One staged part: Parquet (what heads write), an Arrow IPC stream or an Arrow IPC file."""
     with open(path, "rb") as f:
         head = f.read(len(_ARROW_FILE_MAGIC))
+    if head.startswith(_PARQUET_MAGIC):
+        return pq.read_table(path)
     source = pa.memory_map(os.fspath(path))
     if head == _ARROW_FILE_MAGIC:
         with ipc.open_file(source) as r:

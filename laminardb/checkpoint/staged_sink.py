@@ -3,9 +3,11 @@
 Why: in the Delta mode the coordinator (a Spark job, ``spark_coordinator.py``) writes every
 exactly-once sink's epoch, after the barrier and before the manifest is recorded in Raft.
 The database head therefore only stages each sink's rows: as a ``TwoPhaseSink`` it seals
-the open rows into ``epoch-<e>.arrow`` at pre-commit (the barrier), hands the coordinator
+the open rows into ``epoch-<e>.parquet`` at pre-commit (the barrier), hands the coordinator
 that file with the sink's DDL and schema (``describe``), and forgets epochs the coordinator
-confirmed (``release``). Abort and recovery drop staged epochs no manifest covers.
+confirmed (``release``). Parquet, not Arrow IPC: the coordinator's Spark job reads it with
+Spark's own reader on its executors (``spark.read.parquet``), so no row passes through the
+Spark driver. Abort and recovery drop staged epochs no manifest covers.
 Its counters are those of the sink the coordinator writes (``metrics()`` shows them under that
 sink's ``connector_name``): rows handed to it, and rows and epochs the coordinator committed.
 """
@@ -30,7 +32,7 @@ class StagedSink(TwoPhaseSink):
         self.name = name
         self.sql = sql
         self.schema = schema
-        self.stage = EpochStage(directory, schema)
+        self.stage = EpochStage(directory, schema, fmt="parquet")
         self._rows: dict[int, int] = {}
         #: the class the embedded engine would write with (``connectors.sinks.sink_class_name``)
         self.connector_name = connector_name or type(self).__name__

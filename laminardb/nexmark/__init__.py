@@ -8,6 +8,7 @@ Entry points: :func:`generate`, :func:`tables`, :data:`QUERIES`, :func:`query`,
 
 from laminardb.nexmark.generator import SCHEMAS, NexmarkConfig, generate, stream_counts, tables
 from laminardb.nexmark.queries import (
+    FELDERA_EPS_PER_CORE,
     FLINK_V2_EPS_PER_CORE,
     QUERIES,
     SOURCES_DDL,
@@ -18,6 +19,6 @@ from laminardb.nexmark.runner import RunResult, run_query
 from laminardb.nexmark.udfs import UDFS
 
 __all__ = [
-    "FLINK_V2_EPS_PER_CORE", "NexmarkConfig", "NexmarkQuery", "QUERIES", "RunResult", "SCHEMAS",
+    "FELDERA_EPS_PER_CORE", "FLINK_V2_EPS_PER_CORE", "NexmarkConfig", "NexmarkQuery", "QUERIES", "RunResult", "SCHEMAS",
     "SOURCES_DDL", "UDFS", "generate", "query", "run_query", "stream_counts", "tables",
 ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["NexmarkQuery", "QUERIES", "SOURCES_DDL", "FLINK_V2_EPS_PER_CORE", "query"]
+__all__ = ["FELDERA_EPS_PER_CORE", "FLINK_V2_EPS_PER_CORE", "NexmarkQuery", "QUERIES", "SOURCES_DDL", "query"]
 
 Status = Literal["runs", "partial", "variant", "not yet"]
 
@@ -44,6 +44,19 @@ FLINK_V2_EPS_PER_CORE: dict[str, float] = {
     "q0": 379e3, "q3": 219e3, "q4": 28e3, "q5": 75e3, "q7": 23e3, "q8": 162e3, "q9": 14e3,
     "q11": 46e3, "q15": 168e3, "q17": 160e3, "q18": 65e3, "q19": 43e3, "q20": 18e3, "q21": 147e3,
     "q22": 212e3,
+}
+
+# Feldera's streaming Nexmark throughput on 16 cores (events/s), from feldera/feldera
+# benchmark/README.md "16-core Nexmark Streaming Performance" (commit 1eb7bb0a), divided by 16
+# for a per-core figure; queries without a Feldera figure there are absent.
+FELDERA_EPS_PER_CORE: dict[str, float] = {
+    name: eps / 16 for name, eps in {
+        "q0": 6_973_987, "q1": 6_595_871, "q2": 6_748_549, "q3": 6_608_075, "q4": 4_233_521,
+        "q5": 6_589_786, "q6": 3_997_921, "q7": 3_136_763, "q8": 6_641_870, "q9": 910_680,
+        "q12": 6_682_259, "q13": 3_675_255, "q14": 6_858_711, "q15": 3_539_322, "q16": 810_701,
+        "q17": 3_870_269, "q18": 1_358_216, "q19": 1_201_216, "q20": 1_352_192, "q21": 6_634_820,
+        "q22": 6_305_568,
+    }.items()
 }
 
 

@@ -4,7 +4,8 @@ Every kernel takes ``slots`` (the group slot of each row), the argument values a
 view, the argument's validity (``has_valid`` False means "no NULLs", so the mask is not
 read) and the state arrays it updates in place. ``weights`` carries the Z-set weight of
 each row (+1 for plain inserts, ±1 from a changelog input), used by the invertible
-aggregates COUNT and SUM; the others are only planned over append-only inputs.
+aggregates COUNT and SUM (``has_weights`` False: all +1, nothing to read); the others are
+only planned over append-only inputs.
 """
 
 from __future__ import annotations
@@ -15,21 +16,26 @@ from laminardb.operators._kernels import compare_interned
 
 
 @njit(cache=True, nogil=True)
-def acc_count(slots, valid, has_valid, weights, counts):
+def acc_count(slots, valid, has_valid, weights, has_weights, counts):
+    """``has_weights`` False: every weight is +1 (an append-only batch), ``weights`` unread."""
     for i in range(len(slots)):
         if has_valid and not valid[i]:
             continue
-        counts[slots[i]] += weights[i]
+        counts[slots[i]] += weights[i] if has_weights else 1
 
 
 @njit(cache=True, nogil=True)
-def acc_sum(slots, values, valid, has_valid, weights, sums, counts):
+def acc_sum(slots, values, valid, has_valid, weights, has_weights, sums, counts):
     for i in range(len(slots)):
         if has_valid and not valid[i]:
             continue
         s = slots[i]
-        sums[s] += values[i] * weights[i]
-        counts[s] += weights[i]
+        if has_weights:
+            sums[s] += values[i] * weights[i]
+            counts[s] += weights[i]
+        else:
+            sums[s] += values[i]
+            counts[s] += 1
 
 
 @njit(cache=True, nogil=True)

@@ -3,11 +3,15 @@
 ``Interner`` maps the rows of one or more Arrow columns to dense ids (0, 1, 2, …, in order
 of first sight) and keeps the original values so ids can be turned back into Arrow arrays.
 ``GroupTable`` maps (key id, window start) pairs to reusable accumulator slots.
-Both own growable numpy arrays and resize them *before* a kernel runs: kernels never
-allocate, and a table's load factor stays under 1/2 so probes stay short.
+Both own growable numpy arrays: kernels never allocate. Hash tables grow with the keys
+(a kernel stops when its table is 1/4 full, the class doubles it and the kernel resumes), so
+they stay small enough for the CPU cache and probes stay short; the other arrays are sized
+before a kernel runs for every row of the batch being new.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +29,23 @@ def _pow2_at_least(n: int) -> int:
     while c < n:
         c *= 2
     return c
+
+
+_NO_WORDS = np.zeros(0, dtype=np.uint64)
+
+
+def _words(data: np.ndarray) -> np.ndarray:
+    """``data`` (uint8) seen as a uint64 starting at every byte, zero copy (unaligned loads):
+    a short key is read in one load instead of byte by byte."""
+    if len(data) < 8 or sys.byteorder != "little":  # the tags compose words little-endian
+        return _NO_WORDS
+    return np.ndarray(shape=(len(data) - 7,), dtype=np.uint64, buffer=data, strides=(1,))
+
+
+def _grow_filled(arr: np.ndarray, cap: int, fill: int) -> np.ndarray:
+    out = np.full(cap, fill, dtype=arr.dtype)
+    out[: len(arr)] = arr
+    return out
 
 
 class Interner:
@@ -48,10 +69,16 @@ class Interner:
         self._reserve(n, int(offsets[-1] - offsets[0]))
         ids = np.empty(n, dtype=np.int64)
         new_rows = np.empty(n, dtype=np.int64)
-        n_new = K.intern_rows(
-            offsets, data, self.tab_ids, self.tab_hash, self.arena, self.arena_off,
-            self.n_keys, ids, new_rows,
-        )
+        done, n_new = 0, 0
+        words = _words(data)
+        while True:
+            done, n_new = K.intern_rows(
+                offsets, data, words, done, self.tab_ids, self.tab_hash, self.arena, self.arena_off,
+                self.n_keys, ids, new_rows, n_new,
+            )
+            if done == n:
+                break
+            self._grow_table()
         if n_new:
             idx = pa.array(new_rows[:n_new])
             for chunks, col in zip(self._chunks, columns, strict=True):
@@ -87,14 +114,17 @@ class Interner:
                 pos -= len(c)
         return out
 
+    def _grow_table(self) -> None:
+        """Double the hash table (``intern_rows`` stops when it is 1/4 full: short probes)."""
+        old_ids, old_hash = self.tab_ids, self.tab_hash
+        self.tab_ids = np.full(2 * len(old_ids), -1, dtype=np.int64)
+        self.tab_hash = np.zeros(2 * len(old_ids), dtype=np.uint64)
+        K.rehash_interned(self.tab_ids, self.tab_hash, old_ids, old_hash)
+
     def _reserve(self, n_rows: int, n_bytes: int) -> None:
+        """Room for every row being a new key in the arena and its offsets (written in
+        order, so unused room is never touched); the hash table grows as keys arrive."""
         need_keys = len(self) + n_rows
-        if 2 * need_keys > len(self.tab_ids):
-            cap = _pow2_at_least(4 * need_keys)
-            old_ids, old_hash = self.tab_ids, self.tab_hash
-            self.tab_ids = np.full(cap, -1, dtype=np.int64)
-            self.tab_hash = np.zeros(cap, dtype=np.uint64)
-            K.rehash_interned(self.tab_ids, self.tab_hash, old_ids, old_hash)
         if need_keys + 1 > len(self.arena_off):
             grown = np.zeros(max(2 * len(self.arena_off), need_keys + 1), dtype=np.int64)
             grown[: len(self.arena_off)] = self.arena_off
@@ -150,6 +180,9 @@ class GroupTable:
         # [slots used (high-water mark), free-stack size, live groups]
         self.counters = np.zeros(3, dtype=np.int64)
         self.on_grow: list = []  # callbacks(new_capacity) so accumulators grow with slots
+        # key id → the group (slot, window start) it last used: a hint, cleared when the slot is freed
+        self.key_slot = np.full(_INITIAL_CAPACITY, -1, dtype=np.int64)
+        self.key_win = np.zeros(_INITIAL_CAPACITY, dtype=np.int64)
 
     @property
     def capacity(self) -> int:
@@ -163,14 +196,24 @@ class GroupTable:
     def n_live(self) -> int:
         return int(self.counters[2])
 
-    def upsert(self, key_ids: np.ndarray, wins: np.ndarray) -> np.ndarray:
+    def upsert(self, key_ids: np.ndarray, wins: np.ndarray, n_keys: int = 0) -> np.ndarray:
+        """The slot of each (key id, window start), created if new. ``n_keys``: key ids are
+        below it (the interner's size), so the last-slot-per-key hint covers them all."""
         self.reserve(len(key_ids))
+        if n_keys > len(self.key_slot):
+            self.key_slot = _grow_filled(self.key_slot, _pow2_at_least(n_keys), -1)
+            self.key_win = _grow_filled(self.key_win, len(self.key_slot), 0)
         slots = np.empty(len(key_ids), dtype=np.int64)
-        K.upsert_groups(
-            key_ids, wins, self.tab, self.slot_key, self.slot_win, self.live, self.free,
-            self.counters, slots,
-        )
-        return slots
+        done = 0
+        while True:
+            done = K.upsert_groups(
+                key_ids, wins, done, self.tab, self.slot_key, self.slot_win, self.live, self.free,
+                self.counters, self.key_slot, self.key_win, slots,
+            )
+            if done == len(key_ids):
+                return slots
+            self.tab = np.full(2 * len(self.tab), -1, dtype=np.int64)
+            K.rebuild_group_table(self.tab, self.slot_key, self.slot_win, self.live, self.high_water)
 
     def reserve(self, n_rows: int) -> None:
         need = self.high_water + n_rows
@@ -183,9 +226,6 @@ class GroupTable:
                 setattr(self, name, new)
             for cb in self.on_grow:
                 cb(cap)
-        if 2 * (self.n_live + n_rows) > len(self.tab):
-            self.tab = np.full(_pow2_at_least(4 * (self.n_live + n_rows)), -1, dtype=np.int64)
-            K.rebuild_group_table(self.tab, self.slot_key, self.slot_win, self.live, self.high_water)
 
     def live_slots(self) -> np.ndarray:
         return np.flatnonzero(self.live[: self.high_water])
@@ -195,6 +235,10 @@ class GroupTable:
         if len(slots) == 0:
             return
         self.live[slots] = False
+        keys = self.slot_key[slots]
+        hinted = keys < len(self.key_slot)
+        keys, freed = keys[hinted], slots[hinted]
+        self.key_slot[keys[self.key_slot[keys] == freed]] = -1  # the hint must not point at a freed slot
         nf = int(self.counters[1])
         self.free[nf : nf + len(slots)] = slots
         self.counters[1] = nf + len(slots)

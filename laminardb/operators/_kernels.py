@@ -188,26 +188,83 @@ def _bytes_equal(a, a_start, a_end, b, b_start, b_end):
     return True
 
 
-@njit(cache=True, nogil=True)
-def intern_rows(offsets, data, tab_ids, tab_hash, arena, arena_off, n_keys, out_ids, new_rows):
-    """Map each encoded row to a dense id, appending unseen rows to the arena.
+@njit(inline="always")
+def _word(data, s, e):
+    """``data[s:e]`` (at most 8 bytes) as one little-endian word."""
+    w = np.uint64(0)
+    for b in range(e - s):
+        w = (w << np.uint64(8)) | np.uint64(data[e - 1 - b])
+    return w
 
-    Returns how many new ids were created; ``new_rows[:k]`` are the first rows holding them.
-    The caller guarantees capacity: table load stays under 1/2 and the arena can hold the batch.
+
+_LONG = np.uint64(1) << np.uint64(63)
+
+
+@njit(inline="always")
+def _short_tag(words, data, s, e):
+    """``_intern_tag`` of a key of at most 7 bytes: one unaligned 8-byte load from ``words``
+    (``data`` seen as a uint64 at every byte offset) when the buffer has 8 bytes from ``s``."""
+    n = e - s
+    if s < len(words):
+        return (words[s] & ((np.uint64(1) << np.uint64(8 * n)) - np.uint64(1))) | (np.uint64(1) << np.uint64(8 * n))
+    return _word(data, s, e) | (np.uint64(1) << np.uint64(8 * n))
+
+
+@njit(inline="always")
+def _intern_tag(data, s, e):
+    """What the interner's table stores for ``data[s:e]`` (process-local, never stored or
+    sent; ``hash_bytes`` is the stable hash). A key of at most 7 bytes is its own tag: the
+    bytes as one little-endian word with a 0x01 byte after them (so lengths differ), top bit
+    clear, and equal tags mean equal keys with no look at the arena. A longer key's tag is
+    its hash with the top bit set, and a tag match is confirmed on the bytes. Inlined, with
+    no call in the row loop (a call there costs more than the hash)."""
+    n = e - s
+    if n <= 7:
+        return _word(data, s, e) | (np.uint64(1) << np.uint64(8 * n))
+    h = _P5 + np.uint64(n)
+    i = s
+    while i < e:
+        k = min(i + 8, e)
+        h ^= _rotl(_word(data, i, k) * _P2, 31) * _P1
+        h = _rotl(h, 27) * _P1 + _P4
+        i = k
+    return _fmix(h) | _LONG
+
+
+@njit(inline="always")
+def _tag_position(tag, mask):
+    """Table position of a tag: short-key tags are mixed first, long ones are hashes already."""
+    h = tag if tag & _LONG else _fmix(tag)
+    return np.int64(h & np.uint64(mask))
+
+
+@njit(cache=True, nogil=True)
+def intern_rows(offsets, data, words, start, tab_ids, tab_hash, arena, arena_off, n_keys, out_ids, new_rows,
+                n_new):
+    """Map each encoded row from ``start`` on to a dense id, appending unseen rows to the arena.
+
+    Stops before a new key would fill the table past 1/4 and returns (next row, new ids so
+    far): the caller doubles the table and calls again, so the table stays as small as the key
+    set (1,000 keys: 64 KB, in cache) instead of sized for every row of the batch being new.
+    ``new_rows[:n_new]`` are the first rows holding the new ids; the arena can hold the batch.
+    ``tab_hash`` holds each entry's tag (``_intern_tag``); ``words``: see ``_short_tag``.
     """
     mask = len(tab_ids) - 1
+    max_keys = len(tab_ids) // 4
     nk = n_keys[0]
-    n_new = 0
-    for i in range(len(out_ids)):
-        s = offsets[i]
-        e = offsets[i + 1]
-        h = hash_bytes(data, s, e)
-        j = np.int64(h & np.uint64(mask))
+    for i in range(start, len(out_ids)):
+        s = np.int64(offsets[i])
+        e = np.int64(offsets[i + 1])
+        tag = _short_tag(words, data, s, e) if e - s <= 7 else _intern_tag(data, s, e)
+        j = _tag_position(tag, mask)
         while True:
             kid = tab_ids[j]
             if kid == _EMPTY:
+                if nk >= max_keys:
+                    n_keys[0] = nk
+                    return i, n_new
                 tab_ids[j] = nk
-                tab_hash[j] = h
+                tab_hash[j] = tag
                 a = arena_off[nk]
                 for b in range(e - s):
                     arena[a + b] = data[s + b]
@@ -217,14 +274,14 @@ def intern_rows(offsets, data, tab_ids, tab_hash, arena, arena_off, n_keys, out_
                 n_new += 1
                 nk += 1
                 break
-            if tab_hash[j] == h and _bytes_equal(
-                arena, arena_off[kid], arena_off[kid + 1], data, s, e
+            if tab_hash[j] == tag and (
+                not tag & _LONG or _bytes_equal(arena, arena_off[kid], arena_off[kid + 1], data, s, e)
             ):
                 out_ids[i] = kid
                 break
             j = (j + 1) & mask
     n_keys[0] = nk
-    return n_new
+    return len(out_ids), n_new
 
 
 @njit(cache=True, nogil=True)
@@ -235,12 +292,12 @@ def rehash_interned(tab_ids, tab_hash, old_ids, old_hash):
         kid = old_ids[j]
         if kid == _EMPTY:
             continue
-        h = old_hash[j]
-        k = np.int64(h & np.uint64(mask))
+        tag = old_hash[j]
+        k = _tag_position(tag, mask)
         while tab_ids[k] != _EMPTY:
             k = (k + 1) & mask
         tab_ids[k] = kid
-        tab_hash[k] = h
+        tab_hash[k] = tag
 
 
 @njit(cache=True, nogil=True)
@@ -266,7 +323,7 @@ def compare_interned(arena, arena_off, a, b):
 # --------------------------------------------------------------------------- group table
 
 
-@njit(cache=True, nogil=True)
+@njit(inline="always")
 def take_slot(free, counters):
     """A slot for a new group: the last one freed, else the next never used.
     ``counters[0]`` = slots used (high-water mark), ``counters[1]`` = free-stack size."""
@@ -279,35 +336,49 @@ def take_slot(free, counters):
 
 
 @njit(cache=True, nogil=True)
-def upsert_groups(key_ids, wins, tab, slot_key, slot_win, live, free, counters, out_slots):
-    """Find or create the slot of each (key id, window start) pair.
+def upsert_groups(key_ids, wins, start, tab, slot_key, slot_win, live, free, counters, key_slot, key_win,
+                  out_slots):
+    """Find or create the slot of each (key id, window start) pair from row ``start`` on.
 
     ``counters`` = [slots used (high-water mark), free-stack size, live groups].
-    Returns the number of groups created. Capacity is guaranteed by the caller.
+    ``key_slot[key id]``/``key_win[key id]``: the group a key last used (-1: none, or freed;
+    ``GroupTable.remove`` clears it), so a window's rows mostly find their group without
+    hashing; key ids past the hint arrays' end are not cached.
+    Stops before a new group would fill the table past 1/4 and returns the next row: the
+    caller doubles the table and calls again, so it stays as small as the live groups (in
+    cache). Slot capacity for every row being a new group is guaranteed by the caller.
     """
     mask = len(tab) - 1
-    n_new = 0
-    for i in range(len(key_ids)):
+    max_live = len(tab) // 4
+    n_cached = len(key_slot)
+    for i in range(start, len(key_ids)):
         kid = key_ids[i]
         w = wins[i]
+        if kid < n_cached and key_win[kid] == w and key_slot[kid] >= 0:
+            out_slots[i] = key_slot[kid]
+            continue
         j = np.int64(hash_pair(kid, w) & np.uint64(mask))
         while True:
             s = tab[j]
             if s == _EMPTY:
+                if counters[2] >= max_live:
+                    return i
                 s = take_slot(free, counters)
                 tab[j] = s
                 slot_key[s] = kid
                 slot_win[s] = w
                 live[s] = True
                 counters[2] += 1
-                n_new += 1
                 out_slots[i] = s
                 break
             if slot_key[s] == kid and slot_win[s] == w:
                 out_slots[i] = s
                 break
             j = (j + 1) & mask
-    return n_new
+        if kid < n_cached:
+            key_slot[kid] = s
+            key_win[kid] = w
+    return len(key_ids)
 
 
 @njit(cache=True, nogil=True)
@@ -330,17 +401,26 @@ def rebuild_group_table(tab, slot_key, slot_win, live, n_slots):
 
 @njit(cache=True, nogil=True)
 def assign_tumble(ts, size, offset, closed_before, out_win, out_keep):
-    """Tumbling window start per row; ``out_keep[i]`` is False when its window has closed."""
+    """Tumbling window start per row; ``out_keep[i]`` is False when its window has closed.
+    Returns (rows kept, lowest window start kept). Rows of a batch mostly fall in the window
+    of the row before, so a division is done only when a row leaves it."""
     n_keep = 0
+    lo = np.iinfo(np.int64).max
+    start = np.int64(0)
+    end = np.int64(0)  # [start, end) is the window of the row before (empty at first)
     for i in range(len(ts)):
-        t = ts[i] - offset
-        start = (t // size) * size + offset
+        t = ts[i]
+        if t < start or t >= end:
+            start = ((t - offset) // size) * size + offset
+            end = start + size
         out_win[i] = start
-        keep = start + size > closed_before
+        keep = end > closed_before
         out_keep[i] = keep
         if keep:
             n_keep += 1
-    return n_keep
+            if start < lo:
+                lo = start
+    return n_keep, lo
 
 
 @njit(cache=True, nogil=True)

@@ -24,12 +24,19 @@ from laminardb.sql.arrays import is_flat_type, numeric_view
 from laminardb.sql.plan import AggSpec
 
 _DISTINCT_INITIAL = 1024
+_NO_VALID = np.zeros(0, np.bool_)
+_NO_WEIGHTS = np.zeros(0, np.int64)
 
 
 def _grow(arr: np.ndarray, cap: int, fill=0) -> np.ndarray:
     new = np.full(cap, fill, dtype=arr.dtype)
     new[: len(arr)] = arr
     return new
+
+
+def _weights(weights: np.ndarray | None) -> tuple[np.ndarray, bool]:
+    """The kernels' (weights, has_weights): None means every row +1, nothing to read."""
+    return (_NO_WEIGHTS, False) if weights is None else (weights, True)
 
 
 def _numpy(col: pa.ChunkedArray, dtype) -> np.ndarray:
@@ -41,6 +48,7 @@ class Accumulator:
 
     _arrays: tuple[str, ...] = ()
     has_pairs = False  # state per (group, value) pair too: capture_pairs/load_pairs
+    uses_order = False  # reads ``ts``/``seqs`` in update (FIRST/LAST_VALUE); else they may be None
 
     def __init__(self, spec: AggSpec, capacity: int) -> None:
         self.spec = spec
@@ -100,11 +108,8 @@ class CountAcc(Accumulator):
         self.counts = np.zeros(capacity, dtype=np.int64)
 
     def update(self, slots, arr, weights, ts, seqs):
-        if arr is None:
-            A.acc_count(slots, np.zeros(0, np.bool_), False, weights, self.counts)
-        else:
-            valid, has_valid = validity(arr)
-            A.acc_count(slots, valid, has_valid, weights, self.counts)
+        valid, has_valid = (_NO_VALID, False) if arr is None else validity(arr)
+        A.acc_count(slots, valid, has_valid, *_weights(weights), self.counts)
 
     def raw(self, slots):
         return self.counts[slots], None
@@ -132,7 +137,7 @@ class SumAcc(Accumulator):
         vals = numeric_view(arr)
         if vals.dtype != self.sums.dtype:
             vals = vals.astype(self.sums.dtype)
-        A.acc_sum(slots, vals, valid, has_valid, weights, self.sums, self.counts)
+        A.acc_sum(slots, vals, valid, has_valid, *_weights(weights), self.sums, self.counts)
 
     def raw(self, slots):
         cnt = self.counts[slots]
@@ -252,6 +257,7 @@ class MinMaxAcc(_ValueAcc):
 
 class FirstLastAcc(_ValueAcc):
     _arrays = ("best", "best_ts", "best_seq", "has")
+    uses_order = True
 
     def _init_arrays(self, capacity):
         self.domain = _ValueDomain(self.spec.arg_type)
@@ -376,9 +382,11 @@ _ACCUMULATORS: dict[str, type[Accumulator]] = {
 
 
 def fold(rows: Accumulator, accs: list[Accumulator], slots: np.ndarray, args: list[pa.Array | None],
-         take: np.ndarray | None, weights: np.ndarray, ts: np.ndarray, seqs: np.ndarray) -> None:
+         take: np.ndarray | None, weights: np.ndarray | None, ts: np.ndarray | None,
+         seqs: np.ndarray | None) -> None:
     """Fold one batch into the hidden row count and every aggregate. ``take`` picks the
-    argument rows behind ``slots`` (window expansion, late rows dropped); None: all, in order."""
+    argument rows behind ``slots`` (window expansion, late rows dropped); None: all, in order.
+    ``weights`` None: every row +1; ``ts``/``seqs`` are read only by ``uses_order`` accumulators."""
     idx = None if take is None else pa.array(take)
     rows.update(slots, None, weights, ts, seqs)
     interned: dict[tuple, tuple[pa.Array, np.ndarray]] = {}  # this batch's value ids (``_value_ids``)

@@ -80,6 +80,7 @@ class GroupAggregate:
         cap = self.groups.capacity
         self.rows = CountAcc(AggSpec("count_star", None, pa.int64()), cap)
         self.accs = make_accumulators(specs, cap)
+        self._uses_order = any(a.uses_order for a in self.accs)
         self.groups.on_grow.append(self._grow)
         self._mark = np.full(cap, -1, dtype=np.int64)
         self._stamp = 0
@@ -132,7 +133,7 @@ class GroupAggregate:
         elif self.window.kind == "tumble":
             wins = np.empty(n, dtype=np.int64)
             keep = np.empty(n, dtype=np.bool_)
-            n_keep = K.assign_tumble(ts, self.window.size, self.window.offset, wm_before, wins, keep)
+            n_keep, lowest = K.assign_tumble(ts, self.window.size, self.window.offset, wm_before, wins, keep)
             if n_keep < n:
                 late = ~keep
                 rows = np.flatnonzero(keep)
@@ -148,14 +149,15 @@ class GroupAggregate:
             rows, wins = rows[:k], wins[:k]
             if not late.any():
                 late = None
+            lowest = int(wins.min()) if k else 0
         if rows is not None:
             key_ids = key_ids[rows]
         if len(key_ids) == 0:
             return None, late
-        slots = self.groups.upsert(key_ids, wins)
+        slots = self.groups.upsert(key_ids, wins, len(self.keys) if self.keys is not None else 1)
         self.last_slots = slots  # read by the partial aggregation of the Delta mode
         if self.window is not None:
-            self._min_open_end = min(self._min_open_end, int(wins.min()) + self.window.size)
+            self._min_open_end = min(self._min_open_end, int(lowest) + self.window.size)
 
         touched = old_raw = old_valid = None
         if self.emit == "changes":
@@ -170,14 +172,14 @@ class GroupAggregate:
                 old_valid = self.rows.counts[touched] > 0
                 old_raw = [a.raw(touched) for a in self.accs]
 
-        w = np.ones(len(slots), dtype=np.int64) if weights is None else (
-            weights if rows is None else weights[rows]
-        )
-        ts_rows = None if ts is None else (ts if rows is None else ts[rows])
-        if ts_rows is None:
-            ts_rows = np.zeros(len(slots), dtype=np.int64)
-        # arrival order of the original rows (hop expands a row into several windows)
-        seqs = self._seq + (rows if rows is not None else np.arange(len(slots), dtype=np.int64))
+        w = None if weights is None else (weights if rows is None else weights[rows])
+        ts_rows = seqs = None
+        if self._uses_order:  # FIRST/LAST_VALUE: event time and arrival order of each row
+            ts_rows = None if ts is None else (ts if rows is None else ts[rows])
+            if ts_rows is None:
+                ts_rows = np.zeros(len(slots), dtype=np.int64)
+            # arrival order of the original rows (hop expands a row into several windows)
+            seqs = self._seq + (rows if rows is not None else np.arange(len(slots), dtype=np.int64))
         fold(self.rows, self.accs, slots, args, rows, w, ts_rows, seqs)
         self._seq += n
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from laminardb.operators.group_aggregate import NO_WATERMARK, GroupAggregate
 from laminardb.operators.session import SessionAggregate
+from laminardb.sql._string_kernels import warm as warm_string_kernels
 from laminardb.sql.plan import AggSpec, WindowSpec, result_type
 
 _done = False
@@ -49,4 +50,5 @@ def warm_kernels() -> None:
             s.process(4, keys[:1], args, ts, None, NO_WATERMARK)
             s.process(4, keys[:1], args, ts + 50, None, NO_WATERMARK)
             s.on_watermark(5000)
+        warm_string_kernels()
         _done = True

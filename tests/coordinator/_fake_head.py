@@ -7,7 +7,7 @@ Model of the engine it stands in for: every prepare sees ``rows_per_epoch`` new 
 (ids counting up from 0); the staged output of epoch ``e`` is every row since the last
 *committed* checkpoint (so the rows of an aborted epoch are staged again by the next one);
 commit moves the committed mark. Each sink gets its own deterministic subset of the rows,
-staged as one Arrow IPC stream file per sink and epoch, like the real head.
+staged as one Parquet file per sink and epoch, like the real head (``StagedSink``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.string()), ("v", pa.float64()),
                     ("ts", pa.timestamp("ms"))])
@@ -73,7 +74,7 @@ class FakeHead:
         self.calls.append((call, epoch))
 
     def _stage_path(self, sink: str, epoch: int) -> Path:
-        return self.dir / "stage" / f"{sink}-{epoch:06d}.arrows"
+        return self.dir / "stage" / f"{sink}-{epoch:06d}.parquet"
 
     # -- the head interface ---------------------------------------------------------------
     def prepare_checkpoint(self, epoch: int) -> dict[str, Any]:
@@ -91,8 +92,7 @@ class FakeHead:
             stage = None
             if data.num_rows:
                 stage = self._stage_path(name, epoch)
-                with pa.OSFile(str(stage), "wb") as f, pa.ipc.new_stream(f, SCHEMA) as w:
-                    w.write_table(data)
+                pq.write_table(data, stage, row_group_size=256)  # several row groups a file
             sinks[name] = {"sql": sql, "schema": SCHEMA.serialize().to_pybytes(),
                            "stage": str(stage) if stage else None, "rows": data.num_rows}
         st["pending"][str(epoch)] = hi

@@ -18,6 +18,7 @@ from laminardb.spark.session import standalone_session
 from laminardb.spark.standalone import (
     coordinator_conf,
     spark_status,
+    start_spark,
     stop_spark_daemons,
 )
 from tests._services.procs import (
@@ -95,3 +96,41 @@ def test_worker_memory_follows_the_node_not_a_fixed_heap() -> None:
     assert worker_memory_mb(24 * 1024) == 6 * 1024
     assert worker_memory_mb(2 * 1024) == 1024  # floor
     assert worker_memory_mb(1024 * 1024) == 64 * 1024  # cap
+
+
+def test_the_coordinators_epoch_job_runs_on_the_standalone_workers(tmp_path: Path, monkeypatch) -> None:
+    """``spark_job.spark_session()`` finds the cluster ``spark up`` started (LAMINARDB_SPARK_DIR)
+    and a FILE epoch is written by its executors: the committed rows equal the staged ones."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from laminardb.checkpoint import spark_job
+    from laminardb.checkpoint.native_epoch import native_kind, write_epoch
+    from laminardb.connectors.file_sink import TransactionalFileSink
+
+    d = tmp_path / "spark"
+    start_spark(d, master_port=free_port(), webui_port=free_port(), memory_mb=1024)
+    monkeypatch.setenv("LAMINARDB_SPARK_DIR", str(d))
+    monkeypatch.delenv("LAMINARDB_COORDINATOR_SPARK_MASTER", raising=False)
+    spark_job.stop_spark()  # another test's local session must not be reused
+    try:
+        spark = spark_job.spark_session()
+        assert spark.sparkContext.master.startswith("spark://127.0.0.1:")
+        schema = pa.schema([("id", pa.int64()), ("k", pa.string())])
+        staged = str(tmp_path / "epoch-3.parquet")
+        ids = np.arange(200_000, dtype=np.int64)
+        want = pa.table({"id": ids, "k": pa.array((ids % 7).astype(str))}, schema=schema)
+        pq.write_table(want, staged, row_group_size=20_000)
+        sink = TransactionalFileSink(tmp_path / "out", format="parquet", schema=schema)
+        assert native_kind(sink, schema, [staged]) == "file"
+        _, rows = write_epoch(spark, "file", sink, [staged], 3, schema)
+        sink.commit(3)
+        got = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("part-*"))])
+        assert rows == want.num_rows and got.equals(want)
+        apps = spark_status(d)["applications"]
+        assert [a["name"] for a in apps] == ["laminardb-coordinator"] and apps[0]["cores"] == 1
+    finally:
+        spark_job.stop_spark()
+        stop_spark_daemons(d)
+    assert not _jvms_under(d)

@@ -1,0 +1,161 @@
+"""What a Spark task runs for one chunk of an epoch's staged Parquet: read its row groups with
+pyarrow and write them as sink data files next to their target, returning one small row per
+file. Entry points: :func:`plan_chunks` (the driver's work list, from the files' footers),
+:class:`FilePartsTask` (a FILE sink's part files) and :class:`DeltaFilesTask` (a Delta
+table's Parquet data files).
+
+Why here, in its own module: Spark's Python workers unpickle the task by reference, so it
+must be importable there without the driver's state. Why pyarrow and not Spark's Parquet
+reader: the rows were staged by pyarrow and go out through pyarrow writers; Spark's reader
+turns every row into a JVM row and back into Arrow for the Python task (measured 1.5 µs of
+JVM CPU a row, `bench/README.md`), where pyarrow reads the columns as they are. Spark
+schedules the chunks on its executors and retries a failed one; no row reaches the driver.
+
+Order: a chunk is a run of consecutive row groups of one staged file, keyed by (file index,
+first row). Each chunk becomes one output file; the driver names the outputs in key order,
+so the committed files, read in name order, hold the epoch's rows in staged order — the same
+files for a re-driven epoch, without a sort.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["CHUNK_ROWS", "DeltaFilesTask", "FilePartsTask", "plan_chunks"]
+
+#: the most rows in one chunk (one output file), as the embedded FILE sink rolls its part files
+CHUNK_ROWS = 1_000_000
+# small row groups (a head appends what each engine batch holds) are written out together
+_WRITE_ROWS = 65_536
+
+Chunk = tuple[int, str, int, int, int]  # (file index, path, first row group, row groups, first row)
+
+
+def plan_chunks(stage_files: Sequence[str], parallelism: int, *,
+                max_rows: int = CHUNK_ROWS) -> list[Chunk]:
+    """Split the staged files into chunks of whole row groups: about ``parallelism`` per file
+    (every core busy on one big file), at most ``max_rows`` rows each. Reads footers only."""
+    chunks: list[Chunk] = []
+    for i, path in enumerate(stage_files):
+        meta = pq.ParquetFile(path).metadata
+        target = max(1, min(max_rows, math.ceil(meta.num_rows / max(parallelism, 1))))
+        first_group, rows, first_row = 0, 0, 0
+        for g in range(meta.num_row_groups):
+            rows += meta.row_group(g).num_rows
+            if rows >= target or g == meta.num_row_groups - 1:
+                if rows:
+                    chunks.append((i, os.fspath(path), first_group, g + 1 - first_group, first_row))
+                first_group, first_row, rows = g + 1, first_row + rows, 0
+    return chunks
+
+
+class _ChunkWriter:
+    """Reads each chunk's row groups and writes them to one file (``open_file``/``result``)."""
+
+    def __init__(self, schema_ipc: bytes) -> None:
+        self.schema_ipc = schema_ipc
+
+    def open_file(self, schema: pa.Schema) -> Any:
+        raise NotImplementedError
+
+    def result(self, handle: Any, rows: int) -> tuple[str, int, str]:
+        """(path, bytes, stats) of a closed file."""
+        raise NotImplementedError
+
+    def __call__(self, chunks: Iterator[Chunk]) -> Iterator[tuple[int, int, str, int, int, str]]:
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        for source, path, first_group, groups, first_row in chunks:
+            staged = pq.ParquetFile(path)
+            handle, rows, held = self.open_file(schema), 0, []
+            for g in range(first_group, first_group + groups):
+                held.append(staged.read_row_group(g, use_threads=False))
+                if sum(t.num_rows for t in held) >= _WRITE_ROWS:
+                    rows += self._write(handle, held, schema)
+                    held = []
+            rows += self._write(handle, held, schema)
+            handle.close()
+            out, size, stats = self.result(handle, rows)
+            yield source, first_row, out, rows, size, stats
+
+    @staticmethod
+    def _write(handle: Any, tables: list[pa.Table], schema: pa.Schema) -> int:
+        if not tables:
+            return 0
+        table = pa.concat_tables(tables).cast(schema)
+        handle.write(table)
+        return table.num_rows
+
+
+class FilePartsTask(_ChunkWriter):
+    """Writes part files of a FILE sink into ``out_dir`` with the embedded sink's own writer
+    (``connectors.files.FileSink``), so the bytes match what ``laminardb.open`` writes."""
+
+    def __init__(self, out_dir: str, fmt: str, schema_ipc: bytes) -> None:
+        super().__init__(schema_ipc)
+        self.out_dir = out_dir
+        self.fmt = fmt
+
+    def open_file(self, schema: pa.Schema) -> Any:
+        from laminardb.connectors.files import FileSink
+
+        path = os.path.join(self.out_dir, f"{uuid.uuid4().hex}.{self.fmt}")
+        return FileSink(path, format=self.fmt, schema=schema)
+
+    def result(self, handle: Any, rows: int) -> tuple[str, int, str]:
+        path = os.fspath(handle.path)
+        _fsync(path)
+        return path, os.path.getsize(path), ""
+
+
+class _ParquetFile:
+    def __init__(self, path: str, schema: pa.Schema) -> None:
+        self.path = path
+        self.schema = schema
+        self.writer = pq.ParquetWriter(path, schema)
+        self.nulls = [0] * len(schema)
+
+    def write(self, table: pa.Table) -> None:
+        self.writer.write_table(table)
+        for i, col in enumerate(table.columns):
+            self.nulls[i] += col.null_count
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class DeltaFilesTask(_ChunkWriter):
+    """Writes Parquet data files into the Delta table at ``table_path`` (invisible until the
+    driver commits their add-actions) and returns each file's add-action fields."""
+
+    def __init__(self, table_path: str, schema_ipc: bytes, epoch: int) -> None:
+        super().__init__(schema_ipc)
+        self.table_path = table_path
+        self.epoch = epoch
+
+    def open_file(self, schema: pa.Schema) -> Any:
+        name = f"part-{self.epoch:012d}-{uuid.uuid4()}-c000.snappy.parquet"
+        return _ParquetFile(os.path.join(self.table_path, name), schema)
+
+    def result(self, handle: Any, rows: int) -> tuple[str, int, str]:
+        _fsync(handle.path)
+        nulls = {f.name: n for f, n in zip(handle.schema, handle.nulls, strict=True)
+                 if not pa.types.is_nested(f.type)}
+        stats = json.dumps({"numRecords": rows, "nullCount": nulls})
+        return os.path.basename(handle.path), os.path.getsize(handle.path), stats
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
