@@ -155,7 +155,8 @@ class OneRowUpdate:
         key_id = int(agg.keys.intern(keys)[0]) if agg.keys is not None else 0
         if late:
             return -1, []
-        slot = int(agg.groups.upsert(np.full(1, key_id, dtype=np.int64), np.full(1, win, dtype=np.int64))[0])
+        n_keys = len(agg.keys) if agg.keys is not None else 1  # as the batch path passes it
+        slot = int(agg.groups.upsert(np.full(1, key_id, dtype=np.int64), np.full(1, win, dtype=np.int64), n_keys)[0])
         fixed = []
         if agg.window is not None:
             end = win + agg.window.size
