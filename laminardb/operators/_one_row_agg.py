@@ -47,7 +47,7 @@ def _hintable(t: pa.DataType) -> bool:
 
 
 def _numeric_arg(t: pa.DataType | None) -> bool:
-    """Argument types whose ``as_py`` value is the number the kernels read (uint64 may not fit)."""
+    """Argument types whose Python value is the number the kernels read (uint64 may not fit)."""
     return t is not None and (pa.types.is_floating(t) or (pa.types.is_integer(t) and t != pa.uint64()))
 
 
