@@ -27,6 +27,7 @@ import pyarrow as pa
 from laminardb.operators import _agg_state
 from laminardb.operators import _kernels as K
 from laminardb.operators._interner import GroupTable, Interner
+from laminardb.operators._one_row_agg import one_row_update
 from laminardb.operators.aggregates import CountAcc, fold, make_accumulators
 from laminardb.operators.snapshot import Snapshot, StateImage
 from laminardb.sql.plan import AggSpec, WindowSpec, group_schema
@@ -91,6 +92,7 @@ class GroupAggregate:
         self.fingerprint = _agg_state.fingerprint(key_types, specs, window, emit)
         if self.lateness:  # absent otherwise: snapshots without lateness keep their fingerprint
             self.fingerprint["lateness"] = self.lateness
+        self._one_row = one_row_update(self)  # None: one-row batches take the batch path
 
     def _grow(self, cap: int) -> None:
         self.rows.grow(cap)
@@ -113,6 +115,10 @@ class GroupAggregate:
         """Fold one batch in. Returns (changed groups for EMIT CHANGES, late-row mask)."""
         if n == 0:
             return None, None
+        if n == 1 and self._one_row is not None:
+            done = self._one_row.process(keys, args, ts, weights, wm_before)
+            if done is not None:
+                return done
         if self.window is not None and self.window.kind == "hop" and self.emit != "changes" and not self.lateness:
             step = max(1, _MAX_PAIRS // -(-self.window.size // self.window.slide))
             if n > step:
