@@ -54,6 +54,9 @@ def test_spark_up_runs_an_authenticated_job_on_loopback_and_down_stops_everythin
     port, ui = free_port(), free_port()
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     spark = None
+    from laminardb.checkpoint import spark_job
+
+    spark_job.stop_spark()  # one SparkContext per process: the coordinator tests' must go first
     try:
         up = _laminardb("spark", "up", "--data-dir", str(d), "--port", str(port),
                         "--webui-port", str(ui), "--memory-mb", "1024", env=env)
