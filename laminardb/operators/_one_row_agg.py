@@ -1,6 +1,6 @@
 """A one-row update of a keyed EMIT CHANGES aggregate, in plain Python (issue 23).
 
-Entry point: ``one_row_update(agg)`` — a ``OneRowUpdate`` for a ``GroupAggregate`` whose
+Entry point: ``one_row_update(agg, GroupRows)`` — a ``OneRowUpdate`` for a ``GroupAggregate`` whose
 accumulators and types it covers, else None; ``GroupAggregate.process`` hands it batches of
 one row. Why: for one row the batch path's fixed costs dominate (interning through
 ``encode_rows`` ~5 µs, numpy on one-element arrays, the numba calls, ``_materialize_pair``'s
@@ -62,8 +62,9 @@ def _covered(acc) -> bool:
     return False  # COUNT(DISTINCT), string MIN/MAX/FIRST/LAST: the batch path
 
 
-def one_row_update(agg) -> OneRowUpdate | None:
-    """The one-row update of ``agg`` (a ``GroupAggregate``), or None when the batch path must
+def one_row_update(agg, group_rows: type) -> OneRowUpdate | None:
+    """The one-row update of ``agg`` (a ``GroupAggregate``, whose ``GroupRows`` class it is
+    handed: that module imports this one), or None when the batch path must
     run: EMIT ON WINDOW CLOSE (nothing to emit per row), hopping windows (a row is several
     groups), an accumulator or output column type not covered here."""
     if agg.emit != "changes" or (agg.window is not None and agg.window.kind != "tumble"):
@@ -72,17 +73,15 @@ def one_row_update(agg) -> OneRowUpdate | None:
         return None
     if agg.window is not None and not _packable(agg.time_type):
         return None
-    return OneRowUpdate(agg)
+    return OneRowUpdate(agg, group_rows)
 
 
 class OneRowUpdate:
     """Folds one row into a ``GroupAggregate``'s state; see the module docstring."""
 
-    def __init__(self, agg) -> None:
-        from laminardb.operators.group_aggregate import GroupRows  # (that module imports this one)
-
+    def __init__(self, agg, group_rows: type) -> None:
         self.agg = agg
-        self._group_rows = GroupRows
+        self._group_rows = group_rows
         key_types = [f.type for f in agg.schema if f.name.startswith("__k")]
         self._hints: dict | None = {} if all(_hintable(t) for t in key_types) else None
         # keys packed from the row's own values (equal bytes: the stored key); floats and others are

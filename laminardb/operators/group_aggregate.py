@@ -92,7 +92,7 @@ class GroupAggregate:
         self.fingerprint = _agg_state.fingerprint(key_types, specs, window, emit)
         if self.lateness:  # absent otherwise: snapshots without lateness keep their fingerprint
             self.fingerprint["lateness"] = self.lateness
-        self._one_row = one_row_update(self)  # None: one-row batches take the batch path
+        self._one_row = one_row_update(self, GroupRows)  # None: one-row batches take the batch path
 
     def _grow(self, cap: int) -> None:
         self.rows.grow(cap)

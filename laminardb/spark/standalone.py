@@ -39,6 +39,7 @@ from typing import Any
 
 from laminardb.errors import ConfigError
 from laminardb.raft._policy import is_loopback
+from laminardb.raft.launch import _reap
 from laminardb.spark.exceptions import SparkDaemonError
 from laminardb.spark.resources import worker_cores, worker_memory_mb
 
@@ -208,13 +209,6 @@ def stop_spark_daemons(data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR, *,
             out[name] = "stopped"
         (d / f"{name}.pid").unlink(missing_ok=True)
     return out
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def read_spark_file(data_dir: str | os.PathLike[str] = DEFAULT_DATA_DIR) -> dict[str, Any] | None:
