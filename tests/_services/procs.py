@@ -77,16 +77,17 @@ def kill_proc(proc: subprocess.Popen, *, hard: bool = False) -> None:
         pass
 
 
-def pids_with_arg(marker: str) -> list[int]:
-    """Pids (other than this one) whose command line contains ``marker`` (a unique path)."""
+def pids_with_arg(*markers: str) -> list[int]:
+    """Pids (other than this one) whose command line contains every one of ``markers``."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                if marker.encode() in fh.read():
-                    out.append(int(entry))
+                argv = fh.read()
+            if all(m.encode() in argv for m in markers):
+                out.append(int(entry))
         except OSError:
             continue
     return out
@@ -125,17 +126,3 @@ def is_loopback_address(addr: str) -> bool:
     host = addr.rsplit(":", 1)[0].strip("[]").removeprefix("::ffff:")
     return host.startswith("127.") or host == "::1"
 
-
-def pids_whose_cmdline_has(*markers: str) -> set[int]:
-    """Pids of the processes whose command line contains every one of ``markers``."""
-    out = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ")
-        except OSError:
-            continue
-        if all(m.encode() in argv for m in markers):
-            out.add(int(entry))
-    return out

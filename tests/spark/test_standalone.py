@@ -25,23 +25,27 @@ from tests._services.procs import (
     free_port,
     is_loopback_address,
     listening_sockets,
-    pids_whose_cmdline_has,
+    pids_with_arg,
 )
 
 pytestmark = pytest.mark.timeout(300)
+
+
+def _pids(*markers: str) -> set[int]:
+    return set(pids_with_arg(*markers))
 
 
 def _jvms_under(data_dir: Path) -> set[int]:
     """Spark daemons (their command lines name the data dir) and executors (they run in the
     worker's work dir) started for this data dir."""
     executors = set()
-    for pid in pids_whose_cmdline_has("CoarseGrainedExecutorBackend"):
+    for pid in _pids("CoarseGrainedExecutorBackend"):
         try:
             if os.readlink(f"/proc/{pid}/cwd").startswith(str(data_dir)):
                 executors.add(pid)
         except OSError:
             continue
-    return pids_whose_cmdline_has("org.apache.spark.deploy", str(data_dir)) | executors
+    return _pids("org.apache.spark.deploy", str(data_dir)) | executors
 
 
 def _laminardb(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -81,8 +85,8 @@ def test_spark_up_runs_an_authenticated_job_on_loopback_and_down_stops_everythin
         secret = (d / "secret").read_text().strip()
         jvms = _jvms_under(d)
         assert len(jvms) >= 3, "master, worker and the application's executor"
-        driver = pids_whose_cmdline_has("org.apache.spark.deploy.SparkSubmit", "pyspark-shell")
-        assert not pids_whose_cmdline_has(secret), "the secret is on a command line"
+        driver = _pids("org.apache.spark.deploy.SparkSubmit", "pyspark-shell")
+        assert not _pids(secret), "the secret is on a command line"
         listening = listening_sockets(jvms | driver)
         assert listening, "ss found no Spark listener: the check below would prove nothing"
         exposed = [(a, p) for a, p in listening if not is_loopback_address(a)]
@@ -182,7 +186,7 @@ def test_an_executor_killed_mid_epoch_is_replaced_and_the_epoch_commits_exactly_
                 outcome["error"] = exc
 
         def executors() -> set[int]:
-            return {p for p in pids_whose_cmdline_has("CoarseGrainedExecutorBackend")
+            return {p for p in _pids("CoarseGrainedExecutorBackend")
                     if os.readlink(f"/proc/{p}/cwd").startswith(str(d))}
 
         def writing_executor() -> int | None:  # a task has begun writing its part file
