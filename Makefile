@@ -1,6 +1,7 @@
 # laminardb developer entry points.
 #   make demo      live market-data demo in the terminal (core dependencies, pandas and polars)
-#   make test      the whole test suite (installs the dev extras once)
+#   make test      the whole test suite on both cores (installs the dev extras once; how the
+#                  tests share the two pytest-xdist workers: tests/conftest.py)
 #   make fuzz      the SQL differential test with many more random expressions (minutes)
 #   make lint      ruff over the package and the tests, mypy (both connections against
 #                  laminardb.api.ConnectionAPI: [tool.mypy]) and the import contracts (.importlinter)
@@ -38,7 +39,7 @@ demo: $(VENV)/.stamp-core
 	$(BIN)/laminardb demo --seconds 15
 
 test: $(VENV)/.stamp-dev
-	UV=$(abspath $(UV)) $(BIN)/python -m pytest -q -p no:cacheprovider
+	UV=$(abspath $(UV)) $(BIN)/python -m pytest -q -p no:cacheprovider -n 2
 
 fuzz: $(VENV)/.stamp-dev
 	LAMINARDB_FUZZ_EXAMPLES=5000 LAMINARDB_FUZZ_RANDOM=1 $(BIN)/python -m pytest -q -p no:cacheprovider -o timeout=1800 tests/sql_functions/test_differential.py

@@ -1,0 +1,64 @@
+"""How ``make test`` shares the machine's two cores (pytest-xdist, ``-n 2``).
+
+Tests that start a Ray cluster run one after another on one worker (work unit ``ray``), as
+the directories' own conftests expect: one Ray instance at a time, module fixtures kept, in
+the collected order. Tests that use the session's real services — the Kafka broker,
+PostgreSQL, MariaDB, the coordinator's local Spark, Raft voters, Spark's standalone daemons —
+run the same way as one unit (``services``), so each service starts once. Every other test
+(the engine, SQL, operators, joins, embedded connectors) is a unit of its own, handed to
+whichever worker is free. The two long units start first (xdist orders units by size).
+
+Why a scheduler of our own: xdist's ``--dist loadgroup`` marks groups by rewriting node ids,
+which pytest 9 no longer lets it do, so its groups silently spread over both workers. The
+scheduler hook is xdist's public way to choose the units. Without ``-n`` nothing here runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# Files and directories whose tests start Ray (ray.init, a `ray start` head, ray://local).
+_RAY = (
+    "tests/cluster/", "tests/cluster_backend/", "tests/delta/", "tests/delta_coordinator/",
+    "tests/delta_nodes/", "tests/dashboard/", "tests/discovery/test_static_and_ray.py",
+    "tests/nexmark/test_nexmark_cluster.py", "tests/coordinator/test_actor.py",
+)
+# Files and directories whose tests use a session service or start their own daemons.
+_SERVICES = (
+    "tests/coordinator/", "tests/spark/", "tests/raft/", "tests/discovery/", "tests/lookup/",
+    "tests/connectors/", "tests/checkpoint/test_crash_loop.py", "tests/engine/test_strict_sql.py",
+    "tests/sql_functions/test_flink_ddl.py", "tests/test_dependency_floors.py",
+)
+# The session fixtures (tests/_services/fixtures.py, tests/coordinator/conftest.py) that
+# must start once: a test using one outside the lists above is refused at collection.
+_SESSION_SERVICES = frozenset({"kafka_broker", "postgres_server", "mariadb_server", "spark"})
+
+
+def unit_of(nodeid: str) -> str | None:
+    """``"ray"``, ``"services"`` or None (a unit of its own) for a test's node id."""
+    path = nodeid.split("::", 1)[0]
+    if path.startswith(_RAY):
+        return "ray"
+    if path.startswith(_SERVICES):
+        return "services"
+    return None
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByService(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid) or nodeid
+
+    return ByService(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    stray = sorted({item.nodeid.split("::", 1)[0] for item in items
+                    if _SESSION_SERVICES.intersection(item.fixturenames) and unit_of(item.nodeid) is None})
+    if stray:
+        raise pytest.UsageError(f"{', '.join(stray)} use a session service (kafka_broker, postgres_server, "
+                                "mariadb_server, spark): add them to _SERVICES in tests/conftest.py, so "
+                                "that `make test -n 2` starts each service once")
