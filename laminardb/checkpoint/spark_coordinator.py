@@ -129,6 +129,10 @@ class CheckpointCoordinator:
         self._dbs: dict[str, CoordinatedDatabase] = {}
         self._errors: dict[str, str] = {}  # registered databases whose runtime cannot start
         self._retired = False  # retire_if_idle: no database left, this coordinator is ending
+        # Bumped by every register and every linger_token(): a lingering retire acts only if
+        # nothing came or went since its token (an older drop's timer must not end the
+        # coordinator a moment after a later database was dropped; each drop lingers in full).
+        self._generation = 0
 
     @classmethod
     def from_config(cls, config: dict[str, Any], **kwargs: Any) -> CheckpointCoordinator:
@@ -175,6 +179,7 @@ class CheckpointCoordinator:
                 raise CoordinatorRetiredError(
                     f"database {database!r}: the checkpoint coordinator is stopping (no database used "
                     "it); its head starts a new one and registers again")
+            self._generation += 1
             if raft_secret:
                 self._secrets[database] = raft_secret
             specs = self._read_registry()
@@ -204,11 +209,21 @@ class CheckpointCoordinator:
         with self._lock:
             return sorted(self._read_registry())
 
-    def retire_if_idle(self) -> bool:
+    def linger_token(self) -> int:
+        """A token for a retire decided later (``retire_if_idle(token)``); a later register
+        or a later token voids it."""
+        with self._lock:
+            self._generation += 1
+            return self._generation
+
+    def retire_if_idle(self, token: int | None = None) -> bool:
         """True, and every later ``register`` refused, when no database is registered: the
         caller (the head dropping the last database) then ends this coordinator and its
-        Spark JVM; the next database to register starts a new one. False while any is."""
+        Spark JVM; the next database to register starts a new one. False while any is, and
+        False for a ``token`` that a later register or token voided."""
         with self._lock:
+            if token is not None and token != self._generation:
+                return False
             if self._dbs or self._errors or self._read_registry():
                 return False
             self._retired = True
@@ -365,11 +380,14 @@ def coordinator_actor_class() -> Any:
             now instead, and end this actor itself if still idle then (False now) — a
             database created soon after the last one was dropped (a script, a test suite)
             finds the JVM still warm."""
+            return self._retire(linger_s, None)
+
+        def _retire(self, linger_s: float, token: int | None) -> bool:
             if linger_s > 0:
-                threading.Thread(target=self._retire_later, args=(linger_s,), daemon=True,
-                                 name="laminardb-coordinator-linger").start()
+                threading.Thread(target=self._retire_later, args=(linger_s, self._c.linger_token()),
+                                 daemon=True, name="laminardb-coordinator-linger").start()
                 return False
-            if not self._c.retire_if_idle():
+            if not self._c.retire_if_idle(token):
                 return False
             from laminardb.checkpoint.spark_job import kill_jvm, stop_spark
 
@@ -379,10 +397,10 @@ def coordinator_actor_class() -> Any:
                 kill_jvm()
             return True
 
-        def _retire_later(self, linger_s: float) -> None:
+        def _retire_later(self, linger_s: float, token: int) -> None:
             time.sleep(linger_s)
             try:
-                if self.retire_if_idle():
+                if self._retire(0.0, token):
                     import ray
 
                     log.warning("the checkpoint coordinator had no database for %.0f s; it stopped", linger_s)

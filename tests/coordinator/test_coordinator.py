@@ -170,6 +170,21 @@ def test_retires_only_when_idle_and_then_refuses_registrations(make, tmp_path) -
     assert coord.databases() == []
 
 
+def test_a_lingering_retire_is_void_once_a_database_came_or_a_later_drop_lingers(make, tmp_path) -> None:
+    """Each drop of the last database lingers in full: the timer of an earlier drop must not
+    end the coordinator after a database was registered since, or a later drop started its
+    own linger (seen: stopped 8 s after the last drop with a 20 s linger)."""
+    head, coord = make()
+    first = coord.linger_token()  # the first database dropped
+    register(coord, tmp_path)  # another one comes, and goes
+    coord.unregister("db1")
+    assert not coord.retire_if_idle(first), "the first drop's timer ended a coordinator used since"
+    second = coord.linger_token()  # its drop lingers too
+    third = coord.linger_token()
+    assert not coord.retire_if_idle(second), "an older linger acted after a newer one started"
+    assert coord.retire_if_idle(third)
+
+
 def test_a_spark_job_slower_than_the_interval_merges_epochs_and_shows_the_backlog(make, tmp_path,
                                                                                 monkeypatch) -> None:
     """Each epoch's Spark job takes 3× the interval: checkpoints run back to back, each takes
