@@ -109,13 +109,14 @@ def roles(db, broker_pid: int | None) -> dict[int, str]:
 
 
 class Metered:
-    """``with Metered(db, broker_pid) as m: …`` — the run's CPU per process; ``m.wall_s``."""
+    """``with Metered(db, broker_pid, nodes) as m: …`` — the run's CPU per process; ``m.wall_s``."""
 
-    def __init__(self, db, broker_pid: int | None) -> None:
-        self.db, self.broker_pid = db, broker_pid
+    def __init__(self, db, broker_pid: int | None, nodes: RayNodes) -> None:
+        self.db, self.broker_pid, self.nodes = db, broker_pid, nodes
 
     def __enter__(self) -> Metered:
         self.roles = roles(self.db, self.broker_pid)
+        self.placement = self.nodes.placement(self.db)
         self.epochs = -checkpoints(self.db)
         gc.collect()
         self.load = [load()]
@@ -133,8 +134,10 @@ class Metered:
 
     def summary(self, rows: int, embedded: dict | None) -> dict:
         s = proc_cpu.summarize(rows, self.wall_s, proc_cpu.used(self.before, self.after), self.roles,
-                               embedded and embedded["cpu_s"], embedded and embedded["rows"])
+                               embedded and embedded["cpu_s"], embedded and embedded["rows"],
+                               node_roots=self.nodes.roots(self.broker_pid))
         s["load"] = self.load
+        s["nodes"], s["placement"] = self.nodes.count, self.placement
         s["epochs"] = self.epochs  # checkpoints in the run, the one finish() takes included
         s["coordinator_cpu_s_per_epoch"] = s["cpu_s"][proc_cpu.COORDINATOR] / self.epochs if self.epochs > 0 else None
         return s
@@ -175,6 +178,88 @@ def wait_ingested(db, rows: int, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: {n:,} of {rows:,} rows ingested after {_INGEST_TIMEOUT_S:.0f} s")
         time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------- Ray nodes
+_OFF_HEAD = "LAMINARDB_BENCH_OFF_HEAD"  # set in the worker nodes' raylets (and so their workers)
+
+
+def _no_ring_off_head() -> None:
+    """Every Ray worker's setup hook: on a worker node, the head's shared-memory ring is
+    unreadable, as it is on another machine — so batches travel as Ray objects, pulled
+    from the head node's object store, as in a real cluster (``shm_ring.py``)."""
+    if os.environ.get(_OFF_HEAD):
+        from laminardb.cluster.shm_ring import ShmReader
+
+        ShmReader.can_read = lambda self, path: False
+
+
+class RayNodes:
+    """Ray for the bench: ``ray.init`` (one node), or ``ray.cluster_utils.Cluster`` with a
+    head node of no CPUs (database heads, the coordinator) and ``count - 1`` worker nodes of
+    ``cpus_per_worker`` each, where the reactor actors (``num_cpus=1``) must land."""
+
+    def __init__(self, count: int, cpus: int, shared_shm: bool) -> None:
+        import ray
+
+        self.count, self.cluster = count, None
+        if count == 1:
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            return
+        from ray.cluster_utils import Cluster
+
+        store = 256 << 20
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False, "object_store_memory": store})
+        env = {} if shared_shm else {_OFF_HEAD: "1"}
+        per_worker = -(-cpus // (count - 1))
+        try:
+            self.workers = [self.cluster.add_node(num_cpus=per_worker, object_store_memory=store, env_vars=env)
+                            for _ in range(count - 1)]
+            self.cluster.wait_for_nodes()
+            ray.init(address=self.cluster.address, log_to_driver=False, configure_logging=False,
+                     runtime_env=None if shared_shm else {"worker_process_setup_hook": _no_ring_off_head})
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def names(self) -> dict[str, str]:
+        """Ray node id → the bench's name for it (head, worker1, …)."""
+        if self.cluster is None:
+            import ray
+
+            return {ray.get_runtime_context().get_node_id(): "head"}
+        out = {self.cluster.head_node.node_id: "head"}
+        out.update({w.node_id: f"worker{i}" for i, w in enumerate(self.workers, 1)})
+        return out
+
+    def roots(self, broker_pid: int | None) -> dict[int, str]:
+        """pid → node for ``proc_cpu.locate``: each node's own processes, the client on the
+        head (where a driver runs), the broker outside Ray."""
+        out = {os.getpid(): "head"}
+        if self.cluster is not None:
+            names = self.names()
+            for node in self.cluster.list_all_nodes():
+                for infos in node.all_processes.values():
+                    out.update({i.process.pid: names[node.node_id] for i in infos})
+        if broker_pid:
+            out[broker_pid] = proc_cpu.OUTSIDE
+        return out
+
+    def placement(self, db) -> dict[str, int]:
+        """Node name → actors of ``db`` on it."""
+        names, out = self.names(), {}
+        for m in db.metrics()["cluster"]["members"]:
+            name = names.get(m["node_id"], m["node_id"][:8])
+            out[name] = out.get(name, 0) + 1
+        return dict(sorted(out.items()))
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.shutdown()
+        if self.cluster is not None:
+            self.cluster.shutdown()
 
 
 # ---------------------------------------------------------------------------- Kafka
@@ -233,8 +318,8 @@ def nexmark_kafka_ddl(bootstrap: str, prefix: str) -> str:
 
 # ---------------------------------------------------------------------------- workloads
 class Bench:
-    def __init__(self, args, root: Path) -> None:
-        self.args, self.root = args, root
+    def __init__(self, args, root: Path, nodes: RayNodes) -> None:
+        self.args, self.root, self.nodes = args, root, nodes
         self.broker: Broker | None = None
         self.results: list[dict] = []
         self._embedded: dict[str, dict] = {}
@@ -250,7 +335,7 @@ class Bench:
         return f"scale-{label}-{self._n}"
 
     def _record(self, workload: str, actors: int, m: Metered, rows: int, embedded: dict, **extra) -> dict:
-        r = {"workload": workload, "actors": actors, **extra, **m.summary(rows, embedded)}
+        r = {"workload": workload, "actors": actors, "nodes": self.nodes.count, **extra, **m.summary(rows, embedded)}
         self.results.append(r)
         print_row(r)
         return r
@@ -268,7 +353,7 @@ class Bench:
             sub = db.subscribe_stream(stream, history_rows=None) if subscribe else None
             if sub is None:
                 db.execute(sink_ddl("out", stream, out))
-            with Metered(db, self.broker.pid if self.broker else None) as m:
+            with Metered(db, self.broker.pid if self.broker else None, self.nodes) as m:
                 drive(db)
             sink = read_any_sink(out) if sub is None else sub.to_arrow()
         finally:
@@ -442,6 +527,10 @@ def print_row(r: dict) -> None:
           f"ceiling {_fmt(r['scale_ceiling'])}; actors/embedded {_fmt(r.get('actors_over_embedded'))}; "
           f"{r['epochs']} checkpoints, coordinator+spark {_fmt(r['coordinator_cpu_s_per_epoch'])} CPU s each; "
           f"load {r['load'][0]} → {r['load'][1]}", flush=True)
+    if r.get("nodes", 1) > 1:
+        print(f"      actors per node {r['placement']}; by node: " + "; ".join(
+            f"{node} " + ", ".join(f"{k} {v:.3f}" for k, v in kinds.items() if v)
+            for node, kinds in r["by_node"].items()), flush=True)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -449,19 +538,30 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 
 
 def markdown(results: list[dict]) -> str:
-    head = ("| workload | ckpt | actors | rows | rows/s | " + " | ".join(COLUMNS)
+    head = ("| workload | ckpt | nodes | actors | rows | rows/s | " + " | ".join(COLUMNS)
             + " | busiest non-actor | scale ceiling | embedded | actors/embedded |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['workload']} | | {r['actors']} | failed: {r['error']} |")
+            lines.append(f"| {r['workload']} | | {r.get('nodes', 1)} | {r['actors']} | failed: {r['error']} |")
             continue
         c, b = r["cpu_s_per_mrow"], r["busiest"] or {}
         lines.append(
-            f"| {r['workload']} | {r.get('checkpoints')} | {r['actors']} | {r['rows']:,} | {r['rows_per_s']:,.0f} | "
+            f"| {r['workload']} | {r.get('checkpoints')} | {r.get('nodes', 1)} | {r['actors']} | {r['rows']:,} | {r['rows_per_s']:,.0f} | "
             + " | ".join(f"{c[k]:.3f}" for k in COLUMNS)
             + f" | {b.get('kind')} {b.get('cpu_s_per_mrow', 0):.3f} | {_fmt(r['scale_ceiling'])} | "
             f"{_fmt(r.get('embedded_cpu_s_per_mrow'), 3)} | {_fmt(r.get('actors_over_embedded'))} |")
+    return "\n".join(lines)
+
+
+def markdown_by_node(results: list[dict]) -> str:
+    """One row per run and node: where each kind's CPU went (a worker node holds actors only)."""
+    head = "| workload | actors | node | actors there | " + " | ".join(COLUMNS) + " | node total |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        for node, kinds in (r.get("by_node") or {}).items():
+            lines.append(f"| {r['workload']} | {r['actors']} | {node} | {r['placement'].get(node, 0)} | "
+                         + " | ".join(f"{kinds[k]:.3f}" for k in COLUMNS) + f" | {sum(kinds.values()):.3f} |")
     return "\n".join(lines)
 
 
@@ -475,6 +575,11 @@ def main() -> int:
     ap.add_argument("--events", type=_count, default=100_000, help="kafka-nexmark events")
     ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")
     ap.add_argument("--queries", default=",".join(NEXMARK_TREES), help="kafka-nexmark queries")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="Ray nodes: 1 = ray.init; N > 1 = a head node and N-1 worker nodes (ray.cluster_utils.Cluster)")
+    ap.add_argument("--shared-shm", action="store_true",
+                    help="with --nodes > 1: let worker-node actors read the head's shared-memory ring "
+                         "(they share this machine); default: Ray objects, as on separate machines")
     ap.add_argument("--batch-rows", type=_count, default=65_536)
     ap.add_argument("--idle-s", type=float, default=5.0, help="idle baseline: seconds sampled with no database")
     ap.add_argument("--json", default=None, help="write every figure to this file")
@@ -495,9 +600,14 @@ def main() -> int:
           f"load {load()}")
     root = Path(args.dir or tempfile.mkdtemp(prefix="ldb-bench-scale-"))
     root.mkdir(parents=True, exist_ok=True)
-    bench = Bench(args, root)
-    ray.init(num_cpus=max(actors), include_dashboard=False, log_to_driver=False, configure_logging=False)
+    nodes = bench = None
     try:
+        nodes = RayNodes(args.nodes, max(actors), args.shared_shm)
+        bench = Bench(args, root, nodes)
+        if args.nodes > 1:
+            print(f"  {args.nodes} Ray nodes (ray.cluster_utils.Cluster): head (0 CPUs), "
+                  f"{args.nodes - 1} worker node(s) of {-(-max(actors) // (args.nodes - 1))} CPUs; "
+                  f"ring {'shared' if args.shared_shm else 'head node only'}")
         t = time.perf_counter()  # the coordinator and its JVM start, the first Spark job: not measured
         db = connect("scale-warm", root, 1, checkpoint_interval="off", coordinator="spark")
         db.execute(SOURCE_DDL + "; " + AGG_DDL + "; " + sink_ddl("out", "agg", root / "sinks" / "warm"))
@@ -519,8 +629,9 @@ def main() -> int:
                     bench.results.append({"workload": w, "actors": n, "error": err})
                     print(f"    {w} {n} actor(s): FAILED — {err}", flush=True)
     finally:
-        ray.shutdown()
-        if bench.broker is not None:
+        if nodes is not None:
+            nodes.shutdown()
+        if bench is not None and bench.broker is not None:
             bench.broker.stop()
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -529,6 +640,9 @@ def main() -> int:
           + (f": {[(p.pid, p.name) for p in left]}" if left else ""))
     print(f"\nCPU seconds per million rows, by kind of process ({info['cores']} cores, load at end {load()}):\n")
     print(markdown(bench.results))
+    if args.nodes > 1:
+        print("\nCPU seconds per million rows, by node and kind:\n")
+        print(markdown_by_node(bench.results))
     print("\nIdle, no database: CPU s per second " + ", ".join(f"{k} {v:.3f}" for k, v in idle.items() if v))
     report = {"machine": info, "args": {k: v for k, v in vars(args).items()}, "idle_cpu_s_per_s": idle,
               "results": bench.results,
