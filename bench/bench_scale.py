@@ -217,6 +217,8 @@ class RayNodes:
             self.workers = [self.cluster.add_node(num_cpus=per_worker, object_store_memory=store, env_vars=env)
                             for _ in range(count - 1)]
             self.cluster.wait_for_nodes()
+            if _no_ring_off_head.__module__ != "__main__":  # imported (a test): workers cannot import bench/
+                ray.cloudpickle.register_pickle_by_value(sys.modules[_no_ring_off_head.__module__])
             ray.init(address=self.cluster.address, log_to_driver=False, configure_logging=False,
                      runtime_env=None if shared_shm else {"worker_process_setup_hook": _no_ring_off_head})
         except BaseException:
