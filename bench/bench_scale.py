@@ -6,6 +6,7 @@ Run from the repository root (``RAY_TMPDIR`` set if other Ray clusters share the
     .venv/bin/python bench/bench_scale.py                                    # every workload, 1,2,4 actors
     .venv/bin/python bench/bench_scale.py --workloads insert-agg,kafka-agg --actors 1,2
     .venv/bin/python bench/bench_scale.py --workloads kafka-nexmark --queries q20 --events 300k
+    .venv/bin/python bench/bench_scale.py --nodes 3 --workloads insert-agg,kafka-agg --actors 2,4
 
 Method (``/work/shared/DESIGN.md``, "Measuring the cluster on 2 cores"; ``bench/proc_cpu.py``):
 the CPU time (user + system, every thread) of this process and of every process under it —
@@ -43,6 +44,16 @@ cluster's committed sink equals the embedded engine's (every window exact; Nexma
 order-free digest). Ray starts here (``num_cpus`` = the most actors; heads and the
 coordinator take none), the broker too; both are stopped at the end. ``--json out.json``
 writes every figure; the last stdout line is ``BENCH_JSON {...}``.
+
+``--nodes N`` (N > 1) starts ``ray.cluster_utils.Cluster`` instead: a head node with no CPUs
+(database heads and the coordinator are pinned there; the client runs there, as a driver
+does) and N-1 worker nodes of ceil(most actors / (N-1)) CPUs, so every reactor actor
+(``num_cpus=1``) lands on a worker node. The nodes share this machine, so a worker-node actor
+could read the head's shared-memory ring; a worker setup hook makes it unreadable there, and
+batches go as Ray objects pulled from the head node's object store, as between machines
+(``--shared-shm`` keeps the ring). Each node's Ray processes (raylet, gcs_server, agents)
+are known by pid, so every process is also counted on its node: the nearest such ancestor
+(``proc_cpu.locate``); the broker is "outside". Per run: actors per node and CPU per kind per node.
 """
 
 from __future__ import annotations
