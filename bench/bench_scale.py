@@ -219,8 +219,8 @@ def _no_ring_off_head() -> None:
 
 class RayNodes:
     """Ray for the bench: ``ray.init`` (one node), or ``ray.cluster_utils.Cluster`` with a
-    head node of no CPUs (database heads, the coordinator) and ``count - 1`` worker nodes of
-    ``cpus_per_worker`` each, where the reactor actors (``num_cpus=1``) must land."""
+    head node of no CPUs (database heads, the coordinator) and ``count - 1`` worker nodes
+    sharing ``cpus``, where the reactor actors (``num_cpus=1``) must land."""
 
     def __init__(self, count: int, cpus: int, shared_shm: bool) -> None:
         import ray
