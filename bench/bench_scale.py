@@ -6,6 +6,7 @@ Run from the repository root (``RAY_TMPDIR`` set if other Ray clusters share the
     .venv/bin/python bench/bench_scale.py                                    # every workload, 1,2,4 actors
     .venv/bin/python bench/bench_scale.py --workloads insert-agg,kafka-agg --actors 1,2
     .venv/bin/python bench/bench_scale.py --workloads kafka-nexmark --queries q20 --events 300k
+    .venv/bin/python bench/bench_scale.py --nodes 3 --workloads insert-agg,kafka-agg --actors 2,4
 
 Method (``/work/shared/DESIGN.md``, "Measuring the cluster on 2 cores"; ``bench/proc_cpu.py``):
 the CPU time (user + system, every thread) of this process and of every process under it —
@@ -43,6 +44,16 @@ cluster's committed sink equals the embedded engine's (every window exact; Nexma
 order-free digest). Ray starts here (``num_cpus`` = the most actors; heads and the
 coordinator take none), the broker too; both are stopped at the end. ``--json out.json``
 writes every figure; the last stdout line is ``BENCH_JSON {...}``.
+
+``--nodes N`` (N > 1) starts ``ray.cluster_utils.Cluster`` instead: a head node with no CPUs
+(database heads and the coordinator are pinned there; the client runs there, as a driver
+does) and N-1 worker nodes of ceil(most actors / (N-1)) CPUs, so every reactor actor
+(``num_cpus=1``) lands on a worker node. The nodes share this machine, so a worker-node actor
+could read the head's shared-memory ring; a worker setup hook makes it unreadable there, and
+batches go as Ray objects pulled from the head node's object store, as between machines
+(``--shared-shm`` keeps the ring). Each node's Ray processes (raylet, gcs_server, agents)
+are known by pid, so every process is also counted on its node: the nearest such ancestor
+(``proc_cpu.locate``); the broker is "outside". Per run: actors per node and CPU per kind per node.
 """
 
 from __future__ import annotations
@@ -78,6 +89,10 @@ PARTITIONS = 2
 _WARM_EVENTS = 20_000
 _INGEST_TIMEOUT_S = 600.0
 _KAFKA_OPTS = "format = 'json', offset_reset = 'earliest'"
+# the coordinator retires (and its JVM stops) when no database is registered 30 s after a drop
+# (``coordinator_linger_s``); between runs (the embedded run, waiting for freed CPUs) that
+# happens, and the next run would pay a JVM start (~10 CPU s). Ray stops at the end anyway.
+KEEP_COORDINATOR = {"coordinator_linger_s": 24 * 3600}
 
 
 # ---------------------------------------------------------------------------- processes
@@ -109,14 +124,16 @@ def roles(db, broker_pid: int | None) -> dict[int, str]:
 
 
 class Metered:
-    """``with Metered(db, broker_pid) as m: …`` — the run's CPU per process; ``m.wall_s``."""
+    """``with Metered(db, broker_pid, nodes) as m: …`` — the run's CPU per process; ``m.wall_s``."""
 
-    def __init__(self, db, broker_pid: int | None) -> None:
-        self.db, self.broker_pid = db, broker_pid
+    def __init__(self, db, broker_pid: int | None, nodes: RayNodes) -> None:
+        self.db, self.broker_pid, self.nodes = db, broker_pid, nodes
 
     def __enter__(self) -> Metered:
         self.roles = roles(self.db, self.broker_pid)
+        self.placement = self.nodes.placement(self.db)
         self.epochs = -checkpoints(self.db)
+        self.coordinator_restarted = None
         gc.collect()
         self.load = [load()]
         self.before = proc_cpu.sample()
@@ -129,15 +146,24 @@ class Metered:
         self.load.append(load())
         if exc[0] is None:
             self.epochs += checkpoints(self.db)
-            self.roles.update(roles(self.db, self.broker_pid))  # actors started mid-run (a recovery) are named too
+            after = roles(self.db, self.broker_pid)
+            self.coordinator_restarted = _pids(after, proc_cpu.COORDINATOR) != _pids(self.roles, proc_cpu.COORDINATOR)
+            self.roles.update(after)  # actors started mid-run (a recovery) are named too
 
     def summary(self, rows: int, embedded: dict | None) -> dict:
         s = proc_cpu.summarize(rows, self.wall_s, proc_cpu.used(self.before, self.after), self.roles,
-                               embedded and embedded["cpu_s"], embedded and embedded["rows"])
+                               embedded and embedded["cpu_s"], embedded and embedded["rows"],
+                               node_roots=self.nodes.roots(self.broker_pid))
         s["load"] = self.load
+        s["nodes"], s["placement"] = self.nodes.count, self.placement
+        s["coordinator_restarted"] = self.coordinator_restarted  # then its JVM's start is in the figures
         s["epochs"] = self.epochs  # checkpoints in the run, the one finish() takes included
         s["coordinator_cpu_s_per_epoch"] = s["cpu_s"][proc_cpu.COORDINATOR] / self.epochs if self.epochs > 0 else None
         return s
+
+
+def _pids(who: dict[int, str], kind: str) -> set[int]:
+    return {pid for pid, k in who.items() if k == kind}
 
 
 def idle_baseline(seconds: float) -> dict[str, float]:
@@ -175,6 +201,90 @@ def wait_ingested(db, rows: int, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what}: {n:,} of {rows:,} rows ingested after {_INGEST_TIMEOUT_S:.0f} s")
         time.sleep(0.1)
+
+
+# ---------------------------------------------------------------------------- Ray nodes
+_OFF_HEAD = "LAMINARDB_BENCH_OFF_HEAD"  # set in the worker nodes' raylets (and so their workers)
+
+
+def _no_ring_off_head() -> None:
+    """Every Ray worker's setup hook: on a worker node, the head's shared-memory ring is
+    unreadable, as it is on another machine — so batches travel as Ray objects, pulled
+    from the head node's object store, as in a real cluster (``shm_ring.py``)."""
+    if os.environ.get(_OFF_HEAD):
+        from laminardb.cluster.shm_ring import ShmReader
+
+        ShmReader.can_read = lambda self, path: False
+
+
+class RayNodes:
+    """Ray for the bench: ``ray.init`` (one node), or ``ray.cluster_utils.Cluster`` with a
+    head node of no CPUs (database heads, the coordinator) and ``count - 1`` worker nodes
+    sharing ``cpus``, where the reactor actors (``num_cpus=1``) must land."""
+
+    def __init__(self, count: int, cpus: int, shared_shm: bool) -> None:
+        import ray
+
+        self.count, self.cluster = count, None
+        if count == 1:
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            return
+        from ray.cluster_utils import Cluster
+
+        store = 256 << 20
+        self.cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 0, "include_dashboard": False, "object_store_memory": store})
+        env = {} if shared_shm else {_OFF_HEAD: "1"}
+        per_worker = -(-cpus // (count - 1))
+        try:
+            self.workers = [self.cluster.add_node(num_cpus=per_worker, object_store_memory=store, env_vars=env)
+                            for _ in range(count - 1)]
+            self.cluster.wait_for_nodes()
+            if _no_ring_off_head.__module__ != "__main__":  # imported (a test): workers cannot import bench/
+                ray.cloudpickle.register_pickle_by_value(sys.modules[_no_ring_off_head.__module__])
+            ray.init(address=self.cluster.address, log_to_driver=False, configure_logging=False,
+                     runtime_env=None if shared_shm else {"worker_process_setup_hook": _no_ring_off_head})
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def names(self) -> dict[str, str]:
+        """Ray node id → the bench's name for it (head, worker1, …)."""
+        if self.cluster is None:
+            import ray
+
+            return {ray.get_runtime_context().get_node_id(): "head"}
+        out = {self.cluster.head_node.node_id: "head"}
+        out.update({w.node_id: f"worker{i}" for i, w in enumerate(self.workers, 1)})
+        return out
+
+    def roots(self, broker_pid: int | None) -> dict[int, str]:
+        """pid → node for ``proc_cpu.locate``: each node's own processes, the client on the
+        head (where a driver runs), the broker outside Ray."""
+        out = {os.getpid(): "head"}
+        if self.cluster is not None:
+            names = self.names()
+            for node in self.cluster.list_all_nodes():
+                for infos in node.all_processes.values():
+                    out.update({i.process.pid: names[node.node_id] for i in infos})
+        if broker_pid:
+            out[broker_pid] = proc_cpu.OUTSIDE
+        return out
+
+    def placement(self, db) -> dict[str, int]:
+        """Node name → actors of ``db`` on it."""
+        names, out = self.names(), {}
+        for m in db.metrics()["cluster"]["members"]:
+            name = names.get(m["node_id"], m["node_id"][:8])
+            out[name] = out.get(name, 0) + 1
+        return dict(sorted(out.items()))
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.shutdown()
+        if self.cluster is not None:
+            self.cluster.shutdown()
 
 
 # ---------------------------------------------------------------------------- Kafka
@@ -233,8 +343,8 @@ def nexmark_kafka_ddl(bootstrap: str, prefix: str) -> str:
 
 # ---------------------------------------------------------------------------- workloads
 class Bench:
-    def __init__(self, args, root: Path) -> None:
-        self.args, self.root = args, root
+    def __init__(self, args, root: Path, nodes: RayNodes) -> None:
+        self.args, self.root, self.nodes = args, root, nodes
         self.broker: Broker | None = None
         self.results: list[dict] = []
         self._embedded: dict[str, dict] = {}
@@ -250,7 +360,7 @@ class Bench:
         return f"scale-{label}-{self._n}"
 
     def _record(self, workload: str, actors: int, m: Metered, rows: int, embedded: dict, **extra) -> dict:
-        r = {"workload": workload, "actors": actors, **extra, **m.summary(rows, embedded)}
+        r = {"workload": workload, "actors": actors, "nodes": self.nodes.count, **extra, **m.summary(rows, embedded)}
         self.results.append(r)
         print_row(r)
         return r
@@ -262,13 +372,13 @@ class Bench:
         subscriber's) rows; the database dropped."""
         name = self._name(label)
         out = self.root / "sinks" / name
-        db = connect(name, self.root, actors, **config)
+        db = connect(name, self.root, actors, **{**KEEP_COORDINATOR, **config})
         try:
             setup(db, True)
             sub = db.subscribe_stream(stream, history_rows=None) if subscribe else None
             if sub is None:
                 db.execute(sink_ddl("out", stream, out))
-            with Metered(db, self.broker.pid if self.broker else None) as m:
+            with Metered(db, self.broker.pid if self.broker else None, self.nodes) as m:
                 drive(db)
             sink = read_any_sink(out) if sub is None else sub.to_arrow()
         finally:
@@ -441,7 +551,13 @@ def print_row(r: dict) -> None:
           + f"; busiest non-actor {b.get('kind')} ({b.get('name')}) {b.get('cpu_s_per_mrow', 0):.3f}; "
           f"ceiling {_fmt(r['scale_ceiling'])}; actors/embedded {_fmt(r.get('actors_over_embedded'))}; "
           f"{r['epochs']} checkpoints, coordinator+spark {_fmt(r['coordinator_cpu_s_per_epoch'])} CPU s each; "
-          f"load {r['load'][0]} → {r['load'][1]}", flush=True)
+          f"load {r['load'][0]} → {r['load'][1]}"
+          + ("; THE COORDINATOR RESTARTED IN THE RUN (its JVM start is counted)" if r.get("coordinator_restarted")
+             else ""), flush=True)
+    if r.get("nodes", 1) > 1:
+        print(f"      actors per node {r['placement']}; by node: " + "; ".join(
+            f"{node} " + ", ".join(f"{k} {v:.3f}" for k, v in kinds.items() if v)
+            for node, kinds in r["by_node"].items()), flush=True)
 
 
 def _fmt(x: float | None, digits: int = 2) -> str:
@@ -449,19 +565,30 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 
 
 def markdown(results: list[dict]) -> str:
-    head = ("| workload | ckpt | actors | rows | rows/s | " + " | ".join(COLUMNS)
+    head = ("| workload | ckpt | nodes | actors | rows | rows/s | " + " | ".join(COLUMNS)
             + " | busiest non-actor | scale ceiling | embedded | actors/embedded |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['workload']} | | {r['actors']} | failed: {r['error']} |")
+            lines.append(f"| {r['workload']} | | {r.get('nodes', 1)} | {r['actors']} | failed: {r['error']} |")
             continue
         c, b = r["cpu_s_per_mrow"], r["busiest"] or {}
         lines.append(
-            f"| {r['workload']} | {r.get('checkpoints')} | {r['actors']} | {r['rows']:,} | {r['rows_per_s']:,.0f} | "
+            f"| {r['workload']} | {r.get('checkpoints')} | {r.get('nodes', 1)} | {r['actors']} | {r['rows']:,} | {r['rows_per_s']:,.0f} | "
             + " | ".join(f"{c[k]:.3f}" for k in COLUMNS)
             + f" | {b.get('kind')} {b.get('cpu_s_per_mrow', 0):.3f} | {_fmt(r['scale_ceiling'])} | "
             f"{_fmt(r.get('embedded_cpu_s_per_mrow'), 3)} | {_fmt(r.get('actors_over_embedded'))} |")
+    return "\n".join(lines)
+
+
+def markdown_by_node(results: list[dict]) -> str:
+    """One row per run and node: where each kind's CPU went (a worker node holds actors only)."""
+    head = "| workload | actors | node | actors there | " + " | ".join(COLUMNS) + " | node total |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        for node, kinds in (r.get("by_node") or {}).items():
+            lines.append(f"| {r['workload']} | {r['actors']} | {node} | {r['placement'].get(node, 0)} | "
+                         + " | ".join(f"{kinds[k]:.3f}" for k in COLUMNS) + f" | {sum(kinds.values()):.3f} |")
     return "\n".join(lines)
 
 
@@ -475,6 +602,11 @@ def main() -> int:
     ap.add_argument("--events", type=_count, default=100_000, help="kafka-nexmark events")
     ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")
     ap.add_argument("--queries", default=",".join(NEXMARK_TREES), help="kafka-nexmark queries")
+    ap.add_argument("--nodes", type=int, default=1,
+                    help="Ray nodes: 1 = ray.init; N > 1 = a head node and N-1 worker nodes (ray.cluster_utils.Cluster)")
+    ap.add_argument("--shared-shm", action="store_true",
+                    help="with --nodes > 1: let worker-node actors read the head's shared-memory ring "
+                         "(they share this machine); default: Ray objects, as on separate machines")
     ap.add_argument("--batch-rows", type=_count, default=65_536)
     ap.add_argument("--idle-s", type=float, default=5.0, help="idle baseline: seconds sampled with no database")
     ap.add_argument("--json", default=None, help="write every figure to this file")
@@ -495,11 +627,16 @@ def main() -> int:
           f"load {load()}")
     root = Path(args.dir or tempfile.mkdtemp(prefix="ldb-bench-scale-"))
     root.mkdir(parents=True, exist_ok=True)
-    bench = Bench(args, root)
-    ray.init(num_cpus=max(actors), include_dashboard=False, log_to_driver=False, configure_logging=False)
+    nodes = bench = None
     try:
+        nodes = RayNodes(args.nodes, max(actors), args.shared_shm)
+        bench = Bench(args, root, nodes)
+        if args.nodes > 1:
+            print(f"  {args.nodes} Ray nodes (ray.cluster_utils.Cluster): head (0 CPUs), "
+                  f"{args.nodes - 1} worker node(s) of {-(-max(actors) // (args.nodes - 1))} CPUs; "
+                  f"ring {'shared' if args.shared_shm else 'head node only'}")
         t = time.perf_counter()  # the coordinator and its JVM start, the first Spark job: not measured
-        db = connect("scale-warm", root, 1, checkpoint_interval="off", coordinator="spark")
+        db = connect("scale-warm", root, 1, checkpoint_interval="off", coordinator="spark", **KEEP_COORDINATOR)
         db.execute(SOURCE_DDL + "; " + AGG_DDL + "; " + sink_ddl("out", "agg", root / "sinks" / "warm"))
         for b in make_batches(2 * args.batch_rows, args.batch_rows, seed=1):
             db.insert("trades", b)
@@ -519,8 +656,9 @@ def main() -> int:
                     bench.results.append({"workload": w, "actors": n, "error": err})
                     print(f"    {w} {n} actor(s): FAILED — {err}", flush=True)
     finally:
-        ray.shutdown()
-        if bench.broker is not None:
+        if nodes is not None:
+            nodes.shutdown()
+        if bench is not None and bench.broker is not None:
             bench.broker.stop()
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -529,6 +667,9 @@ def main() -> int:
           + (f": {[(p.pid, p.name) for p in left]}" if left else ""))
     print(f"\nCPU seconds per million rows, by kind of process ({info['cores']} cores, load at end {load()}):\n")
     print(markdown(bench.results))
+    if args.nodes > 1:
+        print("\nCPU seconds per million rows, by node and kind:\n")
+        print(markdown_by_node(bench.results))
     print("\nIdle, no database: CPU s per second " + ", ".join(f"{k} {v:.3f}" for k, v in idle.items() if v))
     report = {"machine": info, "args": {k: v for k, v in vars(args).items()}, "idle_cpu_s_per_s": idle,
               "results": bench.results,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 CLIENT, HEAD, ACTOR, COORDINATOR, BROKER, RAY = "client", "head", "actors", "coordinator+spark", "broker", "ray"
 KINDS = (CLIENT, HEAD, ACTOR, COORDINATOR, BROKER, RAY)
+OUTSIDE = "outside"  # a process on no Ray node (the broker)
 # a process under one of these is counted with it (the coordinator's Spark JVM, the broker's
 # helpers); a process under the client is Ray's (ray.init starts the local cluster from here)
 _INHERITED = frozenset({HEAD, ACTOR, COORDINATOR, BROKER})
@@ -90,14 +91,34 @@ def classify(procs: Iterable[Proc], roles: Mapping[int, str]) -> dict[int, str]:
     return kinds
 
 
+def locate(procs: Iterable[Proc], roots: Mapping[int, str], default: str = OUTSIDE) -> dict[int, str]:
+    """pid → node: the node of its nearest ancestor-or-self in ``roots`` (pid → node name).
+
+    Why roots: the nodes of ``ray.cluster_utils.Cluster`` all run under this process, so the
+    tree alone cannot tell them apart; a node's own processes (raylet, gcs_server, agents)
+    are the roots, and the workers a raylet starts are under it."""
+    parent = {p.pid: p.ppid for p in procs}
+    out = {}
+    for pid in parent:
+        cur, seen = pid, set()
+        while cur not in roots and cur in parent and cur not in seen:
+            seen.add(cur)
+            cur = parent[cur]
+        out[pid] = roots.get(cur, default)
+    return out
+
+
 def summarize(rows: int, wall_s: float, procs: Iterable[Proc], roles: Mapping[int, str],
-              embedded_cpu_s: float | None = None, embedded_rows: int | None = None) -> dict:
-    """Per kind CPU s per million rows, rows/s, the busiest non-actor process and the ceiling.
+              embedded_cpu_s: float | None = None, embedded_rows: int | None = None,
+              node_roots: Mapping[int, str] | None = None) -> dict:
+    """Per kind CPU s per million rows, rows/s, the busiest non-actor process and the ceiling;
+    with ``node_roots`` (see :func:`locate`) the same per node, under ``by_node``.
 
     The ceiling counts each process alone (a JVM apart from the coordinator that started it):
     one process, whatever its threads, is where a single-threaded part of it saturates."""
     procs = list(procs)
     kinds = classify(procs, roles)
+    where = locate(procs, node_roots or {})
     mrows = rows / 1e6
     per_kind = {k: 0.0 for k in KINDS}
     for p in procs:
@@ -112,9 +133,15 @@ def summarize(rows: int, wall_s: float, procs: Iterable[Proc], roles: Mapping[in
             "pid": busiest.pid, "kind": kinds[busiest.pid], "name": busiest.name,
             "cpu_s_per_mrow": busiest.cpu_s / mrows},
         "scale_ceiling": (actor_s / busiest.cpu_s) if busiest is not None and busiest.cpu_s > 0 else None,
-        "processes": sorted(({"pid": p.pid, "kind": kinds[p.pid], "name": p.name, "cpu_s": round(p.cpu_s, 4)}
-                             for p in procs if p.cpu_s > 0), key=lambda d: -d["cpu_s"]),
+        "processes": sorted(({"pid": p.pid, "kind": kinds[p.pid], "node": where[p.pid], "name": p.name,
+                              "cpu_s": round(p.cpu_s, 4)} for p in procs if p.cpu_s > 0), key=lambda d: -d["cpu_s"]),
     }
+    if node_roots is not None:
+        by_node: dict[str, dict[str, float]] = {}
+        for p in procs:
+            per = by_node.setdefault(where[p.pid], {k: 0.0 for k in KINDS})
+            per[kinds[p.pid]] += p.cpu_s / mrows
+        out["by_node"] = dict(sorted(by_node.items()))
     if embedded_cpu_s is not None:
         e = embedded_cpu_s / ((embedded_rows or rows) / 1e6)
         out["embedded_cpu_s_per_mrow"] = e

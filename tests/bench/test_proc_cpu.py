@@ -11,7 +11,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from proc_cpu import ACTOR, BROKER, CLIENT, COORDINATOR, HEAD, RAY, Proc, classify, summarize, used  # noqa: E402
+from proc_cpu import (  # noqa: E402
+    ACTOR,
+    BROKER,
+    CLIENT,
+    COORDINATOR,
+    HEAD,
+    OUTSIDE,
+    RAY,
+    Proc,
+    classify,
+    locate,
+    summarize,
+    used,
+)
 
 CLIENT_PID, RAYLET, HEAD_PID, A1, A2, COORD, JVM, BROKER_PID, IDLE = 10, 11, 12, 13, 14, 15, 16, 17, 18
 ROLES = {CLIENT_PID: CLIENT, HEAD_PID: HEAD, A1: ACTOR, A2: ACTOR, COORD: COORDINATOR, BROKER_PID: BROKER}
@@ -58,3 +71,26 @@ def test_summarize_ceiling_is_actors_over_the_busiest_single_non_actor_process()
 def test_summarize_without_a_busy_non_actor_has_no_ceiling():
     s = summarize(1_000_000, 1.0, tree({A1: 1.0}), ROLES)
     assert s["scale_ceiling"] is None and "actors_over_embedded" not in s
+
+
+def test_locate_takes_the_nearest_node_root_and_leaves_the_rest_outside():
+    # two Ray nodes under the client: the head node's gcs_server (RAYLET stands for it) and a
+    # worker node's raylet (A2's parent here) — a worker is on its raylet's node, not the client's
+    procs = [proc(CLIENT_PID, 1, 0), proc(RAYLET, CLIENT_PID, 0), proc(HEAD_PID, RAYLET, 0),
+             proc(30, CLIENT_PID, 0), proc(A2, 30, 0), proc(JVM, A2, 0), proc(BROKER_PID, CLIENT_PID, 0)]
+    where = locate(procs, {CLIENT_PID: "head", 30: "worker1"})
+    assert where == {CLIENT_PID: "head", RAYLET: "head", HEAD_PID: "head", 30: "worker1", A2: "worker1",
+                     JVM: "worker1", BROKER_PID: "head"}
+    assert locate(procs, {CLIENT_PID: "head", 30: "worker1", BROKER_PID: OUTSIDE})[BROKER_PID] == OUTSIDE
+
+
+def test_summarize_by_node_splits_each_kind_by_where_it_ran():
+    # 1M rows; A1 under the head node's raylet, A2 moved under a worker raylet (pid 30)
+    procs = [p if p.pid != A2 else proc(A2, 30, 3.0) for p in tree({A1: 1.0, HEAD_PID: 0.5, RAYLET: 0.25})]
+    procs.append(proc(30, CLIENT_PID, 0.5, name="raylet"))
+    s = summarize(1_000_000, 1.0, procs, ROLES, node_roots={CLIENT_PID: "head", 30: "worker1"})
+    assert s["by_node"]["worker1"][ACTOR] == pytest.approx(3.0) and s["by_node"]["worker1"][RAY] == pytest.approx(0.5)
+    assert s["by_node"]["head"][ACTOR] == pytest.approx(1.0) and s["by_node"]["head"][HEAD] == pytest.approx(0.5)
+    assert s["by_node"]["head"][RAY] == pytest.approx(0.25)
+    assert s["cpu_s_per_mrow"][ACTOR] == pytest.approx(4.0)  # the per-kind totals do not change
+    assert "by_node" not in summarize(1_000_000, 1.0, procs, ROLES)
