@@ -22,6 +22,7 @@ _RAY = (
     "tests/cluster/", "tests/cluster_backend/", "tests/delta/", "tests/delta_coordinator/",
     "tests/delta_nodes/", "tests/dashboard/", "tests/discovery/test_static_and_ray.py",
     "tests/nexmark/test_nexmark_cluster.py", "tests/coordinator/test_actor.py",
+    "tests/bench/test_bench_scale_nodes.py",
 )
 # Files and directories whose tests use a session service or start their own daemons.
 _SERVICES = (
