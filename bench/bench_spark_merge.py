@@ -76,6 +76,7 @@ def _partials(plan, n: int, actors: int) -> pa.Table:
 def _head_merge(plan, table: pa.Table, stage_dir: Path) -> tuple[float, float, float, int]:
     """The head's CPU: merging, staging the final rows (head route) and staging the partials
     instead (Spark route: more rows, wider) — the Spark route saves merge + finals − partials."""
+    from laminardb.checkpoint.partial_stage import PartialStage
     from laminardb.checkpoint.sink import EpochStage
     from laminardb.cluster.partial import KeyedPartialMerger
     from laminardb.operators.query_operator import QueryOperator
@@ -85,8 +86,9 @@ def _head_merge(plan, table: pa.Table, stage_dir: Path) -> tuple[float, float, f
     finals = merger.merge(table)
     merge = time.thread_time() - t0
     staged = []
-    for name, rows in (("finals", pa.Table.from_batches(finals)), ("partials", table)):
-        stage = EpochStage(stage_dir / name, rows.schema, fmt="parquet")
+    for name, rows, kind in (("finals", pa.Table.from_batches(finals), EpochStage),
+                             ("partials", table, PartialStage)):
+        stage = kind(stage_dir / name, rows.schema, fmt="parquet")
         t0 = time.thread_time()
         for b in rows.to_batches(max_chunksize=65_536):
             stage.append(b)

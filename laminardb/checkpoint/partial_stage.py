@@ -42,6 +42,17 @@ def executors_write(connector: str, options: dict[str, str]) -> bool:
     return False
 
 
+class PartialStage(EpochStage):
+    """The partials' stage: Parquet without dictionary pages. Partials hold one row per (actor,
+    window, key), keys mostly distinct, where dictionary encoding costs the head ~3x the CPU
+    of the write for no saving (bench/bench_spark_merge.py: 0.38 vs 0.11 µs a partial row)."""
+
+    def _new_writer(self, f: Any) -> Any:
+        import pyarrow.parquet as pq
+
+        return pq.ParquetWriter(f, self.schema, use_dictionary=False)
+
+
 class PartialStagedSink(StagedSink):
     """A ``StagedSink`` that also takes a local-global aggregate's partials (module docstring)."""
 
@@ -50,7 +61,7 @@ class PartialStagedSink(StagedSink):
         super().__init__(name, sql, schema, directory, connector_name=connector_name)
         self.executors_write = executors_write
         # the partial schema is the first close's (it follows the query's plan); files only until then
-        self.partials = EpochStage(Path(directory) / "partials", pa.schema([]), fmt="parquet")
+        self.partials = PartialStage(Path(directory) / "partials", pa.schema([]), fmt="parquet")
         self._partial_rows: dict[int, int] = {}
         self._merger: Any = None  # the KeyedPartialMerger whose partials are open here
         self._spec: dict[str, Any] | None = None  # how the epoch job re-plans the query
