@@ -146,3 +146,16 @@ def test_a_query_the_job_cannot_plan_is_a_typed_error(spark, tmp_path) -> None:
     with pytest.raises(SparkMergeError) as err:
         merge_epoch(spark, "file", sink, {**merge, "sql": "SELECT nope FROM"}, 1, schema)
     assert err.value.code == "LDB-6040" and "spark_merge" in str(err.value)
+
+
+def test_a_sink_the_executors_cannot_write_is_merged_on_the_driver(tmp_path) -> None:
+    """``kind`` None (the head expected executors, the coordinator's sink says otherwise):
+    the partials are merged with Arrow on the driver and go through the sink's own two phases."""
+    raw = _raw(2000)
+    merge, schema = _partials(raw, tmp_path)
+    sink = TransactionalFileSink(tmp_path / "out", format="parquet", schema=schema)
+    info, rows = merge_epoch(None, None, sink, merge, 2, schema)
+    sink.commit(2)
+    got = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("part-*.parquet"))])
+    assert rows == got.num_rows
+    _assert_same(got, _oracle(raw))
