@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests._services.fixtures import kafka_broker  # noqa: F401
+
 pytestmark = pytest.mark.integration
 
 DDL = """
@@ -96,3 +98,64 @@ def test_the_only_consumer_sink_is_merged_in_spark_then_the_head_when_a_subscrib
     assert merges_after["merged_at_head"] > 0 and merges_after["to_spark"] == merges["to_spark"]
     _assert_equal(_committed(out), pa.concat_tables(raw))
     assert sub is not None
+
+
+KAFKA_PIPELINE = """
+CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL,
+                      WATERMARK FOR ts AS ts - INTERVAL '0' SECOND)
+    FROM KAFKA (brokers = '{brokers}', topic = '{topic}', format = 'json', idle_timeout_ms = '60000');
+CREATE STREAM per_key AS SELECT k, window_start, count(*) AS c, sum(v) AS s
+    FROM trades GROUP BY k, tumble(ts, INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE;
+CREATE SINK out FROM per_key INTO FILE (path = '{out}', format = 'parquet');
+"""
+
+
+def _produce_not_by_key(bootstrap: str, topic: str, rows: list[dict]) -> None:
+    """By sequence number, not key: each key's rows alternate partitions, so both actors."""
+    import json
+
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, value_serializer=lambda r: json.dumps(r).encode())
+    try:
+        for r in rows:
+            p.send(topic, r, partition=r["seq"] % 2)
+        p.flush(timeout=30)
+    finally:
+        p.close(timeout=10)
+
+
+def test_kafka_partitions_not_keyed_by_the_group_key_merge_in_spark(database, kafka_broker, tmp_path):  # noqa: F811
+    """Kafka → two actors (each reads one partition, every key in both) → FILE sink: the
+    committed windows equal the embedded engine's, and the head merged no partial row."""
+    import os
+    import time
+
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from tests._services.procs import wait_until
+    from tests.delta.workload import KAFKA_ROWS, SENTINEL_TS, expected_windows, kafka_rows
+
+    topic = f"merge-{os.getpid()}-{time.monotonic_ns()}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 2, 1)])
+    finally:
+        admin.close()
+    rows = kafka_rows(0, KAFKA_ROWS)
+    _produce_not_by_key(kafka_broker.bootstrap, topic, rows + [{"k": 0, "seq": s, "v": 0, "ts": SENTINEL_TS} for s in (-1, -2)])
+    want = expected_windows(KAFKA_ROWS)
+    out = tmp_path / "out"
+    db = database(checkpoint_interval="1s", spark_merge=True)
+    db.execute(KAFKA_PIPELINE.format(brokers=kafka_broker.bootstrap, topic=topic, out=out))
+    db.start()
+
+    def windows() -> list[tuple]:
+        files = sorted(out.glob("part-*.parquet"))
+        got = pa.concat_tables([pq.read_table(p) for p in files]).to_pylist() if files else []
+        return sorted((r["k"], r["window_start"], r["c"], r["s"]) for r in got)
+
+    wait_until(lambda: len(windows()) >= len(want), timeout=180, interval=0.5)
+    assert windows() == want
+    merges = db.metrics()["cluster"]["partial_merge"]["per_key"]
+    assert merges["merged_at_head"] == 0 and merges["to_spark"] > len(want), merges  # keys on both actors
