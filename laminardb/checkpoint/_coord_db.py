@@ -121,6 +121,7 @@ class _Stats:
     #: checkpoints that took longer than the interval: the next one started late and took
     #: every row since this one's barrier (epochs merge; none is skipped or queued twice)
     overruns: int = 0
+    merged_in_spark: int = 0  # partial rows of local-global aggregates the epoch jobs merged
     last_duration_s: float | None = None
     last_done: float | None = None  # monotonic time the last checkpoint was recorded
     history: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_HISTORY))
@@ -314,6 +315,18 @@ class CoordinatedDatabase:
             schema = pa.ipc.read_schema(pa.py_buffer(desc["schema"]))
             slot = self._sink(name, desc["sql"], schema)
             n = 0
+            if desc.get("merge"):  # a local-global aggregate's partials: merged by the epoch job
+                from laminardb.checkpoint.spark_merge import merge_epoch
+
+                with self._spark_lock:
+                    t = time.perf_counter()
+                    kind = native_kind(slot.sink, schema, [desc["merge"]["stage"]])
+                    info, n = merge_epoch(self._spark(), kind, slot.sink, desc["merge"], epoch, schema)
+                    spark_s += time.perf_counter() - t
+                self.stats.merged_in_spark += int(desc["merge"]["rows"])
+                infos[name] = {"info": info, "rows": n}
+                rows += n
+                continue
             staged = [desc["stage"]] if desc.get("stage") and desc.get("rows", 1) != 0 else []
             kind = native_kind(slot.sink, schema, staged)
             if kind is not None:  # the executors write the files; no row reaches the driver
@@ -394,7 +407,7 @@ class CoordinatedDatabase:
             "settled": not self.needs_settle, "sinks": sorted(self.sinks),
             "duration_p50_s": None, "duration_p99_s": None, "spark_share": None,
             "spark_p50_s": None, "stall_p50_s": None, "prepare_p50_s": None,
-            "overruns": st.overruns, "last_duration_s": st.last_duration_s,
+            "overruns": st.overruns, "merged_in_spark": st.merged_in_spark, "last_duration_s": st.last_duration_s,
             "behind_s": self._behind(st),
         }
         if hist:

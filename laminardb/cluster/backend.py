@@ -70,6 +70,9 @@ class ClusterBackend:
         self._shutdown_on_close = shutdown_on_close
         self._max_in_flight = max_in_flight
         self._local_global = local_global
+        #: opt-in: local-global aggregates whose only consumer is a FILE / Delta Lake sink are
+        #: merged in the coordinator's epoch job, not here (``checkpoint/partial_stage.py``)
+        self._spark_merge = str((config or {}).get("spark_merge", "")).lower() in ("1", "true", "on", "yes")
         self.drainer: _Drainer | None = None
         cluster.call_timeout = float((config or {}).get("actor_call_timeout", cluster.call_timeout))
         cluster.broadcast("reset")  # actors start from an empty catalog
@@ -100,8 +103,14 @@ class ClusterBackend:
             from laminardb.checkpoint.staged_sink import StagedSink
             from laminardb.connectors.sinks import sink_class_name
 
-            return StagedSink(stmt.name, _sink_sql(stmt), schema,
-                              os.path.join(self.engine.path, "staged", _safe(stmt.name)),
+            directory = os.path.join(self.engine.path, "staged", _safe(stmt.name))
+            if self._spark_merge:
+                from laminardb.checkpoint.partial_stage import PartialStagedSink, executors_write
+
+                return PartialStagedSink(stmt.name, _sink_sql(stmt), schema, directory,
+                                         connector_name=sink_class_name(stmt, durable=True),
+                                         executors_write=executors_write(stmt.connector, stmt.options))
+            return StagedSink(stmt.name, _sink_sql(stmt), schema, directory,
                               connector_name=sink_class_name(stmt, durable=True))
         from laminardb.connectors.sinks import make_sink
 
@@ -117,6 +126,13 @@ class ClusterBackend:
         op = DistributedOperator(name, plan, self.cluster, max_in_flight=self._max_in_flight,
                                  local_global=self._local_global, ring=self.ring,
                                  scalable=self.engine.path != ":memory:")
+        if self.coordinated and self._spark_merge and op.mode == "local_global":
+            from laminardb.cluster.partial import spark_mergeable
+
+            if spark_mergeable(plan):
+                from laminardb.checkpoint.partial_stage import spark_route
+
+                op.merger.route = spark_route(self.reactor, name, op.merger)
         if self._max_in_flight > 0:
             op.deliver = lambda outs, late: self.reactor.deliver(name, outs, late)
             op.can_defer = lambda: self.reactor.feeds_no_query(name)
@@ -309,6 +325,11 @@ class ClusterBackend:
             if rows and all(r is not None for r in rows):  # the embedded figure, summed over actors
                 q["state_rows"] = sum(rows)
                 q["state_bytes"] = sum(int(p.get("state_bytes") or 0) for p in parts if p is not None)
+        # local-global aggregates: partial rows merged here vs handed to the epoch job's merge
+        m["cluster"]["partial_merge"] = {
+            name: {"merged_at_head": op.merger.rows_merged, "to_spark": op.merger.rows_routed}
+            for name, node in self.reactor.nodes.items()
+            if (op := node.op) is not None and hasattr(getattr(op, "merger", None), "rows_routed")}
 
     def final_counters(self) -> dict[str, Any] | None:
         """The counters as this engine leaves them (``abandon``: set before it lets go),

@@ -226,55 +226,112 @@ class PartialMerger:
 
 class KeyedPartialMerger:
     """Client side of local-global aggregation: the closed windows' partials of every actor,
-    merged per (window, key) with Arrow's hash aggregation, then HAVING and projection."""
+    merged per (window, key) with Arrow's hash aggregation, then HAVING and projection.
+
+    ``route`` (set by the cluster backend for a coordinated database): called at each close,
+    it returns the exactly-once sink that is the query's only consumer when that sink's epoch
+    job can merge the partials in Spark (``checkpoint/partial_stage.py``); the partials then
+    go to the sink's stage unmerged and this close emits nothing here."""
 
     def __init__(self, plan: QueryPlan, finisher) -> None:
         self.plan = plan
         self.specs = plan.aggregate.specs
         self.n_keys = len(plan.aggregate.keys)
         self.finisher = finisher
+        self.route = None
+        self.rows_merged = 0  # partial rows merged here (metrics: the head's share of the merge)
+        self.rows_routed = 0  # partial rows handed unmerged to a sink whose epoch job merges them
 
     def changed(self, per_actor: dict[int, pa.RecordBatch]) -> list[pa.RecordBatch]:
         return []  # emitted only when windows close
 
     def close(self, per_actor: dict[int, pa.RecordBatch], *, changes: bool) -> list[pa.RecordBatch]:
-        import pyarrow.compute as pc
-
         parts = [p for p in per_actor.values() if p.num_rows]
         if not parts:
             return []
         table = pa.Table.from_batches(parts)
-        group_by = ["ws"] + [f"k{i}" for i in range(self.n_keys)]
-        sums = [("rows", "sum")]
-        for j, spec in enumerate(self.specs):
-            if spec.kind in ("min", "max"):  # a partial without a value does not take part
-                table = table.set_column(table.schema.get_field_index(f"a{j}_v"), f"a{j}_v",
-                                         pc.if_else(table[f"a{j}_h"], table[f"a{j}_v"], None))
-                sums.append((f"a{j}_v", spec.kind))
-            else:
-                sums += [(name, "sum") for name in table.column_names if name.startswith(f"a{j}_")]
-        merged = table.group_by(group_by, use_threads=False).aggregate(sums)
-        merged = merged.sort_by([(c, "ascending") for c in group_by])
-        ws = merged["ws"].combine_chunks().to_numpy()
-        tt = self.plan.aggregate.time_type
-        size = self.plan.aggregate.window.size
-        cols = [pa.array(ws).cast(tt), pa.array(ws + size).cast(tt)]
-        cols += [merged[f"k{i}"].combine_chunks() for i in range(self.n_keys)]
-        for j, spec in enumerate(self.specs):
-            if spec.kind in ("count_star", "count"):
-                value = merged[f"a{j}_0_sum"]
-            elif spec.kind in ("min", "max"):
-                value = merged[f"a{j}_v_{spec.kind}"]
-            else:
-                total, count = merged[f"a{j}_0_sum"], merged[f"a{j}_1_sum"]
-                if spec.kind == "avg":
-                    total = pc.divide(pc.cast(total, pa.float64()), pc.cast(count, pa.float64()))
-                value = pc.if_else(pc.greater(count, 0), total, None)
-            cols.append(pc.cast(value.combine_chunks(), spec.out_type))
-        batch = pa.RecordBatch.from_arrays(cols, schema=self.finisher.agg.schema)
-        rows = merged["rows_sum"].combine_chunks().to_numpy()
-        return self.finisher._finish(GroupRows(new=batch, new_valid=rows > 0))
+        target = self.route() if self.route is not None else None
+        if target is not None and target.take_partials(table, self):
+            self.rows_routed += table.num_rows
+            return []
+        return self.merge(table)
+
+    def merge(self, table: pa.Table) -> list[pa.RecordBatch]:
+        """Partial rows (any actors, any closed windows) → final rows, merged here."""
+        self.rows_merged += table.num_rows
+        return finish_merged(self.plan, self.finisher, merge_partials(table, self.specs, self.n_keys))
 
     def current(self) -> pa.RecordBatch:
         """Open windows are not queryable state (their rows are emitted when they close)."""
         return self.finisher.rows_of(pa.RecordBatch.from_pylist([], schema=self.finisher.agg.schema))
+
+
+def merge_columns(specs, n_keys: int) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """The merge as (group-by columns, [(partial column, function, merged column)]): what
+    Arrow's ``group_by`` here and Spark's ``groupBy`` in the epoch job both compute. Minima and
+    maxima take only partials that have a value (``a{j}_h``)."""
+    aggs = [("rows", "sum", "rows_sum")]
+    for j, spec in enumerate(specs):
+        if spec.kind in ("min", "max"):
+            aggs.append((f"a{j}_v", spec.kind, f"a{j}_v_{spec.kind}"))
+        elif spec.kind in ("count_star", "count"):
+            aggs.append((f"a{j}_0", "sum", f"a{j}_0_sum"))
+        else:
+            aggs += [(f"a{j}_0", "sum", f"a{j}_0_sum"), (f"a{j}_1", "sum", f"a{j}_1_sum")]
+    return ["ws"] + [f"k{i}" for i in range(n_keys)], aggs
+
+
+def merge_partials(table: pa.Table, specs, n_keys: int) -> pa.Table:
+    """Arrow's hash aggregation of partial rows per (window, key), sorted by them."""
+    import pyarrow.compute as pc
+
+    group_by, aggs = merge_columns(specs, n_keys)
+    for j, spec in enumerate(specs):
+        if spec.kind in ("min", "max"):  # a partial without a value does not take part
+            table = table.set_column(table.schema.get_field_index(f"a{j}_v"), f"a{j}_v",
+                                     pc.if_else(table[f"a{j}_h"], table[f"a{j}_v"], None))
+    merged = table.group_by(group_by, use_threads=False).aggregate([(c, f) for c, f, _ in aggs])
+    return merged.sort_by([(c, "ascending") for c in group_by])
+
+
+def finish_merged(plan: QueryPlan, finisher, merged: pa.Table) -> list[pa.RecordBatch]:
+    """Merged partials (``merge_columns``' names) → the group rows' final values, then HAVING,
+    projection and output types by the embedded engine's own ``QueryOperator._finish``."""
+    import pyarrow.compute as pc
+
+    if merged.num_rows == 0:
+        return []
+    agg = plan.aggregate
+    schema = finisher.agg.schema
+    ws = merged["ws"].combine_chunks().cast(pa.int64()).to_numpy(zero_copy_only=False)
+    cols = [pa.array(ws).cast(agg.time_type), pa.array(ws + agg.window.size).cast(agg.time_type)]
+    cols += [merged[f"k{i}"].combine_chunks().cast(schema.field(2 + i).type) for i in range(len(agg.keys))]
+    for j, spec in enumerate(agg.specs):
+        if spec.kind in ("count_star", "count"):
+            value = merged[f"a{j}_0_sum"]
+        elif spec.kind in ("min", "max"):
+            value = merged[f"a{j}_v_{spec.kind}"]
+        else:
+            total, count = merged[f"a{j}_0_sum"], merged[f"a{j}_1_sum"]
+            if spec.kind == "avg":
+                total = pc.divide(pc.cast(total, pa.float64()), pc.cast(count, pa.float64()))
+            value = pc.if_else(pc.greater(count, 0), total, None)
+        cols.append(pc.cast(value.combine_chunks() if isinstance(value, pa.ChunkedArray) else value, spec.out_type))
+    batch = pa.RecordBatch.from_arrays(cols, schema=schema)
+    rows = merged["rows_sum"].combine_chunks().to_numpy(zero_copy_only=False)
+    return finisher._finish(GroupRows(new=batch, new_valid=rows > 0))
+
+
+def _spark_type(t: pa.DataType) -> bool:
+    """Types Spark's Parquet reader and its Arrow hand-over keep exactly."""
+    return (pa.types.is_integer(t) and not pa.types.is_unsigned_integer(t)) or pa.types.is_floating(t) \
+        or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_boolean(t) or pa.types.is_date32(t)
+
+
+def spark_mergeable(plan: QueryPlan) -> bool:
+    """A local-global aggregate whose partials Spark can merge without changing a value: its
+    group keys and aggregate arguments are of types Spark reads back exactly (no unsigned
+    integers, nanosecond timestamps or decimals)."""
+    agg = plan.aggregate
+    return local_global_eligible(plan) and all(_spark_type(k.type) for k in agg.keys) and all(
+        s.arg_type is None or _spark_type(s.arg_type) for s in agg.specs)
