@@ -18,7 +18,6 @@ with the batch), so all partials of a (window, key) are in one epoch.
 from __future__ import annotations
 
 import os
-import pickle
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +175,7 @@ def _rows_in(path: Path) -> int:
 def merge_spec(merger: Any) -> dict[str, Any]:
     """What the epoch job needs to rebuild the query's finisher with laminardb's own planner:
     the query text and its input relation (schema, event time), as the head planned it."""
-    return {"sql": merger.query_sql, "input": pickle.dumps(merger.input_relation)}
+    return {"sql": merger.query_sql, "input": merger.input_relation}
 
 
 def spark_route(reactor: Any, name: str, merger: Any):

@@ -20,7 +20,6 @@ hashes each group to the same partition, and rows are sorted by (window, keys) i
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ def plan_of(merge: dict[str, Any]):
     from laminardb.sql import ddl
     from laminardb.sql.planner import plan_query
 
-    relation = pickle.loads(merge["input"])
+    relation = merge["input"]  # a RelationInfo, carried by Ray's call and Spark's task (no pickle of ours)
     try:
         stmt = ddl.parse_statement(f"CREATE STREAM __spark_merge AS {merge['sql']}")
         plan = plan_query(stmt.query, lambda name: relation)

@@ -5,8 +5,6 @@ Oracle: the head's own merge (``KeyedPartialMerger.merge``) of the same partials
 
 from __future__ import annotations
 
-import pickle
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -26,7 +24,7 @@ def staged(tmp_path):
 
     plan = plan_of(merge)
     merger = KeyedPartialMerger(plan, QueryOperator(plan))
-    merger.query_sql, merger.input_relation = merge["sql"], pickle.loads(merge["input"])
+    merger.query_sql, merger.input_relation = merge["sql"], merge["input"]
     sink = PartialStagedSink("out", "CREATE SINK out FROM q INTO FILE (path = 'x')", schema,
                              tmp_path / "stage", executors_write=True)
     yield sink, merger, partials, schema

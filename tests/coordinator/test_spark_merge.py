@@ -5,7 +5,6 @@ written as the sink's files. Oracle: DuckDB's GROUP BY over the raw rows."""
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +60,7 @@ def _partials(raw: pa.Table, tmp: Path) -> tuple[dict, pa.Schema]:
         parts.append(state.close(2**62))
     path = tmp / "epoch-000000000007.parquet"
     pq.write_table(pa.Table.from_batches(parts), path)
-    merge = {"sql": node.sql, "input": pickle.dumps(relation), "stage": str(path),
+    merge = {"sql": node.sql, "input": relation, "stage": str(path),
              "rows": sum(p.num_rows for p in parts)}
     return merge, schema
 
