@@ -73,7 +73,7 @@ def expected_windows(rows: pa.Table) -> dict[tuple[str, int], tuple[int, int, in
     """(key, window start ms) → (count, sum of v, newest created_ns): what the windowed query
     must commit, once per group. The end marker's own window never closes: left out."""
     out: dict[tuple[str, int], list[int]] = {}
-    for key, ts, cns, v, i in zip(*(rows.column(c).to_pylist() for c in ("key", "ts", "created_ns", "v", "id"))):
+    for key, ts, cns, v, i in zip(*(rows.column(c).to_pylist() for c in ("key", "ts", "created_ns", "v", "id")), strict=True):
         if i == END_ID:
             continue
         g = out.setdefault((key, ts // 1000 * 1000), [0, 0, 0])
@@ -85,7 +85,7 @@ def expected_windows(rows: pa.Table) -> dict[tuple[str, int], tuple[int, int, in
 
 def check_stateless(rows: pa.Table, seen: dict[int, int]) -> int:
     """``seen``: id → times committed. Every row passing the filter exactly once, no other."""
-    want = {i for i, v in zip(rows.column("id").to_pylist(), rows.column("v").to_pylist())
+    want = {i for i, v in zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True)
             if i != END_ID and keep(v)}
     got = {i for i in seen if i != END_ID}
     dup = [i for i, n in seen.items() if n > 1]
@@ -191,7 +191,7 @@ class Collector:
 
     def stateless(self, t: pa.Table, seen_ns: int) -> None:
         self.last_seen_ns = max(self.last_seen_ns, seen_ns)
-        for i, c in zip(t.column("id").to_pylist(), t.column("created_ns").to_pylist()):
+        for i, c in zip(t.column("id").to_pylist(), t.column("created_ns").to_pylist(), strict=True):
             self.ids[i] = self.ids.get(i, 0) + 1
             if i != END_ID:
                 self.lat["stateless"].append(seen_ns - c)
@@ -199,7 +199,7 @@ class Collector:
     def windowed(self, t: pa.Table, seen_ns: int) -> None:
         self.last_seen_ns = max(self.last_seen_ns, seen_ns)
         cols = (t.column(c).to_pylist() for c in ("key", "ws", "n", "sv", "last_ns"))
-        for key, ws, n, sv, last in zip(*cols):
+        for key, ws, n, sv, last in zip(*cols, strict=True):
             self.windows.setdefault((key, ws), []).append((n, sv, last))
             if key != "~end":
                 self.lat["windowed"].append(seen_ns - last)
