@@ -54,6 +54,7 @@ from bench_engine import load, machine_info  # noqa: E402
 
 SYSTEMS = ("laminardb", "spark-file-1s", "spark-file-asap", "spark-pyds-1s", "spark-pyds-asap", "spark-rtm")
 _DRAIN_S = 60.0  # after the last row, how long a system may take to commit the rest
+_WARM_S = 180.0  # Spark's first batches on a loaded 2-core machine: tens of seconds
 
 LAMINAR_DDL = f"""
 CREATE SOURCE events (id BIGINT, key VARCHAR, ts BIGINT NOT NULL, created_ns BIGINT, v BIGINT,
@@ -85,6 +86,11 @@ def measure(col: ec.Collector, watchers: list[ec.Watcher], emit, args) -> dict:
     """Generate, wait until every row is committed (bounded), stop the watchers, check, summarize."""
     for w in watchers:
         w.start()
+    emit(ec.warm_rows())
+    deadline = time.monotonic() + _WARM_S
+    while not col.warm() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert col.warm(), f"the warm-up rows were not committed in {_WARM_S:.0f} s"
     before = proc_cpu.sample()
     t0 = time.monotonic()
     rows = ec.generate(emit, rate=args.rate, seconds=args.seconds)

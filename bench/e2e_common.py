@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +22,9 @@ import pyarrow.parquet as pq
 
 KEYS = 16  # output groups per window: small, like the published RTM windowed query
 WATERMARK_MS = 100  # the "small watermark delay": the floor of every windowed latency
-END_ID = -1  # the end marker (5 s after the last row) closes the last windows; never checked
+END_ID = -1  # the end marker (5 s after the last row) closes the last windows
+# rows with an id < 0 (end marker, warm-up) and keys starting with "~" are never measured or checked
+WARM_ROWS = 200
 _POLL_S = 0.005  # watchers list the sink every 5 ms: at most 5 ms of every figure is polling
 _TICK_S = 0.001  # the generator wakes every ms and emits every row whose time has come
 
@@ -46,6 +49,16 @@ def end_marker(last_ts_ms: int) -> pa.RecordBatch:
     ts = last_ts_ms + 5000
     return pa.record_batch([pa.array([END_ID], pa.int64()), pa.array(["~end"]), pa.array([ts], pa.int64()),
                             pa.array([ts * 1_000_000], pa.int64()), pa.array([1], pa.int64())], schema=SCHEMA)
+
+
+def warm_rows() -> pa.RecordBatch:
+    """Rows 10 s in the past, two windows' worth: the first ones each system processes, so
+    that query start-up (Spark's first batches, code generation) is not measured."""
+    now = time.time_ns()
+    n = WARM_ROWS
+    ts = [now // 1_000_000 - 10_000 + i * 2000 // n for i in range(n)]
+    return pa.record_batch([pa.array(range(-2, -2 - n, -1), pa.int64()), pa.array(["~warm"] * n), pa.array(ts, pa.int64()),
+                            pa.array([now] * n, pa.int64()), pa.array([1] * n, pa.int64())], schema=SCHEMA)
 
 
 def generate(emit: Callable[[pa.RecordBatch], None], *, rate: int, seconds: float) -> pa.Table:
@@ -74,7 +87,7 @@ def expected_windows(rows: pa.Table) -> dict[tuple[str, int], tuple[int, int, in
     must commit, once per group. The end marker's own window never closes: left out."""
     out: dict[tuple[str, int], list[int]] = {}
     for key, ts, cns, v, i in zip(*(rows.column(c).to_pylist() for c in ("key", "ts", "created_ns", "v", "id")), strict=True):
-        if i == END_ID:
+        if i < 0:
             continue
         g = out.setdefault((key, ts // 1000 * 1000), [0, 0, 0])
         g[0] += 1
@@ -86,9 +99,9 @@ def expected_windows(rows: pa.Table) -> dict[tuple[str, int], tuple[int, int, in
 def check_stateless(rows: pa.Table, seen: dict[int, int]) -> int:
     """``seen``: id → times committed. Every row passing the filter exactly once, no other."""
     want = {i for i, v in zip(rows.column("id").to_pylist(), rows.column("v").to_pylist(), strict=True)
-            if i != END_ID and keep(v)}
-    got = {i for i in seen if i != END_ID}
-    dup = [i for i, n in seen.items() if n > 1]
+            if i >= 0 and keep(v)}
+    got = {i for i in seen if i >= 0}
+    dup = [i for i, n in seen.items() if n > 1 and i >= 0]
     assert not dup, f"stateless: {len(dup)} ids committed more than once, e.g. {dup[:5]}"
     assert got == want, f"stateless: {len(want - got)} missing (e.g. {sorted(want - got)[:5]}), " \
                         f"{len(got - want)} unexpected"
@@ -98,9 +111,9 @@ def check_stateless(rows: pa.Table, seen: dict[int, int]) -> int:
 def check_windows(want: dict, got: dict[tuple[str, int], list[tuple[int, int, int]]], *, updates: bool = False) -> int:
     """``got``: (key, window start) → every committed (count, sum, newest created_ns). Append
     mode: one row per group, equal to ``want``. ``updates`` (RTM's update mode): the last one is."""
-    bad = [k for k, v in got.items() if len(v) > 1] if not updates else []
+    bad = [k for k, v in got.items() if len(v) > 1 and not k[0].startswith("~")] if not updates else []
     assert not bad, f"windowed: {len(bad)} groups committed more than once, e.g. {bad[:3]}"
-    final = {k: max(v) for k, v in got.items() if k[0] != "~end"}
+    final = {k: max(v) for k, v in got.items() if not k[0].startswith("~")}
     missing = set(want) - set(final)
     assert not missing, f"windowed: {len(missing)} of {len(want)} groups missing, e.g. {sorted(missing)[:3]}"
     wrong = [k for k in want if tuple(final[k]) != want[k]]
@@ -170,7 +183,7 @@ def spark_files(directory: Path) -> Callable[[], list[Path]]:
         for n in names:
             if n not in read_logs:
                 lines = (meta / n).read_text().splitlines()[1:]  # line 0 is the version
-                read_logs[n] = [Path(json.loads(ln)["path"].removeprefix("file:")) for ln in lines if ln]
+                read_logs[n] = [Path(urlparse(json.loads(ln)["path"]).path) for ln in lines if ln]
         return [p for ps in read_logs.values() for p in ps]
     return listing
 
@@ -187,32 +200,41 @@ class Collector:
         self.lat = {"stateless": [], "windowed": []}
         self.ids: dict[int, int] = {}
         self.windows: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
-        self.last_seen_ns = 0
+        self.n_ids = self.n_windows = 0  # measured ids and groups seen
 
-    def stateless(self, t: pa.Table, seen_ns: int) -> None:
-        self.last_seen_ns = max(self.last_seen_ns, seen_ns)
-        for i, c in zip(t.column("id").to_pylist(), t.column("created_ns").to_pylist(), strict=True):
+    def stateless(self, t: pa.Table, seen_ns: int | None = None) -> None:
+        """``seen_ns``: when the file was seen; None: each row's own ``seen_ns`` column."""
+        for i, c, seen in zip(t.column("id").to_pylist(), t.column("created_ns").to_pylist(),
+                              _seen(t, seen_ns), strict=True):
+            if i >= 0:
+                self.lat["stateless"].append(seen - c)
+                self.n_ids += i not in self.ids
             self.ids[i] = self.ids.get(i, 0) + 1
-            if i != END_ID:
-                self.lat["stateless"].append(seen_ns - c)
 
-    def windowed(self, t: pa.Table, seen_ns: int) -> None:
-        self.last_seen_ns = max(self.last_seen_ns, seen_ns)
-        cols = (t.column(c).to_pylist() for c in ("key", "ws", "n", "sv", "last_ns"))
-        for key, ws, n, sv, last in zip(*cols, strict=True):
+    def windowed(self, t: pa.Table, seen_ns: int | None = None) -> None:
+        cols = [t.column(c).to_pylist() for c in ("key", "ws", "n", "sv", "last_ns")]
+        for key, ws, n, sv, last, seen in zip(*cols, _seen(t, seen_ns), strict=True):
+            if not key.startswith("~"):
+                self.lat["windowed"].append(seen - last)
+                self.n_windows += (key, ws) not in self.windows
             self.windows.setdefault((key, ws), []).append((n, sv, last))
-            if key != "~end":
-                self.lat["windowed"].append(seen_ns - last)
 
     def complete(self, want_ids: int, want_windows: int) -> bool:
-        # len() only: the watcher threads add to these dicts meanwhile
-        return len(self.ids) - (END_ID in self.ids) >= want_ids and len(self.windows) >= want_windows
+        return self.n_ids >= want_ids and self.n_windows >= want_windows
 
-    def report(self, rows: pa.Table) -> dict:
+    def warm(self) -> bool:
+        """The warm-up rows went through both queries."""
+        return -2 in self.ids and any(k[0] == "~warm" for k in list(self.windows))
+
+    def report(self, rows: pa.Table, *, updates: bool = False) -> dict:
         want = expected_windows(rows)
         return {"stateless": {**summary(self.lat["stateless"]), "rows_checked": check_stateless(rows, self.ids)},
-                "windowed": {**summary(self.lat["windowed"]), "groups": len(want),
-                             "rows_checked": check_windows(want, self.windows)}}
+                "windowed": {**summary(self.lat["windowed"]), "groups": len(want), "output_rows": len(self.lat["windowed"]),
+                             "rows_checked": check_windows(want, self.windows, updates=updates)}}
+
+
+def _seen(t: pa.Table, seen_ns: int | None) -> list[int]:
+    return [seen_ns] * t.num_rows if seen_ns is not None else t.column("seen_ns").to_pylist()
 
 
 def expected_counts(rate: int, seconds: float) -> int:
