@@ -82,7 +82,7 @@ def run_laminardb(work: Path, args) -> dict:
         db.close()
 
 
-def measure(col: ec.Collector, watchers: list[ec.Watcher], emit, args) -> dict:
+def measure(col: ec.Collector, watchers: list[ec.Watcher], emit, args, *, updates: bool = False) -> dict:
     """Generate, wait until every row is committed (bounded), stop the watchers, check, summarize."""
     for w in watchers:
         w.start()
@@ -96,12 +96,13 @@ def measure(col: ec.Collector, watchers: list[ec.Watcher], emit, args) -> dict:
     rows = ec.generate(emit, rate=args.rate, seconds=args.seconds)
     gen_s = time.monotonic() - t0
     want_windows = len(ec.expected_windows(rows))
-    complete = ec.wait_complete(col, watchers, ec.expected_counts(args.rate, args.seconds), want_windows, _DRAIN_S)
+    complete = ec.wait_complete(col, watchers, ec.expected_counts(args.rate, args.seconds), want_windows,
+                                int(args.rate * args.seconds), _DRAIN_S)
     after = proc_cpu.sample()
     for w in watchers:
         w.halt.set()
         w.join(timeout=10)
-    res = col.report(rows)  # raises, naming what is missing, if not complete
+    res = col.report(rows, updates=updates)  # raises, naming what is missing, if not complete
     res["complete"] = complete
     res["generate_s"] = gen_s
     res["cpu_s"] = cpu_by_process(proc_cpu.used(before, after))
@@ -140,7 +141,7 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=1000, help="rows per second")
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--systems", default=",".join(SYSTEMS))
-    ap.add_argument("--file-ms", type=int, default=20, help="Spark file source: one input file per this many ms")
+    ap.add_argument("--file-ms", type=int, default=100, help="Spark file source: one input file per this many ms")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     unknown = set(systems) - set(SYSTEMS)

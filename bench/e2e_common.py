@@ -201,6 +201,7 @@ class Collector:
         self.ids: dict[int, int] = {}
         self.windows: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
         self.n_ids = self.n_windows = 0  # measured ids and groups seen
+        self.n_counted = 0  # rows counted by the windows seen (their newest counts)
 
     def stateless(self, t: pa.Table, seen_ns: int | None = None) -> None:
         """``seen_ns``: when the file was seen; None: each row's own ``seen_ns`` column."""
@@ -217,10 +218,12 @@ class Collector:
             if not key.startswith("~"):
                 self.lat["windowed"].append(seen - last)
                 self.n_windows += (key, ws) not in self.windows
+                before = max((g[0] for g in self.windows.get((key, ws), [])), default=0)
+                self.n_counted += max(0, n - before)  # update mode: a group's count grows
             self.windows.setdefault((key, ws), []).append((n, sv, last))
 
-    def complete(self, want_ids: int, want_windows: int) -> bool:
-        return self.n_ids >= want_ids and self.n_windows >= want_windows
+    def complete(self, want_ids: int, want_windows: int, want_rows: int) -> bool:
+        return self.n_ids >= want_ids and self.n_windows >= want_windows and self.n_counted >= want_rows
 
     def warm(self) -> bool:
         """The warm-up rows went through both queries."""
@@ -242,7 +245,7 @@ def expected_counts(rate: int, seconds: float) -> int:
     return sum(1 for i in range(int(rate * seconds)) if keep(i * 7 % 100))
 
 
-def wait_complete(col: Collector, watchers: list[Watcher], want_ids: int, want_windows: int,
+def wait_complete(col: Collector, watchers: list[Watcher], want_ids: int, want_windows: int, want_rows: int,
                   timeout_s: float) -> bool:
     """Until every expected row and window is committed, or ``timeout_s`` (then the check
     names what is missing)."""
@@ -251,7 +254,7 @@ def wait_complete(col: Collector, watchers: list[Watcher], want_ids: int, want_w
         for w in watchers:
             if w.error is not None:
                 raise w.error
-        if col.complete(want_ids, want_windows):
+        if col.complete(want_ids, want_windows, want_rows):
             return True
         time.sleep(0.05)
     return False
