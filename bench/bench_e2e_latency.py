@@ -21,6 +21,9 @@ Systems (``--systems``; each runs alone, one after the other, in this process tr
 - ``laminardb``: ``laminardb.open(dir, config={"checkpoint_interval": "1s"})``, rows
   ``insert()``ed as generated, FILE sinks (Parquet): part files are renamed into the sink's
   path when their checkpoint commits (``docs/durability.md``).
+- ``laminardb-delta``: the Delta mode on a local Ray started here (one reactor actor), its
+  checkpoints every 1 s driven by the Spark coordinator (``docs/coordinator.md``); the same
+  DDL and FILE sinks, rows ``insert()``ed from this process.
 - ``spark-file-1s`` / ``spark-file-asap``: the generator also writes its rows as JSON-lines
   files (one per ``--file-ms``, renamed into place) that ``readStream.json`` lists; Parquet file
   sink, checkpointLocation, ``trigger(processingTime="1 second")`` or the default trigger
@@ -52,7 +55,7 @@ import e2e_common as ec  # noqa: E402
 import proc_cpu  # noqa: E402
 from bench_engine import load, machine_info  # noqa: E402
 
-SYSTEMS = ("laminardb", "spark-file-1s", "spark-file-asap", "spark-pyds-1s", "spark-pyds-asap", "spark-rtm")
+SYSTEMS = ("laminardb", "laminardb-delta", "spark-file-1s", "spark-file-asap", "spark-pyds-1s", "spark-pyds-asap", "spark-rtm")
 _DRAIN_S = 60.0  # after the last row, how long a system may take to commit the rest
 _WARM_S = 180.0  # Spark's first batches on a loaded 2-core machine: tens of seconds
 
@@ -80,6 +83,28 @@ def run_laminardb(work: Path, args) -> dict:
         return measure(col, watchers, lambda batch: db.insert("events", batch), args)
     finally:
         db.close()
+
+
+def run_laminardb_delta(work: Path, args) -> dict:
+    """The Delta mode: a local Ray (started here, stopped after), 1 reactor actor, the Spark
+    checkpoint coordinator at 1 s; the same DDL, rows ``insert()``ed from this process."""
+    import ray
+    from bench_delta import connect
+
+    out = work / "delta-out"
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    db = None
+    try:
+        db = connect("e2e", work / "delta", 1, checkpoint_interval="1s", coordinator="spark")
+        db.execute(LAMINAR_DDL.replace("${OUT}", str(out)))
+        col = ec.Collector()
+        watchers = [ec.Watcher(ec.laminar_files(out / "stateless"), lambda p, t: col.stateless(ec.read_parquet(p), t)),
+                    ec.Watcher(ec.laminar_files(out / "windowed"), lambda p, t: col.windowed(ec.read_parquet(p), t))]
+        return measure(col, watchers, lambda batch: db.insert("events", batch), args)
+    finally:
+        if db is not None:
+            db.drop_database()
+        ray.shutdown()
 
 
 def measure(col: ec.Collector, watchers: list[ec.Watcher], emit, args, *, updates: bool = False) -> dict:
@@ -159,6 +184,8 @@ def main() -> int:
             l0 = load()
             if name == "laminardb":
                 results[name] = run_laminardb(work, args)
+            elif name == "laminardb-delta":
+                results[name] = run_laminardb_delta(work, args)
             else:
                 import e2e_spark
 
