@@ -13,8 +13,10 @@ key, watermark 100 ms, emitted when the window closes). Each system writes both 
 file sinks; a watcher thread per sink polls for newly *committed* files every 5 ms and records,
 per row, seen time − creation time. A windowed row's latency counts from the newest event of
 its group (``max(created_ns)``, carried in the row): the event that completed the output, as
-Spark's RTM benchmark measures from the event that produced the output record. Its floor is
-the watermark delay (the window cannot close before an event 100 ms past its end arrives).
+Spark's RTM benchmark (SPARK-56543) measures from the timestamp of the source record behind an
+output record to the sink's. Its floor is the watermark delay (a window cannot close before an
+event 100 ms past its end arrives). Before measuring, 200 warm-up rows (10 s in the past, never
+measured) go through both queries until committed: query start-up is not in the figures.
 
 Systems (``--systems``; each runs alone, one after the other, in this process tree):
 
@@ -24,13 +26,14 @@ Systems (``--systems``; each runs alone, one after the other, in this process tr
 - ``laminardb-delta``: the Delta mode on a local Ray started here (one reactor actor), its
   checkpoints every 1 s driven by the Spark coordinator (``docs/coordinator.md``); the same
   DDL and FILE sinks, rows ``insert()``ed from this process.
-- ``spark-file-1s`` / ``spark-file-asap``: the generator also writes its rows as JSON-lines
-  files (one per ``--file-ms``, renamed into place) that ``readStream.json`` lists; Parquet file
+- ``spark-file-1s`` / ``spark-file-asap``: the generator writes its rows as JSON-lines files
+  (one per ``--file-ms``, default 100 ms, as a producer's linger; renamed into place) that ``readStream.json`` lists; Parquet file
   sink, checkpointLocation, ``trigger(processingTime="1 second")`` or the default trigger
   (next batch as soon as the last ends). Committed = listed in ``_spark_metadata``.
 - ``spark-pyds-1s`` / ``spark-pyds-asap``: a Python ``DataSourceStreamReader``
-  (``e2e_spark.py``) that asks this process for the rows over HTTP: no file listing.
-- ``spark-rtm``: Real-Time Mode, if this pyspark can run it here (see ``e2e_spark.rtm``).
+  (``e2e_pyds.py``) that asks this process for the rows over HTTP: no file listing.
+- ``spark-rtm``: Real-Time Mode, ``trigger(realTime="1 second")``, on Spark's in-memory RTM
+  source and a foreach sink; a row is timed as it reaches the sink (``e2e_rtm.py``).
 
 Every generated row must be committed exactly once (stateless: the ids; windowed: every
 (key, window) group once, count and sum equal to the generated rows), or the bench fails
