@@ -72,10 +72,11 @@ def queries(src) -> dict:
 
 def run(spark: Spark, name: str, work: Path, args, measure: Callable) -> dict:
     """One Spark system: start its two queries, generate, measure, stop them."""
-    if name == "spark-rtm":
+    if name.startswith("spark-rtm"):
         import e2e_rtm
 
-        return e2e_rtm.run(spark, work, args, measure)
+        only = ("stateless",) if name.endswith("-stateless") else ("stateless", "windowed")
+        return e2e_rtm.run(spark, work, args, measure, only)
     work.mkdir(parents=True)
     feed = Feed(work / "in", args.file_ms) if name.startswith("spark-file") else Feed(None, 0)
     reader = spark.session.readStream.schema(SPARK_SCHEMA)
