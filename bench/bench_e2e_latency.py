@@ -155,17 +155,17 @@ def print_table(results: dict, args) -> None:
     print()
     print(f"End-to-end latency, event created → row seen in a committed sink file; {args.rate:,} rows/s "
           f"for {args.seconds:g} s; ms")
-    print(f"  {'system':<18}{'query':<11}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}{'rows checked':>14}   CPU s")
+    print(f"  {'system':<21}{'query':<11}{'p50':>8}{'p90':>8}{'p99':>8}{'max':>8}{'rows checked':>14}   CPU s")
     for name, r in results.items():
         if "error" in r:
-            print(f"  {name:<18}not run: {r['error']}")
+            print(f"  {name:<21}not run: {r['error']}")
             continue
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in r["cpu_s"].items() if v >= 0.05)
         for q in ("stateless", "windowed"):
             if q not in r:
                 continue
             s = r[q]
-            print(f"  {name:<18}{q:<11}{s['p50_ms']:>8.0f}{s['p90_ms']:>8.0f}{s['p99_ms']:>8.0f}{s['max_ms']:>8.0f}"
+            print(f"  {name:<21}{q:<11}{s['p50_ms']:>8.0f}{s['p90_ms']:>8.0f}{s['p99_ms']:>8.0f}{s['max_ms']:>8.0f}"
                   f"{s['rows_checked']:>14,}   {cpu if q == 'stateless' else ''}")
 
 
