@@ -22,7 +22,8 @@ Systems (``--systems``; each runs alone, one after the other, in this process tr
 
 - ``laminardb``: ``laminardb.open(dir, config={"checkpoint_interval": "1s"})``, rows
   ``insert()``ed as generated, FILE sinks (Parquet): part files are renamed into the sink's
-  path when their checkpoint commits (``docs/durability.md``).
+  path when their checkpoint commits (``docs/durability.md``). ``--ckpt-stats`` also reports
+  each checkpoint's duration (``metrics()`` polled: off by default, it takes the engine's time).
 - ``laminardb-delta``: the Delta mode on a local Ray started here (one reactor actor), its
   checkpoints every 1 s driven by the Spark coordinator (``docs/coordinator.md``); the same
   DDL and FILE sinks, rows ``insert()``ed from this process.
@@ -50,6 +51,7 @@ import json
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,6 +65,7 @@ from bench_engine import load, machine_info  # noqa: E402
 SYSTEMS = ("laminardb", "laminardb-delta", "spark-file-1s", "spark-file-asap", "spark-pyds-1s", "spark-pyds-asap", "spark-rtm",
            "spark-rtm-stateless")
 _DRAIN_S = 60.0  # after the last row, how long a system may take to commit the rest
+_CKPT_SAMPLE_S = 0.1  # laminardb's checkpoint duration is read this often (10× per interval)
 _WARM_S = 180.0  # Spark's first batches on a loaded 2-core machine: tens of seconds
 
 LAMINAR_DDL = f"""
@@ -85,10 +88,28 @@ def run_laminardb(work: Path, args) -> dict:
     col = ec.Collector()
     watchers = [ec.Watcher(ec.laminar_files(out / "stateless"), lambda p, t: col.stateless(ec.read_parquet(p), t)),
                 ec.Watcher(ec.laminar_files(out / "windowed"), lambda p, t: col.windowed(ec.read_parquet(p), t))]
+    durations: dict[int, float] = {}  # epoch → seconds: how much of the latency is the commit
+    stop = threading.Event()
+
+    def sample_checkpoints() -> None:
+        while not stop.wait(_CKPT_SAMPLE_S):
+            c = db.metrics()["checkpoints"]
+            durations[c["last_epoch"]] = c["last_duration_s"]
+
+    sampler = threading.Thread(target=sample_checkpoints, daemon=True)
+    if args.ckpt_stats:
+        sampler.start()
     try:
-        return measure(col, watchers, lambda batch: db.insert("events", batch), args)
+        res = measure(col, watchers, lambda batch: db.insert("events", batch), args)
     finally:
+        stop.set()
+        if sampler.is_alive():
+            sampler.join(timeout=5)
         db.close()
+    if args.ckpt_stats:
+        took = [v for v in durations.values() if v is not None]
+        res["checkpoint_ms"] = {**ec.summary([v * 1e9 for v in took]), "epochs": len(took)}
+    return res
 
 
 def run_laminardb_delta(work: Path, args) -> dict:
@@ -175,6 +196,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--file-ms", type=int, default=100, help="Spark file source: one input file per this many ms")
+    ap.add_argument("--ckpt-stats", action="store_true",
+                    help="laminardb: read metrics() 10×/s for each checkpoint's duration (perturbs the run a little)")
     args = ap.parse_args()
     systems = [s for s in args.systems.split(",") if s]
     unknown = set(systems) - set(SYSTEMS)
