@@ -1,8 +1,8 @@
 """What every system in ``bench_e2e_latency.py`` shares: the paced generator, the two
 queries' expected output, the latency summary and the watchers of committed sink files.
 
-A row is ``(id, key, ts, created_ns, v)``: ``created_ns`` is the wall clock (``time.time_ns``)
-when the generator made it and ``ts`` the same instant in epoch ms (its event time). Latency is
+A row is ``(id, key, ts, created_ns, v)``: ``created_ns`` is the wall-clock time (``time.time_ns``)
+the row is due at the configured rate and ``ts`` the same instant in epoch ms (its event time). Latency is
 always *time the row was seen committed − created_ns*, both from this machine's wall clock.
 """
 
@@ -37,11 +37,10 @@ def keep(v: int) -> bool:
     return v % 5 != 0
 
 
-def make_rows(ids: range, now_ns: int) -> pa.RecordBatch:
+def make_rows(ids: range, created_ns: np.ndarray) -> pa.RecordBatch:
     idx = np.arange(ids.start, ids.stop, dtype=np.int64)
     return pa.record_batch([pa.array(idx), pa.array([f"k{i % KEYS:02d}" for i in idx]),
-                            pa.array(np.full(len(idx), now_ns // 1_000_000, np.int64)),
-                            pa.array(np.full(len(idx), now_ns, np.int64)), pa.array(idx * 7 % 100)],
+                            pa.array(created_ns // 1_000_000), pa.array(created_ns), pa.array(idx * 7 % 100)],
                            schema=SCHEMA)
 
 
@@ -62,16 +61,19 @@ def warm_rows() -> pa.RecordBatch:
 
 
 def generate(emit: Callable[[pa.RecordBatch], None], *, rate: int, seconds: float) -> pa.Table:
-    """Call ``emit`` with every row when its time comes (row i at start + i/rate), then the end
-    marker; returns every row emitted (the expected input, with its creation times)."""
+    """Call ``emit`` with every row when its time comes, then the end marker; returns every row
+    emitted (the expected input). Row i is stamped with its due time, start + i/rate, not with
+    when it was emitted: if ``emit`` blocks (an ingest stall), the rows due meanwhile count the
+    stall in their latency instead of hiding it (no coordinated omission)."""
     total = int(rate * seconds)
     sent: list[pa.RecordBatch] = []
-    start = time.monotonic()
+    start, start_ns = time.monotonic(), time.time_ns()
     done = 0
     while done < total:
         due = min(total, int((time.monotonic() - start) * rate) + 1)
         if due > done:
-            b = make_rows(range(done, due), time.time_ns())
+            created = start_ns + np.arange(done, due, dtype=np.int64) * 1_000_000_000 // rate
+            b = make_rows(range(done, due), created)
             emit(b)
             sent.append(b)
             done = due
