@@ -213,15 +213,18 @@ def main() -> int:
         for name in systems:
             t = time.monotonic()
             l0 = load()
-            if name == "laminardb":
-                results[name] = run_laminardb(work, args)
-            elif name == "laminardb-delta":
-                results[name] = run_laminardb_delta(work, args)
-            else:
-                import e2e_spark
+            try:
+                if name == "laminardb":
+                    results[name] = run_laminardb(work, args)
+                elif name == "laminardb-delta":
+                    results[name] = run_laminardb_delta(work, args)
+                else:
+                    import e2e_spark
 
-                spark = spark or e2e_spark.Spark.start()
-                results[name] = e2e_spark.run(spark, name, work / name, args, measure)
+                    spark = spark or e2e_spark.Spark.start()
+                    results[name] = e2e_spark.run(spark, name, work / name, args, measure)
+            except Exception as exc:  # noqa: BLE001 - a missing row or a failed system: recorded, the next runs
+                results[name] = {"error": f"{type(exc).__name__}: {str(exc).strip()[:300]}"}
             results[name]["load"] = [l0, load()]
             print(f"  {name}: done in {time.monotonic() - t:.0f} s, load {l0} → {load()}")
     finally:
@@ -231,7 +234,7 @@ def main() -> int:
     print_table(results, args)
     print("BENCH_JSON " + json.dumps({"rate": args.rate, "seconds": args.seconds, "machine": info,
                                       "results": results}, default=str))
-    return 0
+    return 1 if any("error" in r for r in results.values()) else 0
 
 
 if __name__ == "__main__":
