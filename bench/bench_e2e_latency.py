@@ -39,8 +39,8 @@ Systems (``--systems``; each runs alone, one after the other, in this process tr
   on the 2 cores; the published RTM figure is for one query too).
 
 Every generated row must be committed exactly once (stateless: the ids; windowed: every
-(key, window) group once, count and sum equal to the generated rows), or the bench fails
-before printing. CPU seconds per process (``proc_cpu``) are reported per system. Ends with
+(key, window) group once, count and sum equal to the generated rows), or that system prints
+no figure, only its failure (exit status 1). CPU seconds per process (``proc_cpu``) are reported per system. Ends with
 ``BENCH_JSON {...}``.
 """
 
