@@ -80,19 +80,22 @@ def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(spark, tmp_pat
     assert outputs[0][0] == outputs[1][0] and outputs[0][1].equals(outputs[1][1])
 
 
-def test_arrow_stage_files_and_other_sinks_keep_the_driver_path(tmp_path) -> None:
+def test_every_sink_and_stage_format_has_an_executor_path(tmp_path) -> None:
     arrow = tmp_path / "e.arrow"
     with pa.OSFile(str(arrow), "wb") as f, pa.ipc.new_file(f, SCHEMA) as w:
         w.write_table(_chunk(0, 10, 4))
     sink = TransactionalFileSink(tmp_path / "out", format="jsonl", schema=SCHEMA)
-    assert native_kind(sink, SCHEMA, [str(arrow)]) is None
+    assert native_kind(sink, SCHEMA, [str(arrow)]) == "file"  # an older head's Arrow IPC
     staged = [_stage(tmp_path / "p.parquet", 0, 10)]
     assert native_kind(sink, SCHEMA, staged) == "file"
     from laminardb.connectors.partitioned_sink import PartitionedTransactionalFileSink
 
     partitioned = PartitionedTransactionalFileSink(tmp_path / "parts", format="parquet", schema=SCHEMA,
                                                    partition_by="k", default_name="none")
-    assert native_kind(partitioned, SCHEMA, staged) is None
+    assert native_kind(partitioned, SCHEMA, staged) == "partitioned"
+    remote = SparkDeltaLakeSink(name="r", schema=SCHEMA, options={"path": "s3://bucket/t"},
+                                stage_dir=tmp_path / "stage")
+    assert native_kind(remote, SCHEMA, staged) == "stage"
 
 
 def test_jsonl_file_epoch_matches_the_embedded_writer(spark, tmp_path) -> None:
