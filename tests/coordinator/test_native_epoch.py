@@ -93,9 +93,13 @@ def test_every_sink_and_stage_format_has_an_executor_path(tmp_path) -> None:
     partitioned = PartitionedTransactionalFileSink(tmp_path / "parts", format="parquet", schema=SCHEMA,
                                                    partition_by="k", default_name="none")
     assert native_kind(partitioned, SCHEMA, staged) == "partitioned"
-    remote = SparkDeltaLakeSink(name="r", schema=SCHEMA, options={"path": "s3://bucket/t"},
-                                stage_dir=tmp_path / "stage")
-    assert native_kind(remote, SCHEMA, staged) == "stage"
+    from laminardb.checkpoint.native_epoch import commits_on_executor
+    from laminardb.connectors.kafka_sink import ExactlyOnceKafkaSink
+
+    kafka = ExactlyOnceKafkaSink(name="k", schema=SCHEMA, stage_dir=tmp_path / "kstage",
+                                 options={"brokers": "127.0.0.1:9", "topic": "t"})  # no broker: never used
+    assert native_kind(kafka, SCHEMA, staged) == "stage" and commits_on_executor(kafka)
+    assert not commits_on_executor(sink) and not commits_on_executor(partitioned)
 
 
 def test_jsonl_file_epoch_matches_the_embedded_writer(spark, tmp_path) -> None:
