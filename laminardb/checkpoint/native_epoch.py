@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from laminardb.checkpoint._files import atomic_write, fsync_dir
+from laminardb.checkpoint._files import atomic_write
 from laminardb.checkpoint.epoch_tasks import (
     DeltaFilesTask,
     FilePartsTask,
@@ -142,18 +142,11 @@ def _write_file_epoch(spark: Any, sink: TransactionalFileSink, stage_files: list
     try:
         task = FilePartsTask(str(tmp), sink.format, schema.serialize().to_pybytes())
         results = _run(spark, stage_files, task)
-        names = [f"part-{epoch:012d}-{sink.writer}-{n:04d}.{sink.format}" for n in range(len(results))]
-        for name in names:
-            if (sink.path / name).exists():
-                msg = (f"sink {os.fspath(sink.path)!r} already holds {name!r}, written by another "
-                       "run: point the sink at a new directory or move the old part files away")
-                raise SinkWriteError(msg)
-        for r, name in zip(results, names, strict=True):
-            os.replace(r.path, sink.staging / name)
-        fsync_dir(sink.staging)
+        rows = sum(r.rows for r in results)
+        info = sink.adopt(epoch, [r.path for r in results], rows)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"files": names}, sum(r.rows for r in results)
+    return info, rows
 
 
 def _write_partitioned_epoch(spark: Any, sink: PartitionedTransactionalFileSink, stage_files: list[str],
