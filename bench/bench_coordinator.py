@@ -1,6 +1,8 @@
-"""Delta checkpoint coordinator benchmark: what one checkpoint epoch costs, the executor path
-(FILE and Delta Lake written by Spark's executors from staged Parquet) against the old driver
-path (``local[1]``, 512 MB, every row through ``createDataFrame``/``toArrow``) in one run.
+"""Delta checkpoint coordinator benchmark: what one checkpoint epoch costs, sinks written by
+Spark's executors from staged Parquet (``native``) against ``legacy``: an older head's Arrow IPC
+stage files in the old session (``local[1]``, 512 MB). Before issue 21 item 2, ``legacy`` was the
+driver path (every row through ``createDataFrame``/``toArrow``); that path is gone, and
+Arrow IPC files now go through the executors too.
 
 Run from the repository root:
 
@@ -15,7 +17,7 @@ it once per tree with that tree first on ``PYTHONPATH`` (``bench/README.md`` sho
 An in-process head (the four checkpoint calls of the database head) stages ``--rows`` new
 rows per epoch for two exactly-once sinks, a FILE (Parquet) sink and a Delta Lake sink: as
 Parquet for the executor path (what ``StagedSink`` writes now), as Arrow IPC streams for the
-driver path (what it wrote before, which routes the epoch through ``spark_job.iter_epoch``).
+legacy path (what it wrote before).
 Each (path, rows) gets a fresh coordinator and Spark session and runs ``--epochs``
 checkpoints after one warm-up epoch (JVM start and first query excluded). Reported:
 barrier→manifest p50/p99 (``status()``; also without the prepare, where the stand-in head
@@ -48,7 +50,7 @@ from laminardb.checkpoint.spark_coordinator import CheckpointCoordinator  # noqa
 
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.string()), ("v", pa.float64()),
                     ("ts", pa.timestamp("ms"))])
-# the old driver path's session: what spark_job.py fixed before the executor path
+# the old session: what spark_job.py fixed before the executor path
 _LEGACY_ENV = {"LAMINARDB_COORDINATOR_SPARK_MASTER": "local[1]", "LAMINARDB_COORDINATOR_SPARK_MEMORY": "512m"}
 
 

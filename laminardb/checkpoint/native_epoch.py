@@ -241,7 +241,7 @@ class SparkDeltaLakeSink(DeltaLakeSink):
         return json.loads(self._actions_path(epoch).read_bytes())["actions"]
 
     def commit(self, epoch: int) -> None:
-        """Commit staged epochs <= ``epoch`` (rows staged by the driver path first, then the
+        """Commit staged epochs <= ``epoch`` (rows an embedded database staged first, then the
         executors' files), each once: epochs the table records already are skipped."""
         super().commit(epoch)
         epochs = [e for e in self._action_epochs() if e <= epoch]

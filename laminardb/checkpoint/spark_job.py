@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 # head node with the database heads. Set LAMINARDB_COORDINATOR_SPARK_MEMORY (e.g. "2g") or
 # LAMINARDB_COORDINATOR_SPARK_MASTER (e.g. "local[2]") to override.
 _MASTER = "local[*]"
-# Bound on one Spark call (a createDataFrame or a job): past it the JVM is presumed hung and
+# Bound on one Spark call (a job): past it the JVM is presumed hung and
 # killed, the call raises, the coordinator aborts the epoch and the next one starts a new
 # JVM. Generous: an epoch job of 1M rows takes a few seconds on one core.
 _JOB_TIMEOUT_S = float(os.environ.get("LAMINARDB_COORDINATOR_SPARK_JOB_TIMEOUT", "300"))
