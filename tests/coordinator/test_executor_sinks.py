@@ -1,12 +1,13 @@
 """The coordinator's executor path for the sinks beyond FILE and Delta Lake (``native_epoch``):
-a partitioned FILE sink's part files, and a PostgreSQL sink whose sealed epoch is written by a
-Spark task and committed by another, on a sink rebuilt from its spec. Real Spark, a real
-PostgreSQL; the driver's own sink objects are booby-trapped so a row through the driver
+a partitioned FILE sink's part files, and PostgreSQL and Kafka sinks whose sealed epoch is
+written by a Spark task and committed by another, on a sink rebuilt from its spec. Real Spark, a real
+PostgreSQL and Kafka broker; the driver's own sink objects are booby-trapped so a row through the driver
 fails the test. Oracles: the embedded partitioned sink over the same rows; the staged files.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -27,7 +28,7 @@ from laminardb.checkpoint.sink import EpochStage
 from laminardb.checkpoint.sink_tasks import SinkSpec, build_sink
 from laminardb.connectors._epoch_sink import EpochRecordingSink
 from laminardb.connectors.partitioned_sink import PartitionedTransactionalFileSink
-from tests._services.fixtures import postgres_server  # noqa: F401
+from tests._services.fixtures import kafka_broker, postgres_server  # noqa: F401
 from tests._services.procs import wait_until
 from tests.coordinator.test_native_epoch import SCHEMA, _stage
 
@@ -214,3 +215,45 @@ def test_an_executor_killed_mid_commit_leaves_the_epoch_staged_and_the_retry_com
     run_on_executor(spark, sink, "commit", 1)  # the next checkpoint's commit retries it
     assert _pg_ids(conn) == list(range(900)) and _pg_epochs(conn) == [1]
     assert sink.epoch_stage.epochs() == [] and sink.rows_committed == 900
+
+
+# ---------------------------------------------------------------------------- Kafka
+def test_kafka_epochs_are_produced_by_executor_tasks_exactly_once(spark, tmp_path, kafka_broker,  # noqa: F811
+                                                                 monkeypatch) -> None:
+    """The driver's Kafka sink never starts a producer: a task's producer (the sink's
+    transactional.id) produces each epoch with its marker; a re-driven epoch is not produced
+    twice, and a recover fences and settles from the marker."""
+    from laminardb.connectors.kafka_sink import ExactlyOnceKafkaSink
+    from tests.connectors.test_kafka_exactly_once import committed, epochs
+
+    def through_the_driver(*_a, **_k):
+        raise AssertionError("the driver's Kafka sink started a producer")
+
+    monkeypatch.setattr(ExactlyOnceKafkaSink, "_settled_marker", through_the_driver)
+    monkeypatch.setattr(EpochStage, "read", through_the_driver)
+    topic = f"exec-{tmp_path.name[-20:]}".replace("_", "-")
+    sql = (f"CREATE SINK out_k FROM src INTO KAFKA (brokers = '{kafka_broker.bootstrap}', topic = '{topic}', "
+           "format = 'json', delivery.guarantee = 'exactly-once')")
+    sink = build_sink(SinkSpec("out_k", sql, SCHEMA.serialize().to_pybytes(), str(tmp_path / "stages")))
+    try:
+        assert isinstance(sink, ExactlyOnceKafkaSink) and commits_on_executor(sink)
+        stage = sink.epoch_stage
+        staged = {e: [_stage(tmp_path / f"e{e}.parquet", lo, hi)]
+                  for e, (lo, hi) in {1: (0, 300), 2: (300, 700), 3: (700, 1000)}.items()}
+        write_epoch(spark, "stage", sink, staged[1], 1, SCHEMA)
+        kept = tmp_path / "kept.arrow"
+        shutil.copy(stage.path(1), kept)
+        run_on_executor(spark, sink, "commit", 1)
+        shutil.copy(kept, stage.path(1))  # the task died after Kafka committed, before the drop
+        write_epoch(spark, "stage", sink, staged[2], 2, SCHEMA)
+        run_on_executor(spark, sink, "commit", 2)
+        write_epoch(spark, "stage", sink, staged[3], 3, SCHEMA)
+        run_on_executor(spark, sink, "recover", 3, {"rows": 300})  # a restarted coordinator's settle
+        assert stage.epochs() == [] and sink._producer is None  # noqa: SLF001 - the point of the test
+        recs = committed(kafka_broker.bootstrap, topic)
+        ids = sorted(json.loads(r["value"])["id"] for r in recs)
+        assert ids == list(range(1000)), "an epoch produced twice, or a row lost"
+        assert epochs(recs) == {1: 300, 2: 400, 3: 300}
+        assert sink.rows_committed == 1000 and sink.epochs_committed == 3
+    finally:
+        sink.close()
