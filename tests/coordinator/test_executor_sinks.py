@@ -257,3 +257,31 @@ def test_kafka_epochs_are_produced_by_executor_tasks_exactly_once(spark, tmp_pat
         assert sink.rows_committed == 1000 and sink.epochs_committed == 3
     finally:
         sink.close()
+
+
+def test_an_at_least_once_sink_is_written_by_an_executor_task(spark, tmp_path, kafka_broker,  # noqa: F811
+                                                             monkeypatch) -> None:
+    from laminardb.connectors.kafka_sink import KafkaSink
+    from tests.connectors.test_kafka_exactly_once import committed
+
+    def through_the_driver(*_a, **_k):
+        raise AssertionError("the driver's sink wrote rows")
+
+    monkeypatch.setattr(KafkaSink, "write", through_the_driver)
+    topic = f"alo-{tmp_path.name[-20:]}".replace("_", "-")
+    sql = (f"CREATE SINK out_a FROM src INTO KAFKA (brokers = '{kafka_broker.bootstrap}', topic = '{topic}', "
+           "format = 'json')")
+    sink = build_sink(SinkSpec("out_a", sql, SCHEMA.serialize().to_pybytes(), str(tmp_path / "stages")))
+    try:
+        assert native_kind(sink, SCHEMA, []) == "write" and not commits_on_executor(sink)
+        staged = [_stage(tmp_path / "a.parquet", 0, 500), _stage(tmp_path / "b.parquet", 500, 800)]
+        assert write_epoch(spark, "write", sink, staged, 1, SCHEMA) == ({}, 800)
+        want = pa.concat_tables([pq.read_table(p) for p in staged])["id"].to_pylist()
+        recs = committed(kafka_broker.bootstrap, topic)
+        assert sorted(json.loads(r["value"])["id"] for r in recs) == sorted(want)  # every row once
+        at = {i: n for n, i in enumerate(want)}
+        for part in {r["partition"] for r in recs}:  # each partition in staged order
+            pos = [at[json.loads(r["value"])["id"]] for r in recs if r["partition"] == part]
+            assert pos == sorted(pos), f"partition {part} is out of the staged order"
+    finally:
+        sink.close()
