@@ -31,6 +31,7 @@ import collections
 import json
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -52,10 +53,15 @@ _SINKS_FILE = "sinks.json"
 _HISTORY = 100
 
 
+_RAISED = re.compile(r"^\s*[\w.]*(Error|Exception): ")
+
+
 def _short(exc: BaseException) -> str:
-    """The last line of an error a Spark task raised (py4j wraps the task's traceback)."""
-    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else type(exc).__name__
+    """What a Spark task raised, without the JVM's stack (py4j wraps the task's traceback):
+    its last ``SomeError: message`` line, else the first line."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    raised = [ln for ln in lines if _RAISED.match(ln) and not ln.startswith(("py4j", "org.apache"))]
+    return raised[-1] if raised else (lines[0] if lines else type(exc).__name__)
 
 
 def crash_point(step: str, epoch: int) -> None:
