@@ -217,6 +217,43 @@ def test_an_executor_killed_mid_commit_leaves_the_epoch_staged_and_the_retry_com
     assert sink.epoch_stage.epochs() == [] and sink.rows_committed == 900
 
 
+def test_an_executor_killed_mid_stage_fails_the_epoch_and_the_redriven_one_commits_once(
+        spark, tmp_path, pg_sink) -> None:
+    """SIGKILL the Python worker while it writes the sealed epoch file: the stage job fails,
+    nothing is staged (the coordinator aborts the epoch), and the epoch staged again commits
+    exactly once."""
+    sink, conn = pg_sink
+    stage = sink.epoch_stage
+    staged = [_stage(tmp_path / "e1.parquet", 0, 600_000, width=100, group=10_000)]
+    outcome: dict[str, BaseException] = {}
+
+    def seal() -> None:
+        try:
+            write_epoch(spark, "stage", sink, staged, 1, SCHEMA)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=seal, daemon=True)
+    runner.start()
+    wait_until(lambda: stage.incoming(1).exists(), timeout=120, what="the seal task writing its file")
+    victims = _python_workers()
+    assert runner.is_alive() and victims, "the seal ended before the kill: nothing was tested"
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    runner.join(120)
+    assert not runner.is_alive() and "error" in outcome, "the stage job did not fail with its worker"
+    assert stage.epochs() == []  # nothing half-written was installed
+    sink.abort(1)  # what the coordinator's _abort does, then recover from the last manifest
+    run_on_executor(spark, sink, "recover", 0)
+    info, rows = write_epoch(spark, "stage", sink, staged, 1, SCHEMA)  # the next epoch stages it again
+    assert rows == 600_000 and not stage.incoming(1).exists()
+    run_on_executor(spark, sink, "commit", 1)
+    with conn.cursor() as cur:
+        cur.execute("SELECT count(*), count(DISTINCT id), min(id), max(id) FROM out_pg")
+        assert cur.fetchone() == (600_000, 600_000, 0, 599_999)
+    assert _pg_epochs(conn) == [1]
+
+
 # ---------------------------------------------------------------------------- Kafka
 def test_kafka_epochs_are_produced_by_executor_tasks_exactly_once(spark, tmp_path, kafka_broker,  # noqa: F811
                                                                  monkeypatch) -> None:
