@@ -1,16 +1,23 @@
-"""Delta checkpoint coordinator benchmark: what one checkpoint epoch costs, the executor path
-(FILE and Delta Lake written by Spark's executors from staged Parquet) against the old driver
-path (``local[1]``, 512 MB, every row through ``createDataFrame``/``toArrow``) in one run.
+"""Delta checkpoint coordinator benchmark: what one checkpoint epoch costs, sinks written by
+Spark's executors from staged Parquet (``native``) against ``legacy``: an older head's Arrow IPC
+stage files in the old session (``local[1]``, 512 MB). Before issue 21 item 2, ``legacy`` was the
+driver path (every row through ``createDataFrame``/``toArrow``); that path is gone, and
+Arrow IPC files now go through the executors too.
 
 Run from the repository root:
 
     .venv/bin/python bench/bench_coordinator.py                          # 100k and 1M rows, 5 epochs
     .venv/bin/python bench/bench_coordinator.py --rows 100000 --epochs 10 --paths native
+    .venv/bin/python bench/bench_coordinator.py --paths native --sinks partitioned   # partitioned FILE
+
+``--sinks partitioned`` stages one partitioned FILE sink (``partitioned_by = 'region'``, 8
+partitions) instead of FILE + Delta Lake. To compare two versions of the code in one run, run
+it once per tree with that tree first on ``PYTHONPATH`` (``bench/README.md`` shows the loop).
 
 An in-process head (the four checkpoint calls of the database head) stages ``--rows`` new
 rows per epoch for two exactly-once sinks, a FILE (Parquet) sink and a Delta Lake sink: as
 Parquet for the executor path (what ``StagedSink`` writes now), as Arrow IPC streams for the
-driver path (what it wrote before, which routes the epoch through ``spark_job.iter_epoch``).
+legacy path (what it wrote before).
 Each (path, rows) gets a fresh coordinator and Spark session and runs ``--epochs``
 checkpoints after one warm-up epoch (JVM start and first query excluded). Reported:
 barrier→manifest p50/p99 (``status()``; also without the prepare, where the stand-in head
@@ -43,19 +50,22 @@ from laminardb.checkpoint.spark_coordinator import CheckpointCoordinator  # noqa
 
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.string()), ("v", pa.float64()),
                     ("ts", pa.timestamp("ms"))])
-# the old driver path's session: what spark_job.py fixed before the executor path
+# the old session: what spark_job.py fixed before the executor path
 _LEGACY_ENV = {"LAMINARDB_COORDINATOR_SPARK_MASTER": "local[1]", "LAMINARDB_COORDINATOR_SPARK_MEMORY": "512m"}
 
 
 class BenchHead:
     """Stages ``rows`` fresh rows per epoch for every sink; commits drop the stage files."""
 
-    def __init__(self, directory: Path, sinks: dict[str, str], rows: int, *, parquet: bool) -> None:
+    def __init__(self, directory: Path, sinks: dict[str, str], rows: int, *, parquet: bool,
+                 schema: pa.Schema = SCHEMA) -> None:
         self.dir, self.sinks, self.rows, self.parquet = directory, sinks, rows, parquet
+        self.schema = schema
         self.cpu_s = 0.0  # this thread's CPU staging rows: not the coordinator's work
         self.dir.mkdir(parents=True, exist_ok=True)
         self.next_id, self.committed, self.pending = 0, 0, set()
         self.keys = pa.array([f"key-{i}" for i in range(1000)])
+        self.regions = pa.array([f"r{i}" for i in range(8)])
 
     def _path(self, name: str, epoch: int) -> Path:
         return self.dir / f"{name}-{epoch}.{'parquet' if self.parquet else 'arrows'}"
@@ -66,15 +76,17 @@ class BenchHead:
         self.next_id += self.rows
         table = pa.table({"id": ids, "k": self.keys.take(pa.array(ids % 1000)), "v": ids * 0.25,
                           "ts": pa.array(1_700_000_000_000 + ids, pa.timestamp("ms"))}, schema=SCHEMA)
+        if "region" in self.schema.names:  # the partitioned sink's partition column: 8 values
+            table = table.append_column("region", self.regions.take(pa.array(ids % 8)))
         sinks = {}
         for name, sql in self.sinks.items():
             path = self._path(name, epoch)
             if self.parquet:  # as StagedSink: one row group per appended batch (here 64k rows)
                 pq.write_table(table, path, row_group_size=65_536)
             else:
-                with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, SCHEMA) as w:
+                with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, self.schema) as w:
                     w.write_table(table)
-            sinks[name] = {"sql": sql, "schema": SCHEMA.serialize().to_pybytes(),
+            sinks[name] = {"sql": sql, "schema": self.schema.serialize().to_pybytes(),
                            "stage": str(path), "rows": table.num_rows}
         self.pending.add(epoch)
         self.cpu_s += time.thread_time() - t0
@@ -95,7 +107,7 @@ class BenchHead:
         return {"last_committed": self.committed, "pending": sorted(self.pending)}
 
 
-def _run(path: str, rows: int, epochs: int, work: Path) -> dict[str, Any]:
+def _run(path: str, rows: int, epochs: int, work: Path, kind: str = "file,delta") -> dict[str, Any]:
     """One (path, rows): a fresh coordinator and Spark session, a warm-up epoch, ``epochs``
     measured ones."""
     from laminardb.checkpoint.spark_job import spark_session, stop_spark
@@ -105,12 +117,18 @@ def _run(path: str, rows: int, epochs: int, work: Path) -> dict[str, Any]:
     if path == "legacy":
         os.environ.update(_LEGACY_ENV)
     try:
-        sinks = {
-            "out_file": f"CREATE SINK out_file INTO FILE (path = '{work / 'out'}', format = 'parquet') "
-                        "AS SELECT * FROM s",
-            "out_delta": f"CREATE SINK out_delta INTO DELTA_LAKE (path = '{work / 'lake'}') AS SELECT * FROM s",
-        }
-        head = BenchHead(work / "head", sinks, rows, parquet=path == "native")
+        schema = SCHEMA
+        if kind == "partitioned":
+            schema = SCHEMA.append(pa.field("region", pa.string()))
+            sinks = {"out_parts": f"CREATE SINK out_parts INTO FILE (path = '{work / 'parts'}', format = 'parquet', "
+                                  "partitioned_by = 'region') AS SELECT * FROM s"}
+        else:
+            sinks = {
+                "out_file": f"CREATE SINK out_file INTO FILE (path = '{work / 'out'}', format = 'parquet') "
+                            "AS SELECT * FROM s",
+                "out_delta": f"CREATE SINK out_delta INTO DELTA_LAKE (path = '{work / 'lake'}') AS SELECT * FROM s",
+            }
+        head = BenchHead(work / "head", sinks, rows, parquet=path == "native", schema=schema)
         coord = CheckpointCoordinator(work / "state", head_resolver=lambda name: head)
         coord.register("bench", interval_s=None, checkpoint_dir=str(work / "ckpt"))
         t0 = time.perf_counter()
@@ -141,7 +159,7 @@ def _run(path: str, rows: int, epochs: int, work: Path) -> dict[str, Any]:
     driver_cpu = sum(p.cpu_s for p in spent if p.pid == me) - head.cpu_s
     sink_rows = rows * len(sinks) * epochs
     return {
-        "path": path, "rows_per_epoch": rows, "sinks": len(sinks), "epochs": epochs,
+        "path": path, "sinks_kind": kind, "code": os.environ.get("PYTHONPATH", ""), "rows_per_epoch": rows, "sinks": len(sinks), "epochs": epochs,
         "warmup_s": round(warm, 2), "epoch_p50_s": round(st["duration_p50_s"], 3),
         "epoch_p99_s": round(st["duration_p99_s"], 3), "spark_p50_s": round(st["spark_p50_s"], 3),
         "after_prepare_p50_s": round(float(np.percentile(after_prepare, 50)), 3),
@@ -159,6 +177,8 @@ def main() -> None:
     ap.add_argument("--rows", default="100000,1000000", help="rows per epoch, comma-separated")
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--paths", default="legacy,native", help="legacy (driver), native (executors)")
+    ap.add_argument("--sinks", default="file,delta", choices=["file,delta", "partitioned"],
+                    help="the sinks: FILE + Delta Lake, or one partitioned FILE sink")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed)")
     args = ap.parse_args()
     work = Path(args.dir or tempfile.mkdtemp(prefix="ldb-bench-coord-"))
@@ -166,7 +186,7 @@ def main() -> None:
     try:
         for rows in (int(r) for r in args.rows.split(",")):
             for path in args.paths.split(","):
-                out = _run(path, rows, args.epochs, work / f"{path}-{rows}")
+                out = _run(path, rows, args.epochs, work / f"{path}-{rows}", args.sinks)
                 results.append(out)
                 print(f"{path:>6} {rows:>9,} rows/epoch x {out['sinks']} sinks: barrier→manifest p50 "
                       f"{out['epoch_p50_s']} s p99 {out['epoch_p99_s']} s (after the prepare "

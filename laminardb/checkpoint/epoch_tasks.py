@@ -1,8 +1,11 @@
-"""What a Spark task runs for one chunk of an epoch's staged Parquet: read its row groups with
-pyarrow and write them as sink data files next to their target, returning one small row per
-file. Entry points: :func:`plan_chunks` (the driver's work list, from the files' footers),
-:class:`FilePartsTask` (a FILE sink's part files) and :class:`DeltaFilesTask` (a Delta
-table's Parquet data files).
+"""What a Spark task runs for one chunk of an epoch's staged files: read its groups with
+pyarrow (``stage_files``: Parquet, or an older head's Arrow IPC) and write them as sink data
+files next to their target, returning one small row per file. Entry points:
+:func:`plan_chunks` (the driver's work list, from the files' footers), :class:`FilePartsTask`
+(a FILE sink's part files), :class:`PartitionedPartsTask` (a partitioned FILE sink's, per
+partition directory), :class:`DeltaFilesTask` (a Delta table's Parquet data files) and
+:class:`SealTask` (a sink's sealed ``EpochStage`` file, Arrow IPC, for the sinks whose
+commit applies it to their target: Kafka, PostgreSQL, Iceberg, a remote Delta table).
 
 Why here, in its own module: Spark's Python workers unpickle the task by reference, so it
 must be importable there without the driver's state. Why pyarrow and not Spark's Parquet
@@ -27,9 +30,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-__all__ = ["CHUNK_ROWS", "DeltaFilesTask", "FilePartsTask", "plan_chunks"]
+from laminardb.checkpoint.stage_files import read_groups, stage_groups
+
+__all__ = ["CHUNK_ROWS", "DeltaFilesTask", "FilePartsTask", "PartitionedPartsTask", "SealTask", "plan_chunks"]
 
 #: the most rows in one chunk (one output file), as the embedded FILE sink rolls its part files
 CHUNK_ROWS = 1_000_000
@@ -45,12 +51,12 @@ def plan_chunks(stage_files: Sequence[str], parallelism: int, *,
     (every core busy on one big file), at most ``max_rows`` rows each. Reads footers only."""
     chunks: list[Chunk] = []
     for i, path in enumerate(stage_files):
-        meta = pq.ParquetFile(path).metadata
-        target = max(1, min(max_rows, math.ceil(meta.num_rows / max(parallelism, 1))))
+        groups = stage_groups(path)
+        target = max(1, min(max_rows, math.ceil(sum(groups) / max(parallelism, 1))))
         first_group, rows, first_row = 0, 0, 0
-        for g in range(meta.num_row_groups):
-            rows += meta.row_group(g).num_rows
-            if rows >= target or g == meta.num_row_groups - 1:
+        for g, group_rows in enumerate(groups):
+            rows += group_rows
+            if rows >= target or g == len(groups) - 1:
                 if rows:
                     chunks.append((i, os.fspath(path), first_group, g + 1 - first_group, first_row))
                 first_group, first_row, rows = g + 1, first_row + rows, 0
@@ -73,25 +79,26 @@ class _ChunkWriter:
     def __call__(self, chunks: Iterator[Chunk]) -> Iterator[tuple[int, int, str, int, int, str]]:
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
         for source, path, first_group, groups, first_row in chunks:
-            staged = pq.ParquetFile(path)
-            handle, rows, held = self.open_file(schema), 0, []
-            for g in range(first_group, first_group + groups):
-                held.append(staged.read_row_group(g, use_threads=False))
-                if sum(t.num_rows for t in held) >= _WRITE_ROWS:
-                    rows += self._write(handle, held, schema)
-                    held = []
-            rows += self._write(handle, held, schema)
+            handle, rows = self.open_file(schema), 0
+            for table in _tables(path, first_group, groups, schema):
+                handle.write(table)
+                rows += table.num_rows
             handle.close()
             out, size, stats = self.result(handle, rows)
             yield source, first_row, out, rows, size, stats
 
-    @staticmethod
-    def _write(handle: Any, tables: list[pa.Table], schema: pa.Schema) -> int:
-        if not tables:
-            return 0
-        table = pa.concat_tables(tables).cast(schema)
-        handle.write(table)
-        return table.num_rows
+
+def _tables(path: str, first_group: int, groups: int, schema: pa.Schema) -> Iterator[pa.Table]:
+    """A chunk's rows as tables of about ``_WRITE_ROWS`` rows, cast to ``schema``: small row
+    groups (a head appends what each engine batch holds) are written out together."""
+    held: list[pa.Table] = []
+    for table in read_groups(path, first_group, groups):
+        held.append(table)
+        if sum(t.num_rows for t in held) >= _WRITE_ROWS:
+            yield pa.concat_tables(held).cast(schema)
+            held = []
+    if held and sum(t.num_rows for t in held):
+        yield pa.concat_tables(held).cast(schema)
 
 
 class FilePartsTask(_ChunkWriter):
@@ -113,6 +120,68 @@ class FilePartsTask(_ChunkWriter):
         path = os.fspath(handle.path)
         _fsync(path)
         return path, os.path.getsize(path), ""
+
+
+class PartitionedPartsTask:
+    """Writes a partitioned FILE sink's part files: each chunk's rows split by the partition
+    columns (the embedded sink's own ``_Splitter``, one Arrow group-by per table) into one file
+    per partition, ``<out_dir>/<chunk key>/<partition dir>/part.<fmt>``, with its ``FileSink``
+    writer; one row per file, its partition directory in the last field."""
+
+    def __init__(self, out_dir: str, fmt: str, schema_ipc: bytes, partition_by: list[str],
+                 default_name: str) -> None:
+        self.out_dir = out_dir
+        self.fmt = fmt
+        self.schema_ipc = schema_ipc
+        self.partition_by = partition_by
+        self.default_name = default_name
+
+    def __call__(self, chunks: Iterator[Chunk]) -> Iterator[tuple[int, int, str, int, int, str]]:
+        from laminardb.connectors.files import FileSink
+        from laminardb.connectors.partitioned_sink import _Splitter
+
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        splitter = _Splitter(schema, self.partition_by, self.default_name)
+        for source, path, first_group, groups, first_row in chunks:
+            key = os.path.join(self.out_dir, f"{source:06d}-{first_row:012d}")
+            files: dict[str, Any] = {}
+            for table in _tables(path, first_group, groups, schema):
+                for batch in table.combine_chunks().to_batches():
+                    for rel, rows in splitter.split(batch):
+                        sink = files.get(rel)
+                        if sink is None:
+                            sink = files[rel] = FileSink(os.path.join(key, rel, f"part.{self.fmt}"),
+                                                         format=self.fmt, schema=splitter.data_schema)
+                        sink.write(rows)
+            for rel, sink in files.items():
+                rows = sink.rows_written
+                sink.close()
+                out = os.fspath(sink.path)
+                _fsync(out)
+                yield source, first_row, out, rows, os.path.getsize(out), rel
+
+
+class SealTask:
+    """Writes every chunk, in order, into one Arrow IPC file at ``out_path``: what
+    ``EpochStage.seal`` would have made of the epoch's rows, for the sink's commit to apply.
+    Run as a single task over all chunks; streams table by table (flat memory)."""
+
+    def __init__(self, out_path: str, schema_ipc: bytes) -> None:
+        self.out_path = out_path
+        self.schema_ipc = schema_ipc
+
+    def __call__(self, chunks: Iterator[Chunk]) -> Iterator[tuple[int, int, str, int, int, str]]:
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        rows = 0
+        with open(self.out_path, "wb") as f:
+            with ipc.new_file(f, schema) as w:
+                for _, path, first_group, groups, _ in filter(None, chunks):
+                    for table in _tables(path, first_group, groups, schema):
+                        w.write_table(table)
+                        rows += table.num_rows
+            f.flush()
+            os.fsync(f.fileno())
+        yield 0, 0, self.out_path, rows, os.path.getsize(self.out_path), ""
 
 
 class _ParquetFile:

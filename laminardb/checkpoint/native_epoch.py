@@ -1,25 +1,33 @@
-"""The coordinator's epoch job for FILE and Delta Lake sinks: Spark tasks on the executors
-read the staged Parquet and write the sink's files; the driver only renames or commits, once
-per epoch. Entry points: :func:`native_kind` (can this sink's epoch go this way?),
-:func:`write_epoch` (run the job; returns the manifest info) and
-:class:`SparkDeltaLakeSink` (a Delta Lake sink that commits the executors' add-actions).
+"""The coordinator's epoch job, for every sink: Spark tasks on the executors read the head's
+staged files and write the sink's output; the driver only renames, installs or commits, once
+per epoch. Entry points: :func:`native_kind` (which way this sink's epoch goes),
+:func:`write_epoch` (run the job before the manifest; returns the manifest info),
+:func:`commits_on_executor` / :func:`run_on_executor` (a sink whose commit reads its staged
+rows commits in a Spark task) and :class:`SparkDeltaLakeSink` (a Delta Lake sink that commits
+the executors' add-actions).
 
 Why: the old path copied every row into the JVM (``createDataFrame``), sorted it and copied
 it back (``toArrow``) — 3–4 µs a row in the driver. Here the driver holds the epoch's file
 list, their footers' row-group counts and one small row per written file, never the rows.
 
-Steps, FILE (``TransactionalFileSink``, not partitioned)::
+Kinds (``native_kind``), before the manifest::
 
-    executors: staged row groups → part files in <path>/_staging/.spark-<epoch>/ (FileSink writer)
-    driver:    rename them to _staging/part-<epoch>-<writer>-<n>.<fmt>, n in staged row order
-    commit(e): the sink's own rename into <path> (idempotent; recover() re-drives it)
+    file:        executors: staged row groups → part files in <path>/_staging/.spark-<e>/
+                 driver: rename them to _staging/part-<e>-<writer>-<n>.<fmt>, n in staged order
+    partitioned: executors: each chunk split by the partition columns → a part file per
+                 partition in _staging/.spark-<e>/<chunk>/<partition>/
+                 driver: rename them to _staging/<partition>/part-<e>-<writer>-<n>.<fmt>
+    delta:       executors: Parquet data files in the (local) table directory, in no commit yet
+                 driver: their add-actions → <stage>/actions-<e>.json
+    stage:       (Kafka, PostgreSQL, Iceberg, a remote Delta table) one task writes the sink's
+                 sealed epoch file (Arrow IPC, what pre_commit seals) under a temporary name
+                 driver: EpochStage.adopt renames it to epoch-<e>.arrow
+    write:       (an at-least-once sink) one task rebuilds the sink, writes the rows, flushes
 
-Delta Lake::
-
-    executors: staged row groups → Parquet data files in the table directory (in no commit yet)
-    driver:    their add-actions → <stage>/actions-<epoch>.json (durable, before the manifest)
-    commit(e): one Delta commit of those actions with app transaction (app id, version = e),
-               skipped when the table already records e (idempotent re-drive)
+After the manifest, ``commit(e)``: FILE and partitioned FILE are the sink's own renames
+(idempotent; recover() re-drives them), Delta Lake one commit of the staged actions with app
+transaction (app id, version = e). A ``stage`` sink's commit reads its rows, so it runs in a
+Spark task on a sink rebuilt from its spec (``sink_tasks``), as does its recovery.
 """
 
 from __future__ import annotations
@@ -33,19 +41,25 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-from laminardb.checkpoint._files import atomic_write, fsync_dir
-from laminardb.checkpoint.epoch_tasks import DeltaFilesTask, FilePartsTask, plan_chunks
+from laminardb.checkpoint._files import atomic_write
+from laminardb.checkpoint.epoch_tasks import (
+    DeltaFilesTask,
+    FilePartsTask,
+    PartitionedPartsTask,
+    SealTask,
+    plan_chunks,
+)
 from laminardb.connectors.delta_lake import DeltaLakeSink
 from laminardb.connectors.exceptions import SinkWriteError
 from laminardb.connectors.file_sink import TransactionalFileSink
+from laminardb.connectors.partitioned_sink import PartitionedTransactionalFileSink
 
-__all__ = ["SparkDeltaLakeSink", "native_kind", "write_epoch"]
-
-_PARQUET_MAGIC = b"PAR1"
+__all__ = ["SparkDeltaLakeSink", "commits_on_executor", "native_kind", "run_on_executor", "write_epoch"]
 
 
 class _Written(NamedTuple):
-    """One file a task wrote: its chunk's key (staged file, first row) and what a commit needs."""
+    """One file a task wrote: its chunk's key (staged file, first row) and what a commit needs
+    (``stats``: a Delta file's statistics, or a partitioned part file's partition directory)."""
 
     source: int
     first_row: int
@@ -58,25 +72,29 @@ class _Written(NamedTuple):
 _ACTIONS = re.compile(r"^actions-(\d{12})\.json$")
 
 
-def _is_parquet(path: str) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(4) == _PARQUET_MAGIC
-    except OSError:
-        return False
-
-
-def native_kind(sink: Any, schema: pa.Schema, stage_files: list[str]) -> str | None:
-    """``"file"`` or ``"delta"`` when the executors can write this epoch, else None (the
-    bounded driver path of ``spark_job.iter_epoch``: Kafka, PostgreSQL, Iceberg, partitioned
-    FILE, a remote Delta table, or Arrow IPC stage files)."""
-    if not stage_files or not all(_is_parquet(p) for p in stage_files):
-        return None
+def native_kind(sink: Any, schema: pa.Schema, stage_files: list[str]) -> str:
+    """How the executors write this sink's epoch: ``"file"``, ``"partitioned"``, ``"delta"``,
+    ``"stage"`` or ``"write"`` (see the module docstring). Every sink has one: no epoch's rows
+    go through the driver."""
     if type(sink) is TransactionalFileSink:
         return "file"
+    if type(sink) is PartitionedTransactionalFileSink:
+        return "partitioned"
     if isinstance(sink, SparkDeltaLakeSink) and "://" not in sink.path:
         return "delta"
-    return None
+    if hasattr(sink, "epoch_stage"):
+        return "stage"
+    if getattr(sink, "transactional", False) or not hasattr(sink, "coordinator_spec"):
+        msg = (f"the coordinator cannot write a {type(sink).__name__} on Spark's executors; "
+               "use a FILE, DELTA_LAKE, KAFKA, POSTGRES or ICEBERG sink")
+        raise SinkWriteError(msg)
+    return "write"
+
+
+def commits_on_executor(sink: Any) -> bool:
+    """True when the sink's commit and recovery read its staged rows (``stage`` sinks): they
+    run in a Spark task (:func:`run_on_executor`), never on the driver's object."""
+    return hasattr(sink, "epoch_stage") and native_kind(sink, sink.schema, []) == "stage"
 
 
 def _run(spark: Any, stage_files: list[str], task: Any) -> list[Any]:
@@ -93,36 +111,59 @@ def _run(spark: Any, stage_files: list[str], task: Any) -> list[Any]:
     return sorted((_Written(*r) for r in rows), key=lambda r: (r.source, r.first_row))
 
 
+def _run_one(spark: Any, task: Any, chunks: list[Any]) -> list[Any]:
+    """One Spark job of one task over ``chunks`` in order (one item when there are none)."""
+    from laminardb.checkpoint.spark_job import _Watchdog
+
+    with _Watchdog():
+        return spark.sparkContext.parallelize(chunks or [None], 1).mapPartitions(task).collect()
+
+
 def write_epoch(spark: Any, kind: str, sink: Any, stage_files: list[str], epoch: int,
                 schema: pa.Schema) -> tuple[dict[str, Any], int]:
     """Write ``epoch`` of ``sink`` from its staged files on the executors and stage it for the
     sink's commit; returns (manifest info, rows)."""
-    if kind == "file":
-        return _write_file_epoch(spark, sink, stage_files, epoch, schema)
-    return _write_delta_epoch(spark, sink, stage_files, epoch, schema)
+    writers = {"file": _write_file_epoch, "partitioned": _write_partitioned_epoch,
+               "delta": _write_delta_epoch, "stage": _write_stage_epoch, "write": _write_rows}
+    return writers[kind](spark, sink, stage_files, epoch, schema)
+
+
+def _fresh_tmp(staging: Path, epoch: int) -> Path:
+    tmp = staging / f".spark-{epoch:012d}"  # under _staging: readers never see it
+    for left in staging.glob(".spark-*"):  # of a job a crash interrupted: never staged
+        shutil.rmtree(left, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    return tmp
 
 
 def _write_file_epoch(spark: Any, sink: TransactionalFileSink, stage_files: list[str],
                       epoch: int, schema: pa.Schema) -> tuple[dict[str, Any], int]:
-    tmp = sink.staging / f".spark-{epoch:012d}"  # under _staging: readers never see it
-    for left in sink.staging.glob(".spark-*"):  # of a job a crash interrupted: never staged
-        shutil.rmtree(left, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = _fresh_tmp(sink.staging, epoch)
     try:
         task = FilePartsTask(str(tmp), sink.format, schema.serialize().to_pybytes())
         results = _run(spark, stage_files, task)
-        names = [f"part-{epoch:012d}-{sink.writer}-{n:04d}.{sink.format}" for n in range(len(results))]
-        for name in names:
-            if (sink.path / name).exists():
-                msg = (f"sink {os.fspath(sink.path)!r} already holds {name!r}, written by another "
-                       "run: point the sink at a new directory or move the old part files away")
-                raise SinkWriteError(msg)
-        for r, name in zip(results, names, strict=True):
-            os.replace(r.path, sink.staging / name)
-        fsync_dir(sink.staging)
+        rows = sum(r.rows for r in results)
+        info = sink.adopt(epoch, [r.path for r in results], rows)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"files": names}, sum(r.rows for r in results)
+    return info, rows
+
+
+def _write_partitioned_epoch(spark: Any, sink: PartitionedTransactionalFileSink, stage_files: list[str],
+                             epoch: int, schema: pa.Schema) -> tuple[dict[str, Any], int]:
+    tmp = _fresh_tmp(sink.staging, epoch)
+    try:
+        task = PartitionedPartsTask(str(tmp), sink.format, schema.serialize().to_pybytes(),
+                                    sink.partition_by, sink.default_name)
+        results = _run(spark, stage_files, task)
+        parts: dict[str, list[str]] = {}
+        for r in results:  # in chunk order: a partition's files in staged row order
+            parts.setdefault(r.stats, []).append(r.path)
+        rows = sum(r.rows for r in results)
+        info = sink.adopt(epoch, parts, rows)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return info, rows
 
 
 def _write_delta_epoch(spark: Any, sink: SparkDeltaLakeSink, stage_files: list[str],
@@ -136,6 +177,48 @@ def _write_delta_epoch(spark: Any, sink: SparkDeltaLakeSink, stage_files: list[s
     sink.stage_actions(epoch, actions)
     rows = sum(r.rows for r in results)
     return {"rows": rows, "files": len(actions)}, rows
+
+
+def _write_stage_epoch(spark: Any, sink: Any, stage_files: list[str], epoch: int,
+                       schema: pa.Schema) -> tuple[dict[str, Any], int]:
+    """The sink's sealed epoch file, written by one task (the rows in staged order), then
+    installed by a rename: what ``sink.pre_commit(epoch)`` returns and leaves staged."""
+    stage = sink.epoch_stage
+    stage.drop_incoming()
+    tmp = stage.incoming(epoch)
+    chunks = plan_chunks(stage_files, 1)
+    task = SealTask(os.fspath(tmp), sink.schema.serialize().to_pybytes())
+    rows = _Written(*_run_one(spark, task, chunks)[0]).rows
+    if rows == 0:  # no rows, no target commit (as pre_commit)
+        tmp.unlink(missing_ok=True)
+        return {"rows": 0}, 0
+    stage.adopt(epoch, tmp)
+    return {"rows": rows}, rows
+
+
+def _write_rows(spark: Any, sink: Any, stage_files: list[str], epoch: int,
+                schema: pa.Schema) -> tuple[dict[str, Any], int]:
+    """An at-least-once sink: written now, by one task (a retried epoch writes again)."""
+    from laminardb.checkpoint.sink_tasks import SinkWriteTask
+
+    rows = sum(_run_one(spark, SinkWriteTask(sink.coordinator_spec), plan_chunks(stage_files, 1)))
+    sink.rows_written = getattr(sink, "rows_written", 0) + rows
+    return {}, rows
+
+
+def run_on_executor(spark: Any, sink: Any, op: str, epoch: int, info: dict[str, Any] | None = None) -> None:
+    """``sink.commit(epoch)`` (``op="commit"``) or ``sink.recover(epoch, info)`` in one Spark
+    task, on the sink rebuilt from its spec; the counters it reports are added to ``sink``'s.
+    Nothing to do (no job) when no epoch is staged."""
+    from laminardb.checkpoint.sink_tasks import SinkCommitTask
+
+    staged = sink.epoch_stage.epochs()
+    if not staged or (op == "commit" and min(staged) > epoch):
+        return
+    task = SinkCommitTask(sink.coordinator_spec, op, epoch, info)
+    rows, epochs = _run_one(spark, task, [])[0]
+    sink.rows_committed += rows
+    sink.epochs_committed += epochs
 
 
 class SparkDeltaLakeSink(DeltaLakeSink):
@@ -158,7 +241,7 @@ class SparkDeltaLakeSink(DeltaLakeSink):
         return json.loads(self._actions_path(epoch).read_bytes())["actions"]
 
     def commit(self, epoch: int) -> None:
-        """Commit staged epochs <= ``epoch`` (rows staged by the driver path first, then the
+        """Commit staged epochs <= ``epoch`` (rows an embedded database staged first, then the
         executors' files), each once: epochs the table records already are skipped."""
         super().commit(epoch)
         epochs = [e for e in self._action_epochs() if e <= epoch]

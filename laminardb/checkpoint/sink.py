@@ -173,6 +173,27 @@ class EpochStage:
     def path(self, epoch: int) -> Path:
         return self.dir / f"epoch-{epoch:012d}.{self.fmt}"
 
+    def incoming(self, epoch: int) -> Path:
+        """Where a sealed file of ``epoch`` written elsewhere (a Spark task of the Delta
+        coordinator) waits for :meth:`adopt`; a name :meth:`epochs` never lists."""
+        return self.dir / f".incoming-{epoch:012d}.{self.fmt}"
+
+    def adopt(self, epoch: int, path: str | os.PathLike[str]) -> None:
+        """Stage the complete, fsynced file ``path`` (in this directory) as ``epoch``: one
+        atomic rename, as :meth:`seal` ends; the open rows are not touched."""
+        target = self.path(epoch)
+        try:
+            os.replace(path, target)
+            fsync_dir(self.dir)
+        except OSError as exc:
+            raise write_error("staged sink rows", target, exc) from exc
+
+    def drop_incoming(self) -> None:
+        """Delete files an interrupted Spark task left for :meth:`adopt`."""
+        for name in os.listdir(self.dir):
+            if name.startswith(".incoming-"):
+                (self.dir / name).unlink(missing_ok=True)
+
     def epochs(self) -> list[int]:
         """Staged (sealed) epochs, oldest first."""
         out = []

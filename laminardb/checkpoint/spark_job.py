@@ -1,27 +1,13 @@
-"""The Spark session of the Delta checkpoint coordinator, and the bounded driver-side reader
-kept for the sinks whose epochs are not written on the executors yet.
-
-Entry points: :func:`spark_session` (one local Spark application per process, started on
-first use and reused), :func:`iter_epoch` (an epoch's staged files → Arrow tables, one
-Spark job per bounded number of rows; Kafka, PostgreSQL, Iceberg and partitioned FILE
-sinks) and :func:`read_epoch` (the same as one table). FILE and Delta Lake sinks do not
-come here: ``native_epoch.py`` writes them on the executors.
+"""The Spark session of the Delta checkpoint coordinator. Entry points:
+:func:`spark_session` (one Spark application per process, started on first use and reused),
+:func:`stop_spark`, :func:`kill_jvm` and ``_Watchdog`` (a bound on one Spark call).
 
 Why Spark, and why this shape: the coordinator is a PySpark application (issue 9). RayDP
 would run Spark executors as Ray actors but pins pyspark <= 3.5, so Spark runs
-``local[*]`` inside the coordinator's Ray actor on the head node. Each part file (or slice
-of one: a job reads at most ``_ROWS_PER_JOB`` rows) becomes a DataFrame with
-``createDataFrame`` from Arrow (no per-row Python), tagged with its part number and row
-number; Spark unions the parts and orders them by (part, row), so the output is
-deterministic — the same epoch read twice gives the same rows in the same order,
-which a re-driven commit relies on. Changelog streams (a ``__weight`` column) pass through
-unchanged: consolidating +1/-1 pairs would change what a downstream reader of the
-changelog sees.
-
-Spark's own types differ from the engine's in two places, undone by a cast back to the
-staged schema: timestamps come back as ``timestamp[us, tz=UTC]`` (the session time zone
-is pinned to UTC, so naive engine timestamps keep their value) and strings may come back
-as ``large_string``.
+``local[*]`` inside the coordinator's Ray actor on the head node, or on the standalone
+cluster of ``laminardb spark up``. Its jobs (``native_epoch``) run Python tasks on the
+executors that read the heads' staged files and write every sink's output; no epoch's rows
+are ever collected into the driver (issue 21).
 """
 
 from __future__ import annotations
@@ -31,16 +17,10 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.ipc as ipc
-import pyarrow.parquet as pq
-
-__all__ = ["iter_epoch", "kill_jvm", "read_epoch", "read_stage_file", "spark_session", "stop_spark"]
+__all__ = ["kill_jvm", "spark_session", "stop_spark"]
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +29,10 @@ log = logging.getLogger(__name__)
 # head node with the database heads. Set LAMINARDB_COORDINATOR_SPARK_MEMORY (e.g. "2g") or
 # LAMINARDB_COORDINATOR_SPARK_MASTER (e.g. "local[2]") to override.
 _MASTER = "local[*]"
-# Rows per Spark job: with the default 512m heap a job of 1M rows runs out of memory (the
-# driver holds them as Arrow, as batches in the JVM, sorted, and collected; measured peaks of
-# ~480 MB with 250k-row jobs); 100k keeps the peak well inside the heap.
-_ROWS_PER_JOB = 100_000
-# Bound on one Spark call (a createDataFrame or a job): past it the JVM is presumed hung and
+# Bound on one Spark call (a job): past it the JVM is presumed hung and
 # killed, the call raises, the coordinator aborts the epoch and the next one starts a new
-# JVM. Generous: a 100k-row job takes ~0.3-1 s on one core.
+# JVM. Generous: an epoch job of 1M rows takes a few seconds on one core.
 _JOB_TIMEOUT_S = float(os.environ.get("LAMINARDB_COORDINATOR_SPARK_JOB_TIMEOUT", "300"))
-_PART = "__ldb_part"
-_ROW = "__ldb_row"
-_ARROW_FILE_MAGIC = b"ARROW1"
-_PARQUET_MAGIC = b"PAR1"
 
 _APP_NAME = "laminardb-coordinator"
 _lock = threading.Lock()
@@ -216,89 +188,3 @@ class _Watchdog:
 
     def __exit__(self, *exc: object) -> None:
         self._timer.cancel()
-
-
-def read_stage_file(path: str | os.PathLike[str]) -> pa.Table:
-    """One staged part: Parquet (what heads write), an Arrow IPC stream or an Arrow IPC file."""
-    with open(path, "rb") as f:
-        head = f.read(len(_ARROW_FILE_MAGIC))
-    if head.startswith(_PARQUET_MAGIC):
-        return pq.read_table(path)
-    source = pa.memory_map(os.fspath(path))
-    if head == _ARROW_FILE_MAGIC:
-        with ipc.open_file(source) as r:
-            return r.read_all()
-    with ipc.open_stream(source) as r:
-        return r.read_all()
-
-
-def iter_epoch(spark: Any, stage_files: Sequence[str | os.PathLike[str]], *,
-               schema: pa.Schema | None = None,
-               rows_per_job: int = _ROWS_PER_JOB) -> Iterator[pa.Table]:
-    """The rows of one sink's epoch as a sequence of tables, one Spark job per
-    ``rows_per_job`` rows: every staged part, in file order then row order.
-
-    The driver holds a job's rows several times over (the Arrow input, Spark's local
-    relation, the sort, the collected result), so jobs are bounded in rows and the caller
-    writes each table out before the next job runs: memory stays flat for any epoch size.
-
-    Args:
-        spark: the session of :func:`spark_session`.
-        stage_files: the epoch's part files (Arrow IPC), in the order their rows go out.
-        schema: the sink's stream schema (default: the first part's).
-        rows_per_job: the most rows one Spark job reads.
-    """
-    parts = [read_stage_file(p) for p in stage_files]
-    if schema is None:
-        if not parts:
-            raise ValueError("read_epoch needs a schema when there are no stage files")
-        schema = parts[0].schema
-    job: list[Any] = []
-    rows = 0
-    for i, part in enumerate(parts):
-        part = part.cast(schema)
-        start = 0
-        while start < part.num_rows:
-            n = min(part.num_rows - start, rows_per_job - rows)
-            with _Watchdog():
-                job.append(_tagged(spark, part.slice(start, n), i, start))
-            start += n
-            rows += n
-            if rows >= rows_per_job:
-                with _Watchdog():
-                    out = _run(job, schema)
-                job, rows = [], 0
-                yield out
-    if job:
-        with _Watchdog():
-            out = _run(job, schema)
-        yield out
-
-
-def read_epoch(spark: Any, stage_files: Sequence[str | os.PathLike[str]], *,
-               schema: pa.Schema | None = None, rows_per_job: int = _ROWS_PER_JOB) -> pa.Table:
-    """All rows of one sink's epoch as one table (see :func:`iter_epoch`); empty when
-    there are no parts or no rows."""
-    if schema is None and stage_files:
-        schema = read_stage_file(stage_files[0]).schema
-    if schema is None:
-        raise ValueError("read_epoch needs a schema when there are no stage files")
-    tables = list(iter_epoch(spark, stage_files, schema=schema, rows_per_job=rows_per_job))
-    return pa.concat_tables(tables) if tables else schema.empty_table()
-
-
-def _tagged(spark: Any, rows: pa.Table, part: int, first_row: int) -> Any:
-    """A DataFrame of ``rows`` with their part number and row number within the part."""
-    n = rows.num_rows
-    tagged = rows.append_column(_PART, pa.array(np.full(n, part, np.int32)))
-    tagged = tagged.append_column(_ROW, pa.array(np.arange(first_row, first_row + n, dtype=np.int64)))
-    return spark.createDataFrame(tagged)
-
-
-def _run(frames: list[Any], schema: pa.Schema) -> pa.Table:
-    """One Spark job: union the frames, order by (part, row), collect as Arrow."""
-    df = frames[0]
-    for other in frames[1:]:
-        df = df.unionByName(other)
-    out = df.coalesce(1).sortWithinPartitions(_PART, _ROW).drop(_PART, _ROW).toArrow()
-    return out.select(schema.names).cast(schema)

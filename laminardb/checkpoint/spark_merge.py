@@ -62,10 +62,11 @@ def plan_of(merge: dict[str, Any]):
 def merge_epoch(spark: Any, kind: str | None, sink: Any, merge: dict[str, Any], epoch: int,
                 schema: pa.Schema) -> tuple[dict[str, Any], int]:
     """Merge, finish and write ``epoch`` of ``sink`` from its staged partials; returns
-    (manifest info, final rows). ``kind``: ``native_epoch.native_kind`` of the sink (None: a
-    sink the executors cannot write — merged on the driver, bounded by the epoch's groups)."""
+    (manifest info, final rows). ``kind``: ``native_epoch.native_kind`` of the sink; other
+    than ``"file"`` or ``"delta"`` (the head expected one of those: a sink changed since) the
+    partials are merged on the driver, bounded by the epoch's groups."""
     plan = plan_of(merge)
-    if kind is None:
+    if kind not in ("file", "delta"):
         return _merge_on_driver(sink, plan, merge, epoch)
     if kind == "file":
         return _file_epoch(spark, sink, plan, merge, epoch, schema)

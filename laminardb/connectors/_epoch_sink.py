@@ -51,6 +51,11 @@ class EpochRecordingSink(TwoPhaseSink):
             raise SinkWriteError(f"{self.label} {name!r} could not create its staging directory "
                                  f"{os.fspath(stage_dir)!r}: {exc}; check the disk and its permissions") from exc
 
+    @property
+    def epoch_stage(self) -> EpochStage:
+        """Where sealed epochs wait (the Delta coordinator's Spark tasks install them here)."""
+        return self._stage
+
     # ------------------------------------------------------------------ what a target does
     def _last_committed(self) -> int:
         """The newest epoch the target records for this sink (0: none)."""

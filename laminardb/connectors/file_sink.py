@@ -175,6 +175,33 @@ class TransactionalFileSink(TwoPhaseSink):
         self._open_rows = 0
         return {"files": names}
 
+    def adopt(self, epoch: int, files: list[str], rows: int) -> dict[str, Any]:
+        """Stage ``epoch`` from part files written elsewhere (the Delta coordinator's Spark
+        tasks), in row order: renamed to ``_staging/part-<epoch>-<writer>-<n>.<fmt>`` as
+        ``pre_commit`` names them, so ``commit`` is the usual rename; returns what
+        ``pre_commit`` returns.
+
+        Raises:
+            SinkWriteError: ``path`` already holds a file of that name (another run's), or a
+                rename fails.
+        """
+        names = [self._name(epoch, n) for n in range(len(files))]
+        for name in names:
+            if (self.path / name).exists():
+                msg = (f"sink {os.fspath(self.path)!r} already holds {name!r}, written by another "
+                       "run: point the sink at a new directory or move the old part files away")
+                raise SinkWriteError(msg)
+        try:
+            for src, name in zip(files, names, strict=True):
+                os.replace(src, self.staging / name)
+            fsync_dir(self.staging)
+        except OSError as exc:
+            raise SinkWriteError(f"cannot stage part files in {os.fspath(self.staging)!r}: {exc}; free space "
+                                 "or fix the directory's permissions: the epoch is written again") from exc
+        if names:
+            self._sealed_rows[epoch] = rows
+        return {"files": names}
+
     def commit(self, epoch: int) -> None:
         """Rename every staged file of epochs <= ``epoch`` into ``path``, oldest first.
 

@@ -357,6 +357,11 @@ class ExactlyOnceKafkaSink(TwoPhaseSink):
         self.epochs_committed = 0
         self.commit_failures = 0
 
+    @property
+    def epoch_stage(self) -> EpochStage:
+        """Where sealed epochs wait (the Delta coordinator's Spark tasks install them here)."""
+        return self._stage
+
     # ------------------------------------------------------------------ phases
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         """Stage rows of the open epoch.

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from laminardb.checkpoint._files import fsync_dir
 from laminardb.checkpoint.sink import TwoPhaseSink
 from laminardb.connectors._sinks import conform_to_sink
 from laminardb.connectors.exceptions import SinkSchemaError, SinkWriteError
@@ -133,6 +134,7 @@ def _init_partitioned(sink, path, format, schema: pa.Schema, partition_by, write
     sink.schema = schema
     sink.writer = writer
     sink.partition_by = partition_columns(schema, partition_by, f"sink {os.fspath(sink.path)!r}")
+    sink.default_name = default_name
     sink._split = _Splitter(schema, sink.partition_by, default_name)
 
 
@@ -223,6 +225,40 @@ class PartitionedTransactionalFileSink(TwoPhaseSink):
             self._sealed_rows[epoch] = self._open_rows
         self._open_rows = 0
         return {"files": files}
+
+    def adopt(self, epoch: int, parts: dict[str, list[str]], rows: int) -> dict[str, Any]:
+        """Stage ``epoch`` from part files written elsewhere (the Delta coordinator's Spark
+        tasks): ``parts`` maps a partition directory to its files, in row order. Each is
+        renamed to ``_staging/<partition>/part-<epoch>-<writer>-<n>.<fmt>``, as ``pre_commit``
+        names them, so ``commit`` is the usual rename; returns what ``pre_commit`` returns.
+
+        Raises:
+            SinkWriteError: a file of that name is already committed (another run's), or a
+                rename fails.
+        """
+        staged: list[tuple[str, str, str]] = []
+        for rel in sorted(parts):
+            part = self._part(rel)
+            for n, src in enumerate(parts[rel]):
+                name = part._name(epoch, n)
+                if (part.path / name).exists():
+                    msg = (f"sink {os.fspath(self.path)!r} already holds {rel}/{name}, written by another "
+                           "run: point the sink at a new directory or move the old part files away")
+                    raise SinkWriteError(msg)
+                staged.append((rel, src, name))
+        try:
+            for rel, src, name in staged:
+                (self.staging / rel).mkdir(parents=True, exist_ok=True)
+                os.replace(src, self.staging / rel / name)
+            for rel in parts:
+                fsync_dir(self.staging / rel)
+        except OSError as exc:
+            raise SinkWriteError(f"cannot stage part files in {os.fspath(self.staging)!r}: {exc}; free space or "
+                                 "fix the directory's permissions: the epoch is written again") from exc
+        self._staged.update(parts)
+        if staged:
+            self._sealed_rows[epoch] = rows
+        return {"files": [f"{rel}/{name}" for rel, _, name in staged]}
 
     def commit(self, epoch: int) -> None:
         """Rename the staged files of epochs <= ``epoch`` into their partition directories

@@ -6,6 +6,7 @@ Usage: python -m tests.coordinator._crash_run WORKDIR EPOCHS ROWS_PER_EPOCH
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -14,13 +15,20 @@ from tests.coordinator._fake_head import FakeHead
 
 
 def build(work: Path, rows_per_epoch: int) -> tuple[FakeHead, CheckpointCoordinator]:
-    """The head and coordinator of a crash test, over ``work`` (the same in both processes)."""
-    head = FakeHead(work / "head", {
+    """The head and coordinator of a crash test, over ``work`` (the same in both processes);
+    with ``LAMINARDB_TEST_PG_URL`` set, a PostgreSQL sink too."""
+    sinks = {
         "out_file": f"CREATE SINK out_file INTO FILE (path = '{work / 'out_file'}', "
                     "format = 'parquet') AS SELECT * FROM src",
         "out_even": f"CREATE SINK out_even INTO DELTA_LAKE (path = '{work / 'lake'}') "
                     "AS SELECT * FROM src WHERE id % 2 = 0",
-    }, rows_per_epoch=rows_per_epoch)
+        "out_parts": f"CREATE SINK out_parts INTO FILE (path = '{work / 'out_parts'}', "
+                     "format = 'parquet', partitioned_by = 'k') AS SELECT * FROM src",
+    }
+    if os.environ.get("LAMINARDB_TEST_PG_URL"):
+        sinks["out_pg"] = (f"CREATE SINK out_pg INTO POSTGRES (url = '{os.environ['LAMINARDB_TEST_PG_URL']}', "
+                           "table = 'out_pg') AS SELECT * FROM src")
+    head = FakeHead(work / "head", sinks, rows_per_epoch=rows_per_epoch)
     coord = CheckpointCoordinator(work / "state", head_resolver=lambda name: head)
     return head, coord
 

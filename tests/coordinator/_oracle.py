@@ -20,6 +20,33 @@ def file_rows(path: Path) -> pa.Table:
     return out.read_all() if isinstance(out, pa.RecordBatchReader) else out
 
 
+def partitioned_rows(path: Path) -> pa.Table:
+    """A partitioned FILE sink's committed rows, the partition column from the directory names."""
+    import duckdb
+
+    if not list(path.glob("k=*/*.parquet")):
+        return SCHEMA.empty_table()
+    out = duckdb.sql(f"SELECT id, k, v, ts FROM read_parquet('{path}/k=*/*.parquet', hive_partitioning = true) "
+                     "ORDER BY id").arrow()
+    return out.read_all() if isinstance(out, pa.RecordBatchReader) else out
+
+
+def postgres_rows(url: str) -> pa.Table:
+    """A PostgreSQL sink's table ``out_pg``, read with psycopg2."""
+    import psycopg2
+
+    conn = psycopg2.connect(url)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT id, k, v, ts FROM out_pg ORDER BY id")
+            rows = cur.fetchall()
+    finally:
+        conn.close()
+    cols = list(zip(*rows, strict=True)) if rows else [[], [], [], []]
+    return pa.table({"id": pa.array(cols[0], pa.int64()), "k": pa.array(cols[1], pa.string()),
+                     "v": pa.array(cols[2], pa.float64()), "ts": pa.array(cols[3], pa.timestamp("us"))})
+
+
 def delta_rows(path: Path) -> pa.Table:
     from deltalake import DeltaTable
 

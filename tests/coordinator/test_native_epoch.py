@@ -18,6 +18,7 @@ import pytest
 from laminardb.checkpoint.epoch_tasks import plan_chunks
 from laminardb.checkpoint.native_epoch import SparkDeltaLakeSink, native_kind, write_epoch
 from laminardb.connectors.file_sink import TransactionalFileSink
+from tests._services.fixtures import postgres_server  # noqa: F401
 
 SCHEMA = pa.schema([("id", pa.int64()), ("k", pa.string()), ("ts", pa.timestamp("ms")),
                     ("payload", pa.string())])
@@ -80,19 +81,26 @@ def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(spark, tmp_pat
     assert outputs[0][0] == outputs[1][0] and outputs[0][1].equals(outputs[1][1])
 
 
-def test_arrow_stage_files_and_other_sinks_keep_the_driver_path(tmp_path) -> None:
+def test_every_sink_and_stage_format_has_an_executor_path(tmp_path) -> None:
     arrow = tmp_path / "e.arrow"
     with pa.OSFile(str(arrow), "wb") as f, pa.ipc.new_file(f, SCHEMA) as w:
         w.write_table(_chunk(0, 10, 4))
     sink = TransactionalFileSink(tmp_path / "out", format="jsonl", schema=SCHEMA)
-    assert native_kind(sink, SCHEMA, [str(arrow)]) is None
+    assert native_kind(sink, SCHEMA, [str(arrow)]) == "file"  # an older head's Arrow IPC
     staged = [_stage(tmp_path / "p.parquet", 0, 10)]
     assert native_kind(sink, SCHEMA, staged) == "file"
     from laminardb.connectors.partitioned_sink import PartitionedTransactionalFileSink
 
     partitioned = PartitionedTransactionalFileSink(tmp_path / "parts", format="parquet", schema=SCHEMA,
                                                    partition_by="k", default_name="none")
-    assert native_kind(partitioned, SCHEMA, staged) is None
+    assert native_kind(partitioned, SCHEMA, staged) == "partitioned"
+    from laminardb.checkpoint.native_epoch import commits_on_executor
+    from laminardb.connectors.kafka_sink import ExactlyOnceKafkaSink
+
+    kafka = ExactlyOnceKafkaSink(name="k", schema=SCHEMA, stage_dir=tmp_path / "kstage",
+                                 options={"brokers": "127.0.0.1:9", "topic": "t"})  # no broker: never used
+    assert native_kind(kafka, SCHEMA, staged) == "stage" and commits_on_executor(kafka)
+    assert not commits_on_executor(sink) and not commits_on_executor(partitioned)
 
 
 def test_jsonl_file_epoch_matches_the_embedded_writer(spark, tmp_path) -> None:
@@ -139,9 +147,10 @@ def test_delta_epochs_carry_their_epoch_and_a_redrive_adds_nothing(spark, tmp_pa
     assert got["ts"].cast(pa.int64()).equals(pc.multiply(want["ts"].cast(pa.int64()), 1000))
 
 
-def test_an_epoch_larger_than_the_spark_heap_commits_exactly(tmp_path) -> None:
+def test_an_epoch_larger_than_the_spark_heap_commits_exactly(tmp_path, postgres_server) -> None:  # noqa: F811
     """3M rows of ~230 bytes (~690 MB as Arrow) through a 512 MB JVM whose driver accepts at
-    most 1 MB of results: passes only if no row is collected into the driver."""
+    most 1 MB of results, into a FILE, a partitioned FILE and a PostgreSQL sink: passes only if
+    no row is collected into the driver."""
     duckdb = pytest.importorskip("duckdb")
     pytest.importorskip("pyspark")
     staged = [_stage(tmp_path / "a.parquet", 0, 1_800_000, width=200, group=100_000),
@@ -149,16 +158,34 @@ def test_an_epoch_larger_than_the_spark_heap_commits_exactly(tmp_path) -> None:
     decoded = sum(pq.ParquetFile(p).metadata.row_group(i).total_byte_size
                   for p in staged for i in range(pq.ParquetFile(p).metadata.num_row_groups))
     assert decoded > 512 << 20, f"the epoch ({decoded >> 20} MB) must exceed the 512 MB heap"
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "tests.coordinator._big_epoch", str(out), *staged],
-                          cwd=_ROOT, capture_output=True, text=True, timeout=600)
+    out, parts = tmp_path / "out", tmp_path / "parts"
+    db = postgres_server.create_database("big")
+    url = f"postgresql://postgres@{postgres_server.host}:{postgres_server.port}/{db}"
+    proc = subprocess.run([sys.executable, "-m", "tests.coordinator._big_epoch", str(out), str(parts), url, *staged],
+                          cwd=_ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "rows=3000000" in proc.stdout and "heap=512m" in proc.stdout
-    committed = f"read_parquet('{out}/part-*.parquet')"
+    for kind in ("file", "partitioned", "stage"):
+        assert f"{kind}: rows=3000000 committed=3000000 heap=512m" in proc.stdout, proc.stdout
     source = f"read_parquet([{', '.join(repr(p) for p in staged)}])"
-    for a, b in ((committed, source), (source, committed)):
-        assert duckdb.sql(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b})").fetchall() == [(0,)]
+    committed = f"read_parquet('{out}/part-*.parquet')"
+    partitioned = f"(SELECT id, k, ts, payload FROM read_parquet('{parts}/k=*/*.parquet', hive_partitioning = true))"
+    for target in (committed, partitioned):
+        for a, b in ((target, source), (source, target)):
+            assert duckdb.sql(f"SELECT count(*) FROM (SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b})").fetchall() == [(0,)]
     # the order: the committed files in name order hold the staged files' ids in file order
     got = pa.concat_tables([pq.read_table(p, columns=["id"]) for p in sorted(out.glob("part-*"))])
-    want = pa.concat_tables([pq.read_table(p, columns=["id"]) for p in staged])
+    want = pa.concat_tables([pq.read_table(p, columns=["id", "k"]) for p in staged])
     assert got["id"].equals(want["id"])
+    for d in sorted(parts.glob("k=*")):  # each partition: its staged rows, in staged order
+        ids = pa.concat_tables([pq.read_table(p, columns=["id"]) for p in sorted(d.glob("part-*"))])["id"]
+        assert ids.equals(want.filter(pc.equal(want["k"], d.name[2:]))["id"]), d.name
+    # PostgreSQL: every id once, none missing, the same payloads
+    conn = postgres_server.connect(db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*), count(DISTINCT id), min(id), max(id), sum(length(payload)) FROM big")
+            pg = cur.fetchone()
+    finally:
+        conn.close()
+    lengths = duckdb.sql(f"SELECT sum(length(payload)) FROM {source}").fetchall()[0][0]
+    assert pg == (3_000_000, 3_000_000, 0, 2_999_999, lengths)

@@ -1,13 +1,18 @@
-"""The coordinator's Spark job on a real local Spark: staged Arrow IPC parts in, one
-deterministic Arrow table out, types as staged."""
+"""The coordinator's Spark job on a real local Spark over an older head's Arrow IPC stage
+files: read on the executors (no driver path), the rows written in staged order, types as
+staged; a dead JVM is replaced."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
 import pytest
 
-from laminardb.checkpoint.spark_job import iter_epoch, read_epoch
+from laminardb.checkpoint.epoch_tasks import plan_chunks
+from laminardb.checkpoint.native_epoch import native_kind, write_epoch
+from laminardb.checkpoint.stage_files import stage_groups
+from laminardb.connectors.file_sink import TransactionalFileSink
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("x", pa.float64()),
                     ("n", pa.int32()), ("ok", pa.bool_()), ("ts", pa.timestamp("ms")),
@@ -36,28 +41,44 @@ def _write(path, table: pa.Table, *, stream: bool = True) -> str:
     return str(path)
 
 
-def test_parts_are_unioned_in_file_then_row_order(spark, tmp_path) -> None:
+def _sink(path) -> TransactionalFileSink:
+    return TransactionalFileSink(path, format="parquet", schema=SCHEMA)
+
+
+def _committed(sink: TransactionalFileSink) -> pa.Table:
+    files = sorted(sink.path.glob("part-*.parquet"))
+    return pa.concat_tables([pq.read_table(p) for p in files]) if files else SCHEMA.empty_table()
+
+
+def _epoch(spark, sink: TransactionalFileSink, files: list[str], epoch: int = 1) -> int:
+    kind = native_kind(sink, SCHEMA, files)
+    assert kind == "file"
+    _, rows = write_epoch(spark, kind, sink, files, epoch, SCHEMA)
+    sink.commit(epoch)
+    return rows
+
+
+def test_arrow_ipc_parts_are_written_on_the_executors_in_file_then_row_order(spark, tmp_path) -> None:
+    """An older head's Arrow IPC stage files (stream and file) take the executors' path too."""
     # descending ids inside each part: any sort by value would reorder them
     parts = [_part(list(range(40, 0, -1))), _part([]), _part(list(range(1000, 950, -1)))]
     files = [_write(tmp_path / f"p{i}.arrows", p, stream=i != 2) for i, p in enumerate(parts)]
-    out = read_epoch(spark, files)
-    assert out.schema.equals(SCHEMA)
+    assert [sum(stage_groups(f)) for f in files] == [40, 0, 50]
+    assert [c[3] for c in plan_chunks(files, 1)] == [6, 8]  # batches of 7 rows, the empty part has none
+    sink = _sink(tmp_path / "out")
+    assert _epoch(spark, sink, files) == 90
+    out = _committed(sink)
+    assert out.schema.equals(SCHEMA)  # the staged types (timestamps, changelog weight) as staged
     assert out.equals(pa.concat_tables(parts))
-    assert read_epoch(spark, files).equals(out)  # the same epoch read twice: same rows, same order
+    again = _sink(tmp_path / "again")
+    _epoch(spark, again, files)
+    assert _committed(again).equals(out)  # the same epoch written twice: same rows, same order
 
 
-def test_jobs_are_bounded_in_rows_and_keep_the_order(spark, tmp_path) -> None:
-    parts = [_part(list(range(30, 0, -1))), _part(list(range(500, 480, -1)))]
-    files = [_write(tmp_path / f"p{i}.arrows", p) for i, p in enumerate(parts)]
-    jobs = list(iter_epoch(spark, files, rows_per_job=12))  # slices across both parts
-    assert [t.num_rows for t in jobs] == [12, 12, 12, 12, 2]
-    assert pa.concat_tables(jobs).equals(pa.concat_tables(parts))
-
-
-def test_empty_epoch_gives_an_empty_table_of_the_schema(spark, tmp_path) -> None:
+def test_empty_arrow_parts_stage_no_file(spark, tmp_path) -> None:
     f = _write(tmp_path / "empty.arrows", _part([]))
-    assert read_epoch(spark, [f]).num_rows == 0
-    assert read_epoch(spark, [], schema=SCHEMA).schema.equals(SCHEMA)
+    sink = _sink(tmp_path / "out")
+    assert _epoch(spark, sink, [f]) == 0 and _committed(sink).num_rows == 0
 
 
 def test_a_dead_jvm_fails_the_job_and_the_next_session_is_fresh(spark, tmp_path) -> None:
@@ -69,7 +90,9 @@ def test_a_dead_jvm_fails_the_job_and_the_next_session_is_fresh(spark, tmp_path)
     f = _write(tmp_path / "p.arrows", _part(list(range(20))))
     kill_jvm()
     with pytest.raises(Exception):  # noqa: B017 - py4j's error for a vanished JVM
-        read_epoch(spark, [f])
+        _epoch(spark, _sink(tmp_path / "dead"), [f])
     fresh = spark_session()
     assert fresh is not spark
-    assert read_epoch(fresh, [f]).equals(_part(list(range(20))))
+    sink = _sink(tmp_path / "fresh")
+    _epoch(fresh, sink, [f])
+    assert _committed(sink).equals(_part(list(range(20))))
