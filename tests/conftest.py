@@ -45,15 +45,10 @@ def unit_of(nodeid: str) -> str | None:
     return None
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ByService(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return unit_of(nodeid) or nodeid
-
-    return ByService(config, log)
+# Ray tests whose bounded waits or timings suffer most from the other worker's load: last in
+# the ray unit, by when the other worker has usually run out of tests.
+_RAY_LAST = ("tests/delta/test_autoscale.py", "tests/cluster/test_ray_autoscaler.py",
+             "tests/delta/test_cluster_metrics.py", "tests/delta/test_operator_findings.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -63,3 +58,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"{', '.join(stray)} use a session service (kafka_broker, postgres_server, "
                                 "mariadb_server, spark): add them to _SERVICES in tests/conftest.py, so "
                                 "that `make test -n 2` starts each service once")
+    if hasattr(config, "workerinput"):  # an xdist worker (make test)
+        items.sort(key=lambda item: item.nodeid.startswith(_RAY_LAST))  # stable: modules stay whole
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByService(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid) or nodeid
+
+    return ByService(config, log)

@@ -17,11 +17,19 @@ from tests._services.fixtures import raft_cluster  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
-def spark():
-    """The coordinator's SparkSession, started once per test session (a JVM takes seconds)."""
+def _spark_for_the_session():
+    """Stops the coordinator's SparkSession once the test session ends."""
     pytest.importorskip("pyspark")
-    from laminardb.checkpoint.spark_job import spark_session, stop_spark
+    from laminardb.checkpoint.spark_job import stop_spark
 
-    session = spark_session()
-    yield session
+    yield
     stop_spark()
+
+
+@pytest.fixture
+def spark(_spark_for_the_session):
+    """The coordinator's SparkSession, started once per test session (a JVM takes seconds),
+    and again after a test killed its JVM or stopped it (``spark_session`` checks)."""
+    from laminardb.checkpoint.spark_job import spark_session
+
+    return spark_session()

@@ -116,7 +116,11 @@ def test_backlog_scales_out_drains_and_idleness_scales_in(database, kafka_broker
     expected = _sliding_reference(rows)
     started = time.monotonic()
     db.start()
-    wait_until(lambda: (1, 2) in _rescales(db), timeout=60, interval=0.1)
+    try:
+        wait_until(lambda: (1, 2) in _rescales(db), timeout=90, interval=0.1)
+    except TimeoutError:
+        decisions = "\n".join(f"{d['time']:.2f} {d['action']} {d['reason']} {d['inputs']}" for d in _auto(db)["decisions"])
+        raise AssertionError(f"no 1 → 2 rescale in 90 s; the autoscaler's last decisions:\n{decisions}") from None
     out_at = time.monotonic() - started
     scale_out = _auto(db)["rescales_done"][0]
     assert scale_out["by"] == "autoscaler" and ("lag" in scale_out["reason"] or "utilization" in scale_out["reason"])
