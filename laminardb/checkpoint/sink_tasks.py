@@ -47,7 +47,7 @@ def build_sink(spec: SinkSpec) -> Any:
         raise ValueError(f"sink {spec.name!r}: the head sent {spec.sql[:80]!r}, not a CREATE SINK")
     if stmt.connector.lower() in ("delta_lake", "deltalake", "delta"):
         # a Delta Lake sink that can also commit the add-actions of the executors' files
-        from laminardb.checkpoint.native_epoch import SparkDeltaLakeSink
+        from laminardb.checkpoint.spark_delta_sink import SparkDeltaLakeSink
 
         sink = SparkDeltaLakeSink(name=stmt.name, schema=spec.schema, options=stmt.options,
                                   stage_dir=os.path.join(spec.stage_root, _dir_name(stmt.name)))
