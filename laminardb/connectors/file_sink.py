@@ -155,12 +155,7 @@ class TransactionalFileSink(TwoPhaseSink):
             raise SinkWriteError(self._failed)
         if self._current is not None:
             self._roll()
-        names = [self._name(epoch, n) for n in range(len(self._rolled))]
-        for name in names:
-            if (self.path / name).exists():
-                msg = (f"sink {os.fspath(self.path)!r} already holds {name!r}, written by another "
-                       "run: point the sink at a new directory or move the old part files away")
-                raise SinkWriteError(msg)
+        names = self._free_names(epoch, len(self._rolled))
         try:
             for src, name in zip(self._rolled, names, strict=True):
                 os.replace(src, self.staging / name)
@@ -175,6 +170,17 @@ class TransactionalFileSink(TwoPhaseSink):
         self._open_rows = 0
         return {"files": names}
 
+    def _free_names(self, epoch: int, n: int) -> list[str]:
+        """The names of ``epoch``'s ``n`` part files; raises SinkWriteError if ``path`` holds
+        one already (another run's: committing would overwrite it)."""
+        names = [self._name(epoch, i) for i in range(n)]
+        for name in names:
+            if (self.path / name).exists():
+                msg = (f"sink {os.fspath(self.path)!r} already holds {name!r}, written by another "
+                       "run: point the sink at a new directory or move the old part files away")
+                raise SinkWriteError(msg)
+        return names
+
     def adopt(self, epoch: int, files: list[str], rows: int) -> dict[str, Any]:
         """Stage ``epoch`` from part files written elsewhere (the Delta coordinator's Spark
         tasks), in row order: renamed to ``_staging/part-<epoch>-<writer>-<n>.<fmt>`` as
@@ -185,12 +191,7 @@ class TransactionalFileSink(TwoPhaseSink):
             SinkWriteError: ``path`` already holds a file of that name (another run's), or a
                 rename fails.
         """
-        names = [self._name(epoch, n) for n in range(len(files))]
-        for name in names:
-            if (self.path / name).exists():
-                msg = (f"sink {os.fspath(self.path)!r} already holds {name!r}, written by another "
-                       "run: point the sink at a new directory or move the old part files away")
-                raise SinkWriteError(msg)
+        names = self._free_names(epoch, len(files))
         try:
             for src, name in zip(files, names, strict=True):
                 os.replace(src, self.staging / name)

@@ -15,18 +15,18 @@ import pytest
 
 from tests._services.fixtures import kafka_broker  # noqa: F401
 from tests._services.procs import repo_env, wait_until
-from tests.delta.workload import KAFKA_ROWS, SENTINEL_TS, expected_windows, kafka_rows, produce
+from tests.delta.workload import (
+    KAFKA_FILE_DDL,
+    KAFKA_ROWS,
+    SENTINEL_TS,
+    expected_windows,
+    kafka_rows,
+    produce,
+)
 
 pytestmark = pytest.mark.integration
 
-PIPELINE = """
-CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL,
-                      WATERMARK FOR ts AS ts - INTERVAL '0' SECOND)
-    FROM KAFKA (brokers = '{brokers}', topic = '{topic}', format = 'json', idle_timeout_ms = '60000');
-CREATE STREAM per_key AS SELECT k, window_start, count(*) AS c, sum(v) AS s
-    FROM trades GROUP BY k, tumble(ts, INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE;
-CREATE SINK out FROM per_key INTO FILE (path = '{out}', format = 'parquet');
-"""
+PIPELINE = KAFKA_FILE_DDL
 SENTINELS = [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)]  # close every window
 
 

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests._services.fixtures import kafka_broker  # noqa: F401
+from tests.delta.workload import KAFKA_FILE_DDL
 
 pytestmark = pytest.mark.integration
 
@@ -100,14 +101,7 @@ def test_the_only_consumer_sink_is_merged_in_spark_then_the_head_when_a_subscrib
     assert sub is not None
 
 
-KAFKA_PIPELINE = """
-CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL,
-                      WATERMARK FOR ts AS ts - INTERVAL '0' SECOND)
-    FROM KAFKA (brokers = '{brokers}', topic = '{topic}', format = 'json', idle_timeout_ms = '60000');
-CREATE STREAM per_key AS SELECT k, window_start, count(*) AS c, sum(v) AS s
-    FROM trades GROUP BY k, tumble(ts, INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE;
-CREATE SINK out FROM per_key INTO FILE (path = '{out}', format = 'parquet');
-"""
+KAFKA_PIPELINE = KAFKA_FILE_DDL
 
 
 def _produce_not_by_key(bootstrap: str, topic: str, rows: list[dict]) -> None:

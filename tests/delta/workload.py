@@ -82,6 +82,15 @@ CREATE STREAM per_key AS SELECT k, window_start, count(*) AS c, sum(v) AS s
 CREATE SINK out FROM per_key INTO KAFKA (brokers = '{brokers}', topic = '{dst}', format = 'json',
                                          delivery.guarantee = 'exactly-once');
 """
+# The same keyed tumble into an exactly-once FILE sink ({brokers}, {topic}, {out})
+KAFKA_FILE_DDL = """
+CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL,
+                      WATERMARK FOR ts AS ts - INTERVAL '0' SECOND)
+    FROM KAFKA (brokers = '{brokers}', topic = '{topic}', format = 'json', idle_timeout_ms = '60000');
+CREATE STREAM per_key AS SELECT k, window_start, count(*) AS c, sum(v) AS s
+    FROM trades GROUP BY k, tumble(ts, INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE;
+CREATE SINK out FROM per_key INTO FILE (path = '{out}', format = 'parquet');
+"""
 KAFKA_ROWS = 6_000
 SENTINEL_TS = 10**9  # closes every window before it
 
