@@ -44,6 +44,7 @@ import pyarrow as pa
 from laminardb.checkpoint._files import atomic_write
 from laminardb.checkpoint.exceptions import CheckpointPrepareError, EpochLogError
 from laminardb.checkpoint.sink import TwoPhaseSink
+from laminardb.checkpoint.sink_tasks import NotASinkError
 
 log = logging.getLogger("laminardb.coordinator")
 
@@ -174,12 +175,11 @@ class CoordinatedDatabase:
 
     def _build(self, name: str, sql: str, schema: pa.Schema) -> Any:
         from laminardb.checkpoint.sink_tasks import SinkSpec, build_sink
-        from laminardb.sql import ddl
 
-        stmt = ddl.parse_statement(sql)
-        if not isinstance(stmt, ddl.CreateSink):
-            raise CheckpointPrepareError(f"sink {name!r}: the head sent {sql[:80]!r}, not a CREATE SINK")
-        return build_sink(SinkSpec(name, sql, schema.serialize().to_pybytes(), str(self.stage_root)))
+        try:
+            return build_sink(SinkSpec(name, sql, schema.serialize().to_pybytes(), str(self.stage_root)))
+        except NotASinkError as exc:
+            raise CheckpointPrepareError(str(exc)) from exc
 
     def _recover_sink(self, slot: _SinkSlot, epoch: int, info: dict[str, Any] | None) -> None:
         """``recover`` of a sink: in a Spark task when it reads staged rows (``native_epoch``)."""
@@ -336,7 +336,7 @@ class CoordinatedDatabase:
 
                 with self._spark_lock:
                     t = time.perf_counter()
-                    kind = native_kind(slot.sink, schema, [desc["merge"]["stage"]])
+                    kind = native_kind(slot.sink)
                     info, n = merge_epoch(self._spark(), kind, slot.sink, desc["merge"], epoch, schema)
                     spark_s += time.perf_counter() - t
                 self.stats.merged_in_spark += int(desc["merge"]["rows"])
@@ -345,7 +345,7 @@ class CoordinatedDatabase:
                 continue
             staged = [desc["stage"]] if desc.get("stage") and desc.get("rows", 1) != 0 else []
             if staged:
-                kind = native_kind(slot.sink, schema, staged)
+                kind = native_kind(slot.sink)
                 with self._spark_lock:
                     t = time.perf_counter()
                     info, n = write_epoch(self._spark(), kind, slot.sink, staged, epoch, schema)

@@ -92,12 +92,14 @@ def _tables(path: str, first_group: int, groups: int, schema: pa.Schema) -> Iter
     """A chunk's rows as tables of about ``_WRITE_ROWS`` rows, cast to ``schema``: small row
     groups (a head appends what each engine batch holds) are written out together."""
     held: list[pa.Table] = []
+    rows = 0
     for table in read_groups(path, first_group, groups):
         held.append(table)
-        if sum(t.num_rows for t in held) >= _WRITE_ROWS:
+        rows += table.num_rows
+        if rows >= _WRITE_ROWS:
             yield pa.concat_tables(held).cast(schema)
-            held = []
-    if held and sum(t.num_rows for t in held):
+            held, rows = [], 0
+    if rows:
         yield pa.concat_tables(held).cast(schema)
 
 

@@ -51,7 +51,8 @@ from laminardb.connectors.exceptions import SinkWriteError
 from laminardb.connectors.file_sink import TransactionalFileSink
 from laminardb.connectors.partitioned_sink import PartitionedTransactionalFileSink
 
-__all__ = ["SparkDeltaLakeSink", "commits_on_executor", "native_kind", "run_on_executor", "write_epoch"]
+__all__ = ["SparkDeltaLakeSink", "commits_on_executor", "fresh_tmp", "native_kind", "run_on_executor",
+           "stage_delta_files", "write_epoch"]
 
 
 class _Written(NamedTuple):
@@ -66,7 +67,7 @@ class _Written(NamedTuple):
     stats: str
 
 
-def native_kind(sink: Any, schema: pa.Schema, stage_files: list[str]) -> str:
+def native_kind(sink: Any) -> str:
     """How the executors write this sink's epoch: ``"file"``, ``"partitioned"``, ``"delta"``,
     ``"stage"`` or ``"write"`` (see the module docstring). Every sink has one: no epoch's rows
     go through the driver."""
@@ -88,7 +89,7 @@ def native_kind(sink: Any, schema: pa.Schema, stage_files: list[str]) -> str:
 def commits_on_executor(sink: Any) -> bool:
     """True when the sink's commit and recovery read its staged rows (``stage`` sinks): they
     run in a Spark task (:func:`run_on_executor`), never on the driver's object."""
-    return hasattr(sink, "epoch_stage") and native_kind(sink, sink.schema, []) == "stage"
+    return hasattr(sink, "epoch_stage") and native_kind(sink) == "stage"
 
 
 def _run(spark: Any, stage_files: list[str], task: Any) -> list[Any]:
@@ -122,7 +123,8 @@ def write_epoch(spark: Any, kind: str, sink: Any, stage_files: list[str], epoch:
     return writers[kind](spark, sink, stage_files, epoch, schema)
 
 
-def _fresh_tmp(staging: Path, epoch: int) -> Path:
+def fresh_tmp(staging: Path, epoch: int) -> Path:
+    """An empty ``_staging/.spark-<epoch>`` for the executors' files; a crashed job's is removed."""
     tmp = staging / f".spark-{epoch:012d}"  # under _staging: readers never see it
     for left in staging.glob(".spark-*"):  # of a job a crash interrupted: never staged
         shutil.rmtree(left, ignore_errors=True)
@@ -132,7 +134,7 @@ def _fresh_tmp(staging: Path, epoch: int) -> Path:
 
 def _write_file_epoch(spark: Any, sink: TransactionalFileSink, stage_files: list[str],
                       epoch: int, schema: pa.Schema) -> tuple[dict[str, Any], int]:
-    tmp = _fresh_tmp(sink.staging, epoch)
+    tmp = fresh_tmp(sink.staging, epoch)
     try:
         task = FilePartsTask(str(tmp), sink.format, schema.serialize().to_pybytes())
         results = _run(spark, stage_files, task)
@@ -145,7 +147,7 @@ def _write_file_epoch(spark: Any, sink: TransactionalFileSink, stage_files: list
 
 def _write_partitioned_epoch(spark: Any, sink: PartitionedTransactionalFileSink, stage_files: list[str],
                              epoch: int, schema: pa.Schema) -> tuple[dict[str, Any], int]:
-    tmp = _fresh_tmp(sink.staging, epoch)
+    tmp = fresh_tmp(sink.staging, epoch)
     try:
         task = PartitionedPartsTask(str(tmp), sink.format, schema.serialize().to_pybytes(),
                                     sink.partition_by, sink.default_name)
@@ -165,11 +167,18 @@ def _write_delta_epoch(spark: Any, sink: SparkDeltaLakeSink, stage_files: list[s
     Path(sink.path).mkdir(parents=True, exist_ok=True)
     task = DeltaFilesTask(sink.path, sink.table_schema.serialize().to_pybytes(), epoch)
     results = _run(spark, stage_files, task)
-    actions = [{"path": r.path, "size": r.bytes, "stats": r.stats,
-                "modification_time": int(os.stat(os.path.join(sink.path, r.path)).st_mtime * 1000)}
-               for r in results]
+    return stage_delta_files(sink, epoch, [(r.path, r.bytes, r.stats, r.rows) for r in results])
+
+
+def stage_delta_files(sink: SparkDeltaLakeSink, epoch: int,
+                      files: list[tuple[str, int, str, int]]) -> tuple[dict[str, Any], int]:
+    """Stage the data files the executors wrote into a Delta table, each (path in the table,
+    bytes, stats JSON, rows), as ``epoch``'s add-actions; returns (manifest info, rows)."""
+    actions = [{"path": path, "size": size, "stats": stats,
+                "modification_time": int(os.stat(os.path.join(sink.path, path)).st_mtime * 1000)}
+               for path, size, stats, _ in files]
     sink.stage_actions(epoch, actions)
-    rows = sum(r.rows for r in results)
+    rows = sum(f[3] for f in files)
     return {"rows": rows, "files": len(actions)}, rows
 
 

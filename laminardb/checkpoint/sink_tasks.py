@@ -20,7 +20,12 @@ from typing import Any, NamedTuple
 
 import pyarrow as pa
 
-__all__ = ["SinkCommitTask", "SinkSpec", "SinkWriteTask", "build_sink"]
+__all__ = ["NotASinkError", "SinkCommitTask", "SinkSpec", "SinkWriteTask", "build_sink"]
+
+
+class NotASinkError(ValueError):
+    """A sink spec whose text is no CREATE SINK (the coordinator reports it as a
+    ``CheckpointPrepareError``)."""
 
 
 class SinkSpec(NamedTuple):
@@ -37,14 +42,14 @@ class SinkSpec(NamedTuple):
 
 
 def build_sink(spec: SinkSpec) -> Any:
-    """The sink of ``spec``; raises ``ValueError`` when ``spec.sql`` is no CREATE SINK. The
+    """The sink of ``spec``; raises ``NotASinkError`` when ``spec.sql`` is no CREATE SINK. The
     object keeps its spec as ``coordinator_spec`` (what the executor tasks rebuild it from)."""
     from laminardb.connectors.sinks import _dir_name, make_sink
     from laminardb.sql import ddl
 
     stmt = ddl.parse_statement(spec.sql)
     if not isinstance(stmt, ddl.CreateSink):
-        raise ValueError(f"sink {spec.name!r}: the head sent {spec.sql[:80]!r}, not a CREATE SINK")
+        raise NotASinkError(f"sink {spec.name!r}: the head sent {spec.sql[:80]!r}, not a CREATE SINK")
     if stmt.connector.lower() in ("delta_lake", "deltalake", "delta"):
         # a Delta Lake sink that can also commit the add-actions of the executors' files
         from laminardb.checkpoint.spark_delta_sink import SparkDeltaLakeSink

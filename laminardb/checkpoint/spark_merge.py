@@ -19,7 +19,6 @@ hashes each group to the same partition, and rows are sorted by (window, keys) i
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -145,45 +144,30 @@ def _run(spark: Any, plan: Any, merge: dict[str, Any], writer: Any, schema: pa.S
 
 def _file_epoch(spark: Any, sink: Any, plan: Any, merge: dict[str, Any], epoch: int,
                 schema: pa.Schema) -> tuple[dict[str, Any], int]:
-    from laminardb.checkpoint._files import fsync_dir
     from laminardb.checkpoint.epoch_tasks import FilePartsTask
-    from laminardb.connectors.exceptions import SinkWriteError
+    from laminardb.checkpoint.native_epoch import fresh_tmp
 
-    tmp = sink.staging / f".spark-{epoch:012d}"  # under _staging: readers never see it
-    for left in sink.staging.glob(".spark-*"):  # of a job a crash interrupted: never staged
-        shutil.rmtree(left, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = fresh_tmp(sink.staging, epoch)  # under _staging: readers never see it
     try:
         writer = FilePartsTask(str(tmp), sink.format, schema.serialize().to_pybytes())
         results = _run(spark, plan, merge, writer, schema)
-        names = [f"part-{epoch:012d}-{sink.writer}-{n:04d}.{sink.format}" for n in range(len(results))]
-        for name in names:
-            if (sink.path / name).exists():
-                msg = (f"sink {os.fspath(sink.path)!r} already holds {name!r}, written by another "
-                       "run: point the sink at a new directory or move the old part files away")
-                raise SinkWriteError(msg)
-        for r, name in zip(results, names, strict=True):
-            os.replace(r["path"], sink.staging / name)
-        fsync_dir(sink.staging)
+        rows = sum(r["rows"] for r in results)
+        info = sink.adopt(epoch, [r["path"] for r in results], rows)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"files": names}, sum(r["rows"] for r in results)
+    return info, rows
 
 
 def _delta_epoch(spark: Any, sink: Any, plan: Any, merge: dict[str, Any],
                  epoch: int) -> tuple[dict[str, Any], int]:
     from laminardb.checkpoint.epoch_tasks import DeltaFilesTask
+    from laminardb.checkpoint.native_epoch import stage_delta_files
 
     Path(sink.path).mkdir(parents=True, exist_ok=True)
     schema = sink.table_schema
     writer = DeltaFilesTask(sink.path, schema.serialize().to_pybytes(), epoch)
     results = _run(spark, plan, merge, writer, schema)
-    actions = [{"path": r["path"], "size": r["bytes"], "stats": r["stats"],
-                "modification_time": int(os.stat(os.path.join(sink.path, r["path"])).st_mtime * 1000)}
-               for r in results]
-    sink.stage_actions(epoch, actions)
-    rows = sum(r["rows"] for r in results)
-    return {"rows": rows, "files": len(actions)}, rows
+    return stage_delta_files(sink, epoch, [(r["path"], r["bytes"], r["stats"], r["rows"]) for r in results])
 
 
 def _merge_on_driver(sink: Any, plan: Any, merge: dict[str, Any], epoch: int) -> tuple[dict[str, Any], int]:

@@ -48,7 +48,7 @@ def main(out: str, parts: str, pg_url: str, staged: list[str]) -> None:
     try:
         heap = spark.sparkContext.getConf().get("spark.driver.memory")
         for want, sink in sinks.items():
-            kind = native_kind(sink, schema, staged)
+            kind = native_kind(sink)
             assert kind == want, kind
             info, rows = write_epoch(spark, kind, sink, staged, 1, schema)
             if kind == "stage":

@@ -58,7 +58,7 @@ def test_partitioned_epoch_matches_the_embedded_sink_and_a_redrive_is_identical(
     outputs = []
     for run in ("first", "redriven"):
         sink = PartitionedTransactionalFileSink(tmp_path / run, format="parquet", schema=SCHEMA, partition_by="k")
-        assert native_kind(sink, SCHEMA, staged) == "partitioned"
+        assert native_kind(sink) == "partitioned"
         info, rows = write_epoch(spark, "partitioned", sink, staged, 4, SCHEMA)
         assert rows == 4500 and not _partition_files(sink)  # staged, not visible before the commit
         if run == "redriven":  # a failed try first: aborted, then the epoch written again
@@ -115,7 +115,7 @@ def _pg_epochs(conn) -> list[int]:
 
 def test_postgres_epochs_are_sealed_and_committed_on_the_executors_exactly_once(spark, tmp_path, pg_sink) -> None:
     sink, conn = pg_sink
-    assert native_kind(sink, SCHEMA, []) == "stage" and commits_on_executor(sink)
+    assert native_kind(sink) == "stage" and commits_on_executor(sink)
     stage = sink.epoch_stage
     epochs = {1: (0, 700), 2: (700, 1500), 3: (1500, 2100)}
     staged = {e: [_stage(tmp_path / f"e{e}.parquet", lo, hi)] for e, (lo, hi) in epochs.items()}
@@ -310,7 +310,7 @@ def test_an_at_least_once_sink_is_written_by_an_executor_task(spark, tmp_path, k
            "format = 'json')")
     sink = build_sink(SinkSpec("out_a", sql, SCHEMA.serialize().to_pybytes(), str(tmp_path / "stages")))
     try:
-        assert native_kind(sink, SCHEMA, []) == "write" and not commits_on_executor(sink)
+        assert native_kind(sink) == "write" and not commits_on_executor(sink)
         staged = [_stage(tmp_path / "a.parquet", 0, 500), _stage(tmp_path / "b.parquet", 500, 800)]
         assert write_epoch(spark, "write", sink, staged, 1, SCHEMA) == ({}, 800)
         want = pa.concat_tables([pq.read_table(p) for p in staged])["id"].to_pylist()

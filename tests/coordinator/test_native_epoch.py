@@ -65,7 +65,7 @@ def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(spark, tmp_pat
     outputs = []
     for run in ("first", "redriven"):
         sink = TransactionalFileSink(tmp_path / run, format="parquet", schema=SCHEMA)
-        assert native_kind(sink, SCHEMA, staged) == "file"
+        assert native_kind(sink) == "file"
         info, rows = write_epoch(spark, "file", sink, staged, 7, SCHEMA)
         assert rows == want.num_rows and len(info["files"]) >= 2  # a task per chunk, each a file
         assert _committed(sink).num_rows == 0  # staged, not visible before the commit
@@ -81,25 +81,22 @@ def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(spark, tmp_pat
     assert outputs[0][0] == outputs[1][0] and outputs[0][1].equals(outputs[1][1])
 
 
-def test_every_sink_and_stage_format_has_an_executor_path(tmp_path) -> None:
-    arrow = tmp_path / "e.arrow"
-    with pa.OSFile(str(arrow), "wb") as f, pa.ipc.new_file(f, SCHEMA) as w:
-        w.write_table(_chunk(0, 10, 4))
+def test_every_sink_has_an_executor_path(tmp_path) -> None:
+    """The kind follows the sink alone: the executors read Parquet and an older head's Arrow
+    IPC stage files alike (``test_spark_job``)."""
     sink = TransactionalFileSink(tmp_path / "out", format="jsonl", schema=SCHEMA)
-    assert native_kind(sink, SCHEMA, [str(arrow)]) == "file"  # an older head's Arrow IPC
-    staged = [_stage(tmp_path / "p.parquet", 0, 10)]
-    assert native_kind(sink, SCHEMA, staged) == "file"
+    assert native_kind(sink) == "file"
     from laminardb.connectors.partitioned_sink import PartitionedTransactionalFileSink
 
     partitioned = PartitionedTransactionalFileSink(tmp_path / "parts", format="parquet", schema=SCHEMA,
                                                    partition_by="k", default_name="none")
-    assert native_kind(partitioned, SCHEMA, staged) == "partitioned"
+    assert native_kind(partitioned) == "partitioned"
     from laminardb.checkpoint.native_epoch import commits_on_executor
     from laminardb.connectors.kafka_sink import ExactlyOnceKafkaSink
 
     kafka = ExactlyOnceKafkaSink(name="k", schema=SCHEMA, stage_dir=tmp_path / "kstage",
                                  options={"brokers": "127.0.0.1:9", "topic": "t"})  # no broker: never used
-    assert native_kind(kafka, SCHEMA, staged) == "stage" and commits_on_executor(kafka)
+    assert native_kind(kafka) == "stage" and commits_on_executor(kafka)
     assert not commits_on_executor(sink) and not commits_on_executor(partitioned)
 
 
@@ -125,7 +122,7 @@ def test_delta_epochs_carry_their_epoch_and_a_redrive_adds_nothing(spark, tmp_pa
     epochs = {3: (0, 700), 5: (700, 1500)}
     for e, (lo, hi) in epochs.items():
         staged = [_stage(tmp_path / f"e{e}.parquet", lo, hi)]
-        assert native_kind(sink, SCHEMA, staged) == "delta"
+        assert native_kind(sink) == "delta"
         info, rows = write_epoch(spark, "delta", sink, staged, e, SCHEMA)
         assert rows == hi - lo and info["rows"] == rows
         versions = DeltaTable(str(lake)).version() + 1 if DeltaTable.is_deltatable(str(lake)) else 0

@@ -51,7 +51,7 @@ def _committed(sink: TransactionalFileSink) -> pa.Table:
 
 
 def _epoch(spark, sink: TransactionalFileSink, files: list[str], epoch: int = 1) -> int:
-    kind = native_kind(sink, SCHEMA, files)
+    kind = native_kind(sink)
     assert kind == "file"
     _, rows = write_epoch(spark, kind, sink, files, epoch, SCHEMA)
     sink.commit(epoch)

@@ -104,7 +104,7 @@ def test_file_epoch_of_partials_equals_duckdb_and_a_redrive_is_identical(spark, 
     outputs = []
     for run in ("first", "redriven"):
         sink = TransactionalFileSink(tmp_path / run, format="parquet", schema=schema)
-        kind = native_kind(sink, schema, [merge["stage"]])
+        kind = native_kind(sink)
         assert kind == "file"
         info, rows = merge_epoch(spark, kind, sink, merge, 7, schema)
         if run == "redriven":  # a failed try first: aborted, then the epoch written again
@@ -129,7 +129,7 @@ def test_delta_epoch_of_partials_equals_duckdb(spark, tmp_path) -> None:
     table = str(tmp_path / "table")
     sink = SparkDeltaLakeSink(name="out", schema=schema, options={"path": table},
                               stage_dir=str(tmp_path / "stage"))
-    kind = native_kind(sink, schema, [merge["stage"]])
+    kind = native_kind(sink)
     assert kind == "delta"
     info, rows = merge_epoch(spark, kind, sink, merge, 3, schema)
     sink.commit(3)

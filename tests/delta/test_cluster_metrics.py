@@ -21,25 +21,14 @@ from tests.delta.workload import (
     SENTINEL_TS,
     expected_windows,
     kafka_rows,
+    new_topic,
     produce,
 )
 
 pytestmark = pytest.mark.integration
 
-PIPELINE = KAFKA_FILE_DDL
 SENTINELS = [{"k": p, "seq": -1, "v": 0, "ts": SENTINEL_TS} for p in range(2)]  # close every window
 
-
-def _topic(kafka_broker, tag: str) -> str:  # noqa: F811
-    from kafka.admin import KafkaAdminClient, NewTopic
-
-    topic = f"{tag}-{os.getpid()}-{time.monotonic_ns()}"
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        admin.close()
-    return topic
 
 
 def _committed(db) -> int:
@@ -51,15 +40,15 @@ def test_cluster_metrics_match_the_embedded_engine(database, kafka_broker, tmp_p
     embedded engine has them, and per source and sink the same status, lag and counters."""
     import laminardb
 
-    topic = _topic(kafka_broker, "shape")
+    topic = new_topic(kafka_broker.bootstrap, "shape")
     produce(kafka_broker.bootstrap, topic, kafka_rows(0, KAFKA_ROWS // 2) + SENTINELS)
     windows = len(expected_windows(KAFKA_ROWS // 2))
     embedded = laminardb.open(str(tmp_path / "embedded"), config={"checkpoint_interval": "1s"})
     try:
-        embedded.execute(PIPELINE.format(brokers=kafka_broker.bootstrap, topic=topic, out=tmp_path / "out-e"))
+        embedded.execute(KAFKA_FILE_DDL.format(brokers=kafka_broker.bootstrap, src=topic, out=tmp_path / "out-e"))
         embedded.start()
         cluster = database(checkpoint_interval="1s")
-        cluster.execute(PIPELINE.format(brokers=kafka_broker.bootstrap, topic=topic, out=tmp_path / "out-c"))
+        cluster.execute(KAFKA_FILE_DDL.format(brokers=kafka_broker.bootstrap, src=topic, out=tmp_path / "out-c"))
         cluster.start()
         for db in (embedded, cluster):  # every window written and committed (the first Spark job: slow)
             wait_until(lambda db=db: _committed(db) == windows, timeout=180, interval=0.5)
@@ -111,9 +100,9 @@ def test_counters_never_go_back_across_an_actor_kill(database, kafka_broker, tmp
     """Actor 1 SIGKILLed mid-stream: the head recovers on a new engine (counters restored from
     the checkpoint, the sinks' and actors' from zero); every read before, during and after shows
     each counter at or above the last, and the sink's committed rows end exactly at the windows."""
-    topic = _topic(kafka_broker, "mono")
+    topic = new_topic(kafka_broker.bootstrap, "mono")
     db = database(checkpoint_interval="1s", actor_call_timeout=5)
-    db.execute(PIPELINE.format(brokers=kafka_broker.bootstrap, topic=topic, out=tmp_path / "out"))
+    db.execute(KAFKA_FILE_DDL.format(brokers=kafka_broker.bootstrap, src=topic, out=tmp_path / "out"))
     db.start()
     produce(kafka_broker.bootstrap, topic, kafka_rows(0, KAFKA_ROWS // 2))
     wait_until(lambda: db.metrics()["sinks"]["out"]["commits"] >= 1, timeout=180, interval=0.5)
@@ -146,9 +135,9 @@ def test_a_paused_actor_never_holds_metrics_up(database, kafka_broker, tmp_path)
     """SIGSTOP one actor of a running Kafka pipeline: until it is replaced and after, every
     ``metrics()`` answers within 2 s (measured: < 2.5 s on a loaded 2-core machine), with the
     paused actor's last figures marked stale."""
-    topic = _topic(kafka_broker, "pause")
+    topic = new_topic(kafka_broker.bootstrap, "pause")
     db = database(checkpoint_interval="1s", actor_call_timeout=4, actor_lost_after=4)
-    db.execute(PIPELINE.format(brokers=kafka_broker.bootstrap, topic=topic, out=tmp_path / "out"))
+    db.execute(KAFKA_FILE_DDL.format(brokers=kafka_broker.bootstrap, src=topic, out=tmp_path / "out"))
     db.start()
     produce(kafka_broker.bootstrap, topic, kafka_rows(0, KAFKA_ROWS // 2))
     wait_until(lambda: db.metrics()["events_ingested"] >= KAFKA_ROWS // 2, timeout=120, interval=0.5)
@@ -192,9 +181,9 @@ def test_cluster_status_shows_sources_sinks_and_errors(database, kafka_broker, r
     each sink (the real sink, its written and committed rows)."""
     from kafka import KafkaProducer
 
-    topic = _topic(kafka_broker, "status")
+    topic = new_topic(kafka_broker.bootstrap, "status")
     db = database("status-db", checkpoint_interval="1s")
-    db.execute(PIPELINE.format(brokers=kafka_broker.bootstrap, topic=topic, out=tmp_path / "out"))
+    db.execute(KAFKA_FILE_DDL.format(brokers=kafka_broker.bootstrap, src=topic, out=tmp_path / "out"))
     db.start()
     produce(kafka_broker.bootstrap, topic, kafka_rows(0, 1000) + SENTINELS)
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap)

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests._services.fixtures import kafka_broker  # noqa: F401
-from tests.delta.workload import KAFKA_FILE_DDL
+from tests.delta.workload import KAFKA_FILE_DDL, new_topic
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +101,6 @@ def test_the_only_consumer_sink_is_merged_in_spark_then_the_head_when_a_subscrib
     assert sub is not None
 
 
-KAFKA_PIPELINE = KAFKA_FILE_DDL
 
 
 def _produce_not_by_key(bootstrap: str, topic: str, rows: list[dict]) -> None:
@@ -122,26 +121,16 @@ def _produce_not_by_key(bootstrap: str, topic: str, rows: list[dict]) -> None:
 def test_kafka_partitions_not_keyed_by_the_group_key_merge_in_spark(database, kafka_broker, tmp_path):  # noqa: F811
     """Kafka → two actors (each reads one partition, every key in both) → FILE sink: the
     committed windows equal the embedded engine's, and the head merged no partial row."""
-    import os
-    import time
-
-    from kafka.admin import KafkaAdminClient, NewTopic
-
     from tests._services.procs import wait_until
     from tests.delta.workload import KAFKA_ROWS, SENTINEL_TS, expected_windows, kafka_rows
 
-    topic = f"merge-{os.getpid()}-{time.monotonic_ns()}"
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, 2, 1)])
-    finally:
-        admin.close()
+    topic = new_topic(kafka_broker.bootstrap, "merge")
     rows = kafka_rows(0, KAFKA_ROWS)
     _produce_not_by_key(kafka_broker.bootstrap, topic, rows + [{"k": 0, "seq": s, "v": 0, "ts": SENTINEL_TS} for s in (-1, -2)])
     want = expected_windows(KAFKA_ROWS)
     out = tmp_path / "out"
     db = database(checkpoint_interval="1s", spark_merge=True)
-    db.execute(KAFKA_PIPELINE.format(brokers=kafka_broker.bootstrap, topic=topic, out=out))
+    db.execute(KAFKA_FILE_DDL.format(brokers=kafka_broker.bootstrap, src=topic, out=out))
     db.start()
 
     def windows() -> list[tuple]:

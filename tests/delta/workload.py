@@ -73,24 +73,35 @@ def assert_exactly_once(got: dict[str, pa.Table], view: pa.Table, batches: int) 
 
 # -- the same rows through Kafka (a Kafka→Kafka pipeline in the cluster) -------------------
 
-KAFKA_DDL = """
+_KAFKA_TUMBLE = """
 CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL,
                       WATERMARK FOR ts AS ts - INTERVAL '0' SECOND)
     FROM KAFKA (brokers = '{brokers}', topic = '{src}', format = 'json', idle_timeout_ms = '60000');
 CREATE STREAM per_key AS SELECT k, window_start, count(*) AS c, sum(v) AS s
     FROM trades GROUP BY k, tumble(ts, INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE;
-CREATE SINK out FROM per_key INTO KAFKA (brokers = '{brokers}', topic = '{dst}', format = 'json',
+"""
+KAFKA_DDL = _KAFKA_TUMBLE + """CREATE SINK out FROM per_key INTO KAFKA (brokers = '{brokers}', topic = '{dst}', format = 'json',
                                          delivery.guarantee = 'exactly-once');
 """
-# The same keyed tumble into an exactly-once FILE sink ({brokers}, {topic}, {out})
-KAFKA_FILE_DDL = """
-CREATE SOURCE trades (k BIGINT NOT NULL, seq BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL,
-                      WATERMARK FOR ts AS ts - INTERVAL '0' SECOND)
-    FROM KAFKA (brokers = '{brokers}', topic = '{topic}', format = 'json', idle_timeout_ms = '60000');
-CREATE STREAM per_key AS SELECT k, window_start, count(*) AS c, sum(v) AS s
-    FROM trades GROUP BY k, tumble(ts, INTERVAL '1' SECOND) EMIT ON WINDOW CLOSE;
-CREATE SINK out FROM per_key INTO FILE (path = '{out}', format = 'parquet');
+# The same keyed tumble into an exactly-once FILE sink ({brokers}, {src}, {out})
+KAFKA_FILE_DDL = _KAFKA_TUMBLE + """CREATE SINK out FROM per_key INTO FILE (path = '{out}', format = 'parquet');
 """
+
+
+def new_topic(bootstrap: str, tag: str, partitions: int = 2) -> str:
+    """A fresh topic of ``partitions`` partitions, named after ``tag``, this process and now."""
+    import os
+    import time
+
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    topic = f"{tag}-{os.getpid()}-{time.monotonic_ns()}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, partitions, 1)])
+    finally:
+        admin.close()
+    return topic
 KAFKA_ROWS = 6_000
 SENTINEL_TS = 10**9  # closes every window before it
 

@@ -130,7 +130,7 @@ def test_the_coordinators_epoch_job_runs_on_the_standalone_workers(tmp_path: Pat
         want = pa.table({"id": ids, "k": pa.array((ids % 7).astype(str))}, schema=schema)
         pq.write_table(want, staged, row_group_size=20_000)
         sink = TransactionalFileSink(tmp_path / "out", format="parquet", schema=schema)
-        assert native_kind(sink, schema, [staged]) == "file"
+        assert native_kind(sink) == "file"
         _, rows = write_epoch(spark, "file", sink, [staged], 3, schema)
         sink.commit(3)
         got = pa.concat_tables([pq.read_table(p) for p in sorted((tmp_path / "out").glob("part-*"))])
