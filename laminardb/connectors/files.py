@@ -157,6 +157,12 @@ class FileReader(Iterator[pa.RecordBatch]):
             done = min(done, self._blocks * _BLOCK_BYTES)
         return min(1.0, done / max(self.total_bytes, 1))
 
+    def __enter__(self) -> FileReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         for fh in (self._fh, self._dead_fh):
             if fh is not None and not fh.closed:
@@ -185,6 +191,7 @@ class FileReader(Iterator[pa.RecordBatch]):
             self.report.dead_letter_path = self._dead_letter
         for batch in (rejected.to_batches() if isinstance(rejected, pa.Table) else [rejected]):
             self._dead_fh.write(rejected_json_lines(batch))
+        self._dead_fh.flush()  # a reported rejection is readable in the file at once
 
     def _reject_line(self, index: int, raw: str, error: str) -> None:
         self._dead(rejected_batch(np.array([index]), pa.array([raw]), pa.array([error])))

@@ -46,8 +46,8 @@ def table() -> pa.Table:
 
 
 def _read(path, **kw) -> tuple[pa.Table, object]:
-    reader = read_file(path, schema=SCHEMA, **kw)
-    batches = list(reader)
+    with read_file(path, schema=SCHEMA, **kw) as reader:
+        batches = list(reader)
     return pa.Table.from_batches(batches, schema=SCHEMA), reader.report
 
 
@@ -119,6 +119,20 @@ def test_csv_bad_rows_are_reported_and_valid_rows_kept(tmp_path):
                    "'ts' is NOT NULL", "'ts': 2024-13-02T09:30:04", "'qty'", "'ok': maybe"):
         assert needle in by_error
     assert report.dead_letter_path == str(tmp_path / "in.csv.rejected")
+
+
+def test_a_reported_rejection_is_in_the_dead_letter_file_while_the_reader_is_open(tmp_path):
+    """A user (or ``laminardb run``) reads the dead letters as soon as the report counts them,
+    without closing the reader first."""
+    path = tmp_path / "in.csv"
+    path.write_text("ts,symbol,price,qty,ok\n2024-01-02T09:30:00,A,abc,1,true\n")
+    reader = read_file(path, schema=SCHEMA)
+    try:
+        assert list(reader) == [] and reader.report.rejected == 1
+        dead = (tmp_path / "in.csv.rejected").read_text().splitlines()
+        assert [json.loads(line)["index"] for line in dead] == [0]
+    finally:
+        reader.close()
 
 
 def test_jsonl_bad_lines_are_reported_and_valid_rows_kept(tmp_path):
