@@ -96,7 +96,7 @@ def main() -> None:
         head = db.metrics()["database"]["head_pid"]
         result["head_kill_s"] = timed_kill(db, head, groups + 1)
         recoveries = db.metrics()["database"]["recoveries"]
-        result["recoveries"] = [{k: r.get(k) for k in ("cause", "restore_s", "wal_records_replayed")}
+        result["recoveries"] = [{k: r.get(k) for k in ("cause", "seconds", "restore_s", "wal_records_replayed")}
                                 for r in recoveries]
         db.finish()
         out = sub.to_arrow()
@@ -105,7 +105,7 @@ def main() -> None:
               f"actor SIGKILL -> insert answered {result['actor_kill_s']:.2f} s; "
               f"head SIGKILL -> insert answered {result['head_kill_s']:.2f} s")
         for r in result["recoveries"]:
-            print(f"  recovery: {r['cause']}: restore + replay {r['restore_s']} s, "
+            print(f"  recovery: {r['cause']}: in the head {r['seconds']} s, of which restore + replay {r['restore_s']} s, "
                   f"{r['wal_records_replayed']} WAL records")
     finally:
         drop_database(name)

@@ -16,6 +16,7 @@ from typing import Any
 from laminardb.cluster.exceptions import ActorLostError, ActorTimeoutError, ClusterStartError
 from laminardb.cluster.ownership import RaftConfig, acquire_routing
 
+_NAMESPACE = "laminardb"  # the Ray namespace of named actors (the database heads' too)
 _RAFT_STATUS_TIMEOUT_S = 1.0  # one voter round trip on loopback is ~1 ms; past this, "not available"
 
 _START_ATTEMPTS = 3  # actor starts cancelled by a raylet still cleaning up are retried
@@ -35,15 +36,19 @@ class ActorPool:
 
     def __init__(self, n_actors: int, vnodes: int, raft: RaftConfig | None = None, *,
                  call_timeout: float = _CALL_TIMEOUT_S, ownership_source: str | None = None,
-                 survivors: ActorPool | None = None) -> None:
-        """``survivors``: the cluster of an engine given up after an actor loss — its live
-        actors are kept (recovery then only starts the replacements); it must not be used
-        again."""
+                 survivors: ActorPool | None = None, detached_prefix: str | None = None) -> None:
+        """``survivors``: the cluster of an engine given up after an actor loss (or the actors a
+        dead head left, ``adopt``) — its live actors are kept (recovery then only starts the
+        replacements); it must not be used again. ``detached_prefix``: new actors are named
+        ``prefix + member`` and outlive the process that starts them, so a restarted database
+        head takes them over (``adopt``) instead of waiting for new processes; whoever set it
+        stops them (``shutdown``, ``kill_named``)."""
         import ray
 
         from laminardb.cluster.reactor_actor import actor_class
 
         self.n_actors = n_actors
+        self.detached_prefix = detached_prefix
         self.call_timeout = call_timeout
         # actor index → why: only what Ray reported (RayActorError on a result, or the GCS
         # says DEAD) — never inferred from a slow answer
@@ -56,7 +61,7 @@ class ActorPool:
         tag = uuid.uuid4().hex[:8]  # several connections may share one control plane
         self.members = [f"reactor-{tag}-{i}" for i in range(n_actors)]
         if survivors is None:
-            self.actors, self.info = self._start_actors(actor_class(), n_actors)
+            self.actors, self.info = self._start_actors(actor_class(), n_actors, names=self.ray_names())
         else:
             self._take_survivors(survivors, actor_class())
         addresses = [f"{i['node_id'][:12]}/pid{i['pid']}/core{i['core']}" for i in self.info]
@@ -72,17 +77,49 @@ class ActorPool:
             self.shutdown()
             raise
 
+    def ray_names(self) -> list[str] | None:
+        """The Ray names of the actors (``detached_prefix`` + member), or None: anonymous."""
+        if self.detached_prefix is None:
+            return None
+        return [self.detached_prefix + m for m in self.members]
+
+    @classmethod
+    def adopt(cls, detached_prefix: str, members: list[str]) -> ActorPool:
+        """The named actors a dead database head left (its pool's ``detached_prefix`` and
+        members), as the ``survivors`` of the restarted head's first pool: those still alive
+        are kept, the places of the others get new actors. Nothing else of it is usable."""
+        import ray
+
+        pool = cls.__new__(cls)
+        pool.n_actors, pool.call_timeout, pool.ownership = len(members), _CALL_TIMEOUT_S, None
+        pool.detached_prefix, pool.members = detached_prefix, list(members)
+        pool.dead, pool.slow, pool._probing, pool.answered = {}, set(), {}, {}
+        pool.actors, pool.info = [], []
+        for i, name in enumerate(pool.ray_names() or []):
+            try:
+                pool.actors.append(ray.get_actor(name, namespace=_NAMESPACE))
+            except ValueError:
+                pool.actors.append(None)
+                pool.dead[i] = "gone with the head"
+            pool.info.append(None)
+        return pool
+
     @staticmethod
-    def _start_actors(cls, n_actors: int, indexes: list[int] | None = None):
-        """Start the actors (``indexes``: only those places); a start the raylet cancelled (it
-        happens while another Ray session on the machine is still shutting down) is retried,
-        a bounded number of times."""
+    def _start_actors(cls, n_actors: int, indexes: list[int] | None = None,
+                      names: list[str] | None = None):
+        """Start the actors (``indexes``: only those places; ``names``: every place's Ray
+        name, detached); a start the raylet cancelled (it happens while another Ray session
+        on the machine is still shutting down) is retried, a bounded number of times."""
         import ray
         from ray.exceptions import ActorDiedError
 
         indexes = list(range(n_actors)) if indexes is None else indexes
         for attempt in range(_START_ATTEMPTS):
-            actors = [cls.remote(i, n_actors) for i in indexes]
+            if names is None:
+                actors = [cls.remote(i, n_actors) for i in indexes]
+            else:  # a retry after a cancelled start reuses the names of the killed actors
+                actors = [cls.options(name=names[i], namespace=_NAMESPACE, lifetime="detached",
+                                      get_if_exists=False).remote(i, n_actors) for i in indexes]
             try:
                 return actors, ray.get([a.ready.remote() for a in actors], timeout=_START_TIMEOUT_S)
             except ActorDiedError:
@@ -102,30 +139,37 @@ class ActorPool:
 
         keep = [i for i in range(min(self.n_actors, old.n_actors))
                 if i not in old.dead and i not in old.slow and not _gcs_says_dead(old.actors[i])]
+        answers: dict[int, dict] = {}
         if keep:
             pings = [old.actors[i].ready.remote() for i in keep]
             done, _ = ray.wait(pings, num_returns=len(pings), timeout=_METRICS_TIMEOUT_S * 5)
             done_ids = {f.hex() for f in done}
-            keep = [i for i, f in zip(keep, pings, strict=True) if f.hex() in done_ids]
+            for i, f in zip(keep, pings, strict=True):
+                if f.hex() in done_ids:
+                    try:
+                        answers[i] = ray.get(f, timeout=0)
+                    except Exception:  # noqa: BLE001 - died after answering ready(): replaced
+                        pass
+            keep = [i for i in keep if i in answers]
         lost = [i for i in range(self.n_actors) if i not in keep]
         # scale-in: the actors beyond the new count go; lost ones are replaced
         old.release_members([i for i in range(old.n_actors) if i not in keep], kill=True)
         self.actors = [old.actors[i] if i < old.n_actors else None for i in range(self.n_actors)]
-        self.info = [old.info[i] if i < old.n_actors else None for i in range(self.n_actors)]
+        self.info = [answers.get(i) for i in range(self.n_actors)]
         for i in keep:
             self.members[i] = old.members[i]
         if lost:
-            fresh, info = self._start_actors(cls, self.n_actors, lost)
+            fresh, info = self._start_actors(cls, self.n_actors, lost, names=self.ray_names())
             for i, a, inf in zip(lost, fresh, info, strict=True):
                 self.actors[i], self.info[i] = a, inf
-        if old.ownership.raft is not None:
+        if old.ownership is not None and old.ownership.raft is not None:
             old.ownership.raft.close()
 
     def release_members(self, indexes: list[int], *, kill: bool) -> None:
         """Deregister these actors in Raft (their vnodes' epochs rise) and kill them."""
         import ray
 
-        raft = self.ownership.raft
+        raft = self.ownership.raft if self.ownership is not None else None
         for i in indexes:
             if raft is not None:
                 try:
@@ -326,6 +370,26 @@ class ActorPool:
                 pass
 
 
+
+
+def kill_named(prefix: str, *, keep: frozenset[str] = frozenset()) -> int:
+    """Kill every detached reactor actor named ``prefix…`` but those in ``keep``: what a
+    dropped database, or a head restarted between starting a pool and recording it, leaves.
+    Returns how many were killed."""
+    import ray
+    from ray.util import list_named_actors
+
+    killed = 0
+    for entry in list_named_actors(all_namespaces=True):
+        name = entry.get("name", "")
+        if entry.get("namespace") != _NAMESPACE or not name.startswith(prefix) or name in keep:
+            continue
+        try:
+            ray.kill(ray.get_actor(name, namespace=_NAMESPACE), no_restart=True)
+            killed += 1
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            pass
+    return killed
 
 
 def _is_actor_death(error: BaseException) -> bool:

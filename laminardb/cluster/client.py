@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 _CALL_TIMEOUT_S = 600.0  # a call may wait while the head recovers a lost actor: bounded, generous
 _READY_TIMEOUT_S = 300.0  # a new head starts its actors (numba kernels load, Raft commits)
 _SUB_POLL_MS = 200.0  # how long one blocking subscription read waits inside the head
+# how often a client asks a restarting head whether it is back: a refused call costs the
+# head nothing and the restart itself takes about a second, so a short poll is most of the win
+_RESTART_POLL_S = 0.05
 # config "reconnect_timeout": how long a call waits for a head Ray is restarting (its process
 # died). Measured on a 2-core machine: 10 s from SIGKILL to answering (new reactor actors,
 # the checkpoint restored, the WAL replayed); a loaded machine takes longer
@@ -344,7 +347,7 @@ def _await_head(head, database: str, deadline: float, wait: float, method: str) 
             raise_remote(ray.get(head.ready.remote(), timeout=left))
             return
         except (RayActorError, GetTimeoutError):
-            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(_RESTART_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 def _insert_result(answer: dict) -> int:
@@ -513,7 +516,7 @@ def _ready(head, timeout_s: float) -> dict:
         except ActorUnavailableError:
             if time.monotonic() >= deadline:
                 raise
-            time.sleep(0.5)
+            time.sleep(_RESTART_POLL_S)
 
 
 #: config each client keeps for itself (a client may attach with its own value)

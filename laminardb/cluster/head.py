@@ -47,6 +47,12 @@ def head_name(database: str) -> str:
     return _PREFIX + database
 
 
+def reactor_prefix(database: str) -> str:
+    """How the Ray names of a durable database's reactor actors start (they are detached: a
+    restarted head takes over the live ones; ``drop_database`` stops them all)."""
+    return f"reactor:{database}/"
+
+
 SESSION_DIR = "session"  # config "checkpoint_dir" unset: the Ray session's directory, see below
 
 
@@ -125,7 +131,7 @@ class DatabaseHead:
         self.rescales: list[dict] = []  # every rescale: when, from, to, by whom, why, the pause
         self.udfs = self._load_udfs()  # register_udf: {name, "module:qualname", return type}
         self.coordinator = self._coordinator() if self.coordinated else None
-        self.conn = self._open(recovering=self.restarted)
+        self.conn = self._open_after_restart() if self.restarted else self._open()
         self._registered = self._register() if self.coordinated else None
         if self.restarted:
             self._resume_after_restart(t0)
@@ -136,8 +142,23 @@ class DatabaseHead:
         self._pay_owed_checkpoint()
 
     # ------------------------------------------------------------------ lifecycle
-    def _open(self, *, recovering: bool = False, survivors=None):
+    def _open_after_restart(self):
+        """Recover after Ray restarted this process. The reactor actors the dead process left
+        (detached, listed in the head state) are kept if alive — no new processes to wait
+        for, which is most of a head restart's time; if opening on them fails, fresh ones."""
         from laminardb.cluster.actor_pool import ActorPool
+
+        prefix = reactor_prefix(self.database)
+        if self.directory and self.state.actors:
+            try:
+                return self._open(recovering=True, survivors=ActorPool.adopt(prefix, self.state.actors))
+            except Exception as exc:  # noqa: BLE001 - e.g. an adopted actor died meanwhile
+                log.warning("database %s: recovering on the actors the dead head left failed (%s); "
+                            "starting fresh ones", self.database, exc)
+        return self._open(recovering=True)
+
+    def _open(self, *, recovering: bool = False, survivors=None):
+        from laminardb.cluster.actor_pool import ActorPool, kill_named
         from laminardb.cluster.backend import ClusterBackend
         from laminardb.connection import Connection
         from laminardb.operators.warmup import warm_kernels
@@ -146,8 +167,17 @@ class DatabaseHead:
         raft = self._raft_config()
         timeout = float(self.config.get("actor_call_timeout", 30.0))
         self._publish_recorded(raft, recovering=recovering)
+        # a head Ray restarts (one with a directory) takes over its actors: they are detached
+        prefix = reactor_prefix(self.database) if self.directory else None
+        if prefix is not None and survivors is None:
+            kill_named(prefix)  # left by an earlier head: they hold CPUs the new actors need
         cluster = ActorPool(self.n_actors, self.vnodes, raft, call_timeout=timeout,
-                          ownership_source=f"db/{self.database}", survivors=survivors)
+                          ownership_source=f"db/{self.database}", survivors=survivors,
+                          detached_prefix=prefix)
+        if prefix is not None:
+            self.state.set_actors(cluster.members)
+            # started by a head that died before it recorded them above
+            kill_named(prefix, keep=frozenset(cluster.ray_names() or ()))
         path = self.directory or ":memory:"
         try:
             config = self._engine_config()
@@ -486,6 +516,10 @@ class DatabaseHead:
             self.dropped = True
             if conn is not None:
                 conn.engine.backend.abandon()
+            if self.directory:
+                from laminardb.cluster.actor_pool import kill_named
+
+                kill_named(reactor_prefix(self.database))
             if self.directory and os.path.isdir(self.directory):
                 shutil.rmtree(self.directory, ignore_errors=True)
 
@@ -1030,10 +1064,35 @@ def drop_database(database: str, *, timeout_s: float = 120.0) -> bool:
     except ValueError:
         return False
     try:
-        ray.get(head.drop.remote(), timeout=timeout_s)
+        _drop_when_up(head, database, timeout_s)
     finally:
         ray.kill(head, no_restart=True)
+        from laminardb.cluster.actor_pool import kill_named
+
+        kill_named(reactor_prefix(database))  # detached: a head that failed to drop leaves them
     return True
+
+
+def _drop_when_up(head, database: str, timeout_s: float) -> None:
+    """``head.drop()``, waiting (bounded) for a head Ray is restarting: dropping it in the
+    middle of its recovery would leave the database's directory behind."""
+    import ray
+    from ray.exceptions import ActorUnavailableError
+
+    from laminardb.cluster.exceptions import HeadUnavailableError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.get(head.drop.remote(), timeout=max(0.001, deadline - time.monotonic()))
+            return
+        except ActorUnavailableError:
+            if time.monotonic() >= deadline:
+                raise HeadUnavailableError(
+                    f"database {database!r}: its head did not come back within {timeout_s:.0f} s to be "
+                    "dropped; it was stopped, but its checkpoint directory may remain: remove it by "
+                    "hand") from None
+            time.sleep(0.05)
 
 
 def _restarted_by_ray() -> bool:

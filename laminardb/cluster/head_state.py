@@ -1,6 +1,6 @@
 """What a database head must know again after Ray restarts its process, beyond the engine's
 own checkpoint and WAL: whether its connector sources were running, which subscriptions its
-clients hold (id → stream), and the recoveries so far.
+clients hold (id → stream), the recoveries so far, and its reactor actors (they outlive it).
 
 Why a file of its own: the engine's checkpoint restores the data, but ``start()``, a
 subscription and the recovery history are the head's, not the engine's. They change rarely
@@ -35,6 +35,8 @@ class HeadState:
         self.sources_running: bool = bool(doc.get("sources_running", False))
         self.subscriptions: dict[str, str] = dict(doc.get("subscriptions", {}))
         self.recoveries: list[dict] = list(doc.get("recoveries", []))
+        # the members of the reactor pool in use: a restarted head takes over those still alive
+        self.actors: list[str] = list(doc.get("actors", []))
 
     def set_running(self, running: bool) -> None:
         with self._lock:
@@ -53,6 +55,12 @@ class HeadState:
             if gone:
                 self._save()
 
+    def set_actors(self, members: list[str]) -> None:
+        with self._lock:
+            if self.actors != members:
+                self.actors = list(members)
+                self._save()
+
     def add_recovery(self, report: dict) -> None:
         with self._lock:
             self.recoveries = (self.recoveries + [report])[-_KEEP_RECOVERIES:]
@@ -62,5 +70,5 @@ class HeadState:
         if self.path is None or not os.path.isdir(os.path.dirname(self.path)):
             return  # no directory, or the database was dropped
         doc = {"sources_running": self.sources_running, "subscriptions": self.subscriptions,
-               "recoveries": self.recoveries}
+               "recoveries": self.recoveries, "actors": self.actors}
         atomic_write(self.path, json.dumps(doc, default=str).encode(), what="database head state", sync=False)

@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from tests._services.fixtures import kafka_broker  # noqa: F401
-from tests._services.procs import process_alive, wait_until
+from tests._services.procs import pids_with_arg, process_alive, wait_until
 from tests.delta.workload import (
     DDL,
     KAFKA_DDL,
@@ -99,10 +99,27 @@ def _insert_rest_and_check(db, subs: dict, out: str, start: int, killed_pid: int
     _check_file_sinks(out)
 
 
+def _actor_pids(db) -> list[int]:
+    return [m["pid"] for m in db.metrics()["cluster"]["members"]]
+
+
+def _named_actors(database: str) -> list[str]:
+    from ray.util import list_named_actors
+
+    from laminardb.cluster.head import reactor_prefix
+
+    return [a["name"] for a in list_named_actors(all_namespaces=True)
+            if a["name"].startswith(reactor_prefix(database))]
+
+
 def test_head_sigkilled_during_inserts(database, tmp_path):
-    """A checkpoint, then the head killed while inserts run: the insert it cut off is
-    repeated by the client and applied once; everything after goes on; subscriptions,
-    the FILE sinks and the view hold every row once."""
+    """A checkpoint, then the head and one actor killed together while inserts run: the
+    insert it cut off is repeated by the client and applied once; everything after goes on;
+    subscriptions, the FILE sinks and the view hold every row once. The restarted head takes
+    over the actor still alive (same process: no new one to wait for) and replaces the dead
+    one. Dropping the database stops the actors too — they are detached from the head."""
+    from laminardb.cluster.head import drop_database
+
     out = str(tmp_path / "out")
     db = database(checkpoint_interval="off")
     db.execute(_with_file_sinks(out))
@@ -111,6 +128,7 @@ def test_head_sigkilled_during_inserts(database, tmp_path):
 
     def kill_head() -> None:
         killed["pid"] = pid
+        _kill(actors[0])
         _kill(pid)
 
     timer = None
@@ -120,7 +138,7 @@ def test_head_sigkilled_during_inserts(database, tmp_path):
         if i == 7:
             db.checkpoint()
         if i == 11:
-            pid = _head_pid(db)
+            pid, actors = _head_pid(db), _actor_pids(db)
             timer = threading.Timer(0.2, kill_head)  # lands in one of the next inserts
             timer.start()
     timer.join(30)
@@ -132,6 +150,12 @@ def test_head_sigkilled_during_inserts(database, tmp_path):
     report = _recovered_by_restart(db, killed["pid"])
     assert report["epoch"] == 1 and report["wal_records_replayed"] >= 1, report
     _check_file_sinks(out)
+    after = _actor_pids(db)
+    assert after[1] == actors[1] and after[0] != actors[0], (actors, after)
+    assert len(_named_actors(db.database)) == 2
+    assert drop_database(db.database)
+    assert _named_actors(db.database) == []
+    wait_until(lambda: not any(process_alive(p) for p in after), timeout=30, interval=0.1)
 
 
 def test_head_sigkilled_during_a_checkpoint(database, tmp_path):
@@ -147,7 +171,7 @@ def test_head_sigkilled_during_a_checkpoint(database, tmp_path):
     db.execute(_with_file_sinks(out))
     subs = {s: db.subscribe_stream(s) for s in STREAMS}
     _insert_batches(db, subs, 0, 12)
-    pid = _head_pid(db)
+    pid, actors = _head_pid(db), _actor_pids(db)
     killed: list[int] = []
     stop = threading.Event()
 
@@ -170,6 +194,7 @@ def test_head_sigkilled_during_a_checkpoint(database, tmp_path):
     assert epoch >= 1
     _insert_rest_and_check(db, subs, out, 12, pid)
     assert db.metrics()["database"]["coordinator"]["manifest_epoch"] >= epoch
+    assert _actor_pids(db) == actors  # the restarted head went on with the live actors
 
 
 def test_kafka_pipeline_resumes_after_a_head_kill(database, kafka_broker):  # noqa: F811
@@ -200,27 +225,62 @@ def test_kafka_pipeline_resumes_after_a_head_kill(database, kafka_broker):  # no
     assert db.metrics()["sources"]["trades"]["status"] != "stopped"
 
 
+def _kill_heads_until(stop: threading.Event) -> None:
+    """SIGKILL every database head process of this test's Ray (a descendant of this process)
+    as soon as it appears, until ``stop``."""
+    while not stop.is_set():
+        for pid in pids_with_arg("ray::DatabaseHead"):
+            if _descends_from_me(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.01)
+
+
+def _descends_from_me(pid: int) -> bool:
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return False
+        if pid == os.getpid():
+            return True
+    return False
+
+
 def test_reconnect_timeout_gives_a_typed_error_and_connect_waits(database):
     """A client whose reconnect_timeout is shorter than the restart gets HeadUnavailableError
     (LDB-8005), not a Ray exception; a connect() to the restarting head waits for it (no
     LDB-8003) and sees every acknowledged row."""
     from laminardb.cluster.exceptions import HeadUnavailableError
 
-    db = database(checkpoint_interval="off", reconnect_timeout="1s")
+    db = database(checkpoint_interval="off", reconnect_timeout="500ms")
     db.execute(DDL)
     for i in range(4):
         db.insert("t", batch(i))
     pid = _head_pid(db)
-    _kill(pid)
+    stop = threading.Event()
+    # a head that restarts in about a second, faster than Ray tells the client it died: keep
+    # killing every restart (a crash loop) until the client has given up
+    looping = threading.Thread(target=_kill_heads_until, args=(stop,), daemon=True)
+    looping.start()
+    wait_until(lambda: not process_alive(pid), timeout=10, interval=0.01)
     t0 = time.monotonic()
-    with pytest.raises(HeadUnavailableError) as raised:
-        db.offset("t")
+    try:
+        with pytest.raises(HeadUnavailableError) as raised:
+            db.offset("t")
+    finally:
+        stop.set()
+        looping.join(10)
     assert raised.value.code == "LDB-8005" and "reconnect_timeout" in str(raised.value)
     assert time.monotonic() - t0 < 15
-    again = database(db.database)  # the restart is still under way: connect() waits for it
+    again = database(db.database)  # connect() to a restarting head waits for it
     assert again.offset("t") == 4 * ROWS
     assert db.offset("t") == 4 * ROWS  # the first connection works again too
-    _recovered_by_restart(again, pid)
+    restarts = [r for r in again.metrics()["database"]["recoveries"] if r["cause"] == "head restarted"]
+    assert restarts and _head_pid(again) != pid  # one or more: the loop may kill a recovered head
 
 
 def test_head_sigkilled_during_a_rescale(database, tmp_path):
@@ -249,3 +309,4 @@ def test_head_sigkilled_during_a_rescale(database, tmp_path):
         timer.join(30)
     assert killed_at and killed_at[0] < returned_at, "the kill did not land inside scale()"
     _insert_rest_and_check(db, subs, out, 10, pid)
+
