@@ -83,7 +83,7 @@ from bench_delta import connect, read_sink, sink_ddl  # noqa: E402
 from bench_engine import AGG_DDL, SOURCE_DDL, load, machine_info, make_batches  # noqa: E402
 from bench_nexmark_cluster import _count, _digest  # noqa: E402
 
-WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20")
+WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20", "kafka-subs")
 NEXMARK_TREES = ("q3", "q5", "q8", "q20")
 PARTITIONS = 2
 _WARM_EVENTS = 20_000
@@ -366,25 +366,38 @@ class Bench:
         return r
 
     def _cluster_run(self, label: str, actors: int, config: dict, setup: Callable, drive: Callable,
-                     stream: str, subscribe: bool = False) -> tuple[Metered, pa.Table]:
+                     stream: str, subscribe: bool = False, readers: int = 0) -> tuple[Metered, pa.Table]:
         """A fresh database: ``setup(db)`` (DDL, warm-up), a FILE sink on ``stream`` (or with
         ``subscribe`` a subscriber), then ``drive(db)`` metered; the committed sink's (or the
-        subscriber's) rows; the database dropped."""
+        subscriber's) rows; the database dropped. ``readers``: that many more subscribers of
+        ``stream``, read continuously by callbacks in this process while the run is metered;
+        each must end with the sink's rows (``self.reader_rows``)."""
         name = self._name(label)
         out = self.root / "sinks" / name
         db = connect(name, self.root, actors, **{**KEEP_COORDINATOR, **config})
+        got: list[list[pa.RecordBatch]] = [[] for _ in range(readers)]
+        callbacks = []
         try:
             setup(db, True)
             sub = db.subscribe_stream(stream, history_rows=None) if subscribe else None
             if sub is None:
                 db.execute(sink_ddl("out", stream, out))
+            callbacks = [db.subscribe_callback(stream, got[i].append) for i in range(readers)]
             with Metered(db, self.broker.pid if self.broker else None, self.nodes) as m:
                 drive(db)
-            sink = read_any_sink(out) if sub is None else sub.to_arrow()
+                sink = read_any_sink(out) if sub is None else sub.to_arrow()
+                want = 0 if sink is None else sink.num_rows
+                deadline = time.monotonic() + 60  # the callbacks' last batches, still metered
+                while any(sum(b.num_rows for b in g) < want for g in got) and time.monotonic() < deadline:
+                    time.sleep(0.01)
         finally:
+            for cb in callbacks:
+                cb.cancel()
             db.drop_database()
             shutil.rmtree(out, ignore_errors=True)
         assert sink is not None, f"{label}, {actors} actor(s): the FILE sink committed nothing"
+        self.reader_rows = [pa.Table.from_batches(g, schema=sink.schema) if g else sink.schema.empty_table()
+                            for g in got]
         return m, sink
 
     def _embedded_run(self, key: str, setup: Callable, drive: Callable, stream: str, rows: int,
@@ -523,6 +536,54 @@ class Bench:
             self._record("insert q20", actors, m, events, emb, checkpoints=interval, rows_out=sink.num_rows)
 
 
+    # -- 5. Kafka → q20 → FILE sink, with 0, 1, 4 … subscribers: the head's fan-out cost ----
+    def kafka_subs(self, actors: int) -> None:
+        """What each subscriber adds to the head's CPU per row, against the actors' CPU per
+        row (issue 20: subscribers read from the actors unless the head's fan-out costs < 2 %
+        of the actors'). q20 emits the most per event of the Nexmark trees (0.16 rows, ~690
+        B), so its fan-out is the dearest; every subscriber must end with the sink's rows."""
+        from laminardb.nexmark import QUERIES
+
+        a = self.args
+        broker = self.kafka()
+        prefix, events = produce_nexmark(broker, a.events, a.batch_rows)
+
+        def setup(db, cluster: bool) -> None:
+            db.execute(nexmark_kafka_ddl(broker.bootstrap, prefix))
+            db.execute(QUERIES["q20"].statement())
+
+        def drive(db) -> None:
+            db.start()
+            wait_ingested(db, events, "kafka-subs")
+            db.flush(timeout_s=120)
+            db.finish()
+
+        emb = self._embedded_run("kafka-q20", setup, drive, "q20", events, warm=lambda w: warm_nexmark(w, "q20"))
+        want = _digest(_concat(emb["sink"]))
+        runs = {}
+        for readers in a.subscribers:
+            m, sink = self._cluster_run(f"kafka-subs-{readers}", actors, {"checkpoint_interval": "10s",
+                                        "coordinator": "spark"}, setup, drive, "q20", readers=readers)
+            assert _digest(_concat(sink)) == want, f"kafka-subs {readers}: the sink differs from the embedded engine's"
+            for i, t in enumerate(self.reader_rows):
+                assert t.num_rows == sink.num_rows and _digest(_concat(t)) == want, \
+                    f"kafka-subs {readers}: subscriber {i} has {t.num_rows} of {sink.num_rows} rows"
+            runs[readers] = self._record(f"kafka-subs q20, {readers} sub", actors, m, events, emb, checkpoints="10s",
+                                         partitions=PARTITIONS, rows_out=sink.num_rows, subscribers=readers)
+        if 0 in runs:
+            base = runs[0]["cpu_s_per_mrow"]
+            for readers, r in runs.items():
+                if readers:
+                    c = r["cpu_s_per_mrow"]
+                    per_sub = (c[proc_cpu.HEAD] - base[proc_cpu.HEAD]) / readers
+                    r["head_per_subscriber"] = per_sub
+                    r["head_per_subscriber_over_actors"] = per_sub / c[proc_cpu.ACTOR]
+                    print(f"    fan-out, {readers} subscriber(s): the head +{per_sub:.3f} CPU s per M events per "
+                          f"subscriber = {100 * per_sub / c[proc_cpu.ACTOR]:.1f} % of the actors' {c[proc_cpu.ACTOR]:.3f}; "
+                          f"the client +{(c[proc_cpu.CLIENT] - base[proc_cpu.CLIENT]) / readers:.3f} per subscriber",
+                          flush=True)
+
+
 def warm_nexmark(db, q: str) -> None:
     """Nexmark query ``q`` over a few generated events inserted into ``db`` (kernels loaded)."""
     from laminardb.nexmark import QUERIES, SOURCES_DDL, generate
@@ -602,6 +663,7 @@ def main() -> int:
     ap.add_argument("--events", type=_count, default=100_000, help="kafka-nexmark events")
     ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")
     ap.add_argument("--queries", default=",".join(NEXMARK_TREES), help="kafka-nexmark queries")
+    ap.add_argument("--subscribers", default="0,1,4", help="kafka-subs: subscriber counts, comma-separated")
     ap.add_argument("--nodes", type=int, default=1,
                     help="Ray nodes: 1 = ray.init; N > 1 = a head node and N-1 worker nodes (ray.cluster_utils.Cluster)")
     ap.add_argument("--shared-shm", action="store_true",
@@ -618,6 +680,7 @@ def main() -> int:
         ap.error(f"unknown workload(s) {sorted(bad)}; choose from {', '.join(WORKLOADS)}")
     actors = [int(x) for x in args.actors.split(",")]
     args.queries = [q.strip() for q in args.queries.split(",") if q.strip()]
+    args.subscribers = [int(x) for x in args.subscribers.split(",")]
 
     import ray
 
