@@ -22,6 +22,7 @@ and for the O(1)-per-message work of collecting values and keys.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -142,6 +143,47 @@ class Decoder:
                                        if f not in ts]),
             unexpected_field_behavior="infer", newlines_in_values=False) if ts else None
         self._json_modes = [self._json_strict] + ([self._json_loose] if ts else [])
+        # field name → the key as the messages spell it, where only the case differs
+        # (``userId`` for a column declared unquoted as userId, which SQL folds to ``userid``):
+        # matched as insert() matches names, never a silent NULL
+        self._spelled: dict[str, str] = {}
+
+    def _spelling(self, keys: Any) -> dict[str, str]:
+        """The fields whose exact name is not among ``keys`` (one message's) but one key
+        differs from it only in case: field name → that key."""
+        keys = [k for k in keys if isinstance(k, str)]
+        exact = set(keys)
+        folded = {k.lower(): k for k in keys}
+        return {f.name: folded[f.name.lower()] for f in self.value_fields
+                if f.name not in exact and f.name.lower() in folded}
+
+    def _respell_json(self, first: bytes) -> None:
+        """Parse JSON with the key spelling the first message of a poll uses (a new parse
+        schema only when it changed)."""
+        try:
+            rec = json.loads(first)
+        except (ValueError, UnicodeDecodeError):
+            return  # the parse below rejects it
+        if not isinstance(rec, dict):
+            return
+        spelled = self._spelling(rec)
+        if spelled == self._spelled:
+            return
+        self._spelled = spelled
+        strict, loose = self._json_strict, self._json_loose
+
+        def renamed(opts: pajson.ParseOptions) -> pajson.ParseOptions:
+            schema = pa.schema([f.with_name(spelled.get(f.name, f.name)) for f in opts.explicit_schema])
+            return pajson.ParseOptions(explicit_schema=schema, newlines_in_values=False,
+                                       unexpected_field_behavior=opts.unexpected_field_behavior)
+
+        self._json_modes = [renamed(strict)] + ([renamed(loose)] if loose is not None else [])
+
+    def _unspell(self, table: pa.Table) -> pa.Table:
+        if not self._spelled:
+            return table
+        back = {k: name for name, k in self._spelled.items()}
+        return table.rename_columns([back.get(n, n) for n in table.column_names])
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -207,6 +249,7 @@ class Decoder:
         if _count(data, 10) != len(vals) - 1:  # pretty-printed messages: newlines are blanks
             vals = _blank_newlines(vals)
             data = _join(vals, b"\n")
+        self._respell_json(vals[0].as_py())
         yield from self._json_chunk(vals, data, base, rejected, idx)
 
     def _json_parse(self, data: pa.Buffer, rows: int) -> pa.Table:
@@ -243,7 +286,7 @@ class Decoder:
             for part, start in ((vals[:mid], base), (vals[mid:], base + mid)):
                 yield from self._json_chunk(part, _join(part, b"\n"), start, rejected, idx)
             return
-        yield table, np.arange(base, base + len(vals), dtype=np.int64)
+        yield self._unspell(table), np.arange(base, base + len(vals), dtype=np.int64)
 
     def _csv(self, vals: pa.Array, base: int, rejected: list[tuple[int, str]],
              idx: np.ndarray) -> Any:
@@ -313,11 +356,13 @@ class Decoder:
             pos.append(i)
         bad = np.zeros(len(rows), bool)
         columns = []
+        spelled = self._spelling(rows[0]) if rows else {}
         for f in self.value_fields:
-            col, misfit = _py_column([r.get(f.name) for r in rows], f.type)
+            key = spelled.get(f.name, f.name)
+            col, misfit = _py_column([r.get(key) for r in rows], f.type)
             for j in np.flatnonzero(misfit & ~bad):
                 rejected.append((int(idx[pos[j]]), f"column {f.name!r}: "
-                                 f"{rows[j].get(f.name)!r} is not a valid {type_name(f.type)}"))
+                                 f"{rows[j].get(key)!r} is not a valid {type_name(f.type)}"))
             bad |= misfit
             columns.append(col)
         table = pa.Table.from_arrays(columns, names=[f.name for f in self.value_fields])

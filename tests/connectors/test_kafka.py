@@ -271,3 +271,41 @@ def test_sql_end_to_end_matches_duckdb(new_topic: Callable[..., str], producer: 
     assert got == [tuple(r) for r in want]
     dlq = read_topic(f"{trades}.dlq", expect=len(bad))
     assert sorted(r.value for r in dlq) == sorted(bad)
+
+
+@pytest.mark.parametrize("fmt", ["json", "msgpack"])
+def test_a_column_declared_camel_case_reads_the_camel_case_key(fmt: str, new_topic: Callable[..., str],
+                                                               producer: Any, bootstrap: str) -> None:
+    """``userId`` unquoted in the DDL becomes the column ``userid`` (SQL folds it); messages
+    that spell the key ``userId`` fill it, as ``insert()`` matches names — it never reads as
+    a silent NULL. The answer equals the same rows given to ``insert_json``."""
+    import laminardb
+
+    topic = new_topic(1)
+    rows = [{"userId": i % 3, "eventTs": 1_000 + i, "amountCents": i} for i in range(30)]
+    for row in rows:
+        producer.send(topic, value=encode(fmt, row), partition=0)
+    producer.flush()
+    ddl = ("CREATE SOURCE pay (userId BIGINT, eventTs BIGINT NOT NULL, amountCents BIGINT, "
+           "WATERMARK FOR eventTs AS eventTs){}; "
+           "CREATE STREAM per_user AS SELECT userId, count(*) AS n, sum(amountCents) AS total "
+           "FROM pay GROUP BY userId")
+    answers = []
+    for kafka in (True, False):
+        db = laminardb.open()
+        try:
+            db.execute(ddl.format(f" FROM KAFKA (brokers = '{bootstrap}', topic = '{topic}', "
+                                  f"format = '{fmt}', offset_reset = 'earliest')" if kafka else ""))
+            view = db.subscribe_stream("per_user")
+            if kafka:
+                db.start()
+                db.flush()  # every message produced so far is read
+            else:
+                db.insert_json("pay", "\n".join(json.dumps(r) for r in rows))
+            db.finish()
+            got = view.to_arrow().to_pylist()
+        finally:
+            db.close()
+        answers.append(sorted((r["userId"], r["n"], r["total"]) for r in got))
+    assert answers[0] == answers[1]
+    assert {u for u, _, _ in answers[0]} == {0, 1, 2}  # no NULL group: every key was read
