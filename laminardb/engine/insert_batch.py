@@ -468,6 +468,12 @@ def _match_columns(table: pa.Table, schema: pa.Schema, not_null: frozenset[str],
     if unknown:
         raise SchemaMismatchError(
             f"insert into {source!r}: unknown column(s) {sorted(unknown)}; the source has {schema.names}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        spellings = [c for c, n in zip(table.column_names, names, strict=True) if n == twice[0]]
+        raise SchemaMismatchError(
+            f"insert into {source!r}: {' and '.join(map(repr, spellings))} both name the column {twice[0]!r} "
+            "(names match without regard to case); spell it one way in every row")
     missing = [f.name for f in schema if f.name in not_null and f.name not in names]
     if missing and table.num_rows:
         raise SchemaMismatchError(

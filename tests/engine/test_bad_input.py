@@ -46,6 +46,7 @@ def _run(bad_inserts: bool, bad_sql: bool):
         ({"ts": None, "sym": "A", "price": 1.0, "qty": 1}, "LDB-2002"),
         ([{"ts": 1, "sym": "A"}, {"ts": None, "sym": "B"}], "LDB-2002"),   # whole batch refused
         ({"ts": 1, "sym": "A", "bogus": 3}, "LDB-2001"),
+        ([{"ts": 1, "sym": "A"}, {"ts": 2, "SYM": "B"}], "LDB-2001"),  # two spellings of sym: was a raw KeyError
         (pa.table({"ts": [1], "sym": [1.5]}).cast(pa.schema([("ts", pa.int64()), ("sym", pa.float64())])), None),
         ({"ts": "not a number", "sym": "A"}, "LDB-2003"),
         ({"ts": 1, "qty": "x"}, "LDB-2003"),
