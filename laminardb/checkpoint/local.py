@@ -243,7 +243,7 @@ class LocalCoordinator:
         self.store.begin(epoch)
         total = 0
         for name, image in images.items():
-            data = image if isinstance(image, bytes) else image.encode()
+            data = image if isinstance(image, bytes | bytearray) else image.encode()
             manifest.files[name] = self.store.write_file(epoch, name, data)
             total += len(data)
         manifest.files.update(self.chains.earlier_files(epoch))

@@ -30,6 +30,8 @@ import time
 import uuid
 from typing import Any
 
+from laminardb.cluster.wire import SharedIpc
+
 log = logging.getLogger(__name__)
 
 NAMESPACE = "laminardb"
@@ -937,6 +939,9 @@ class DatabaseHead:
         return bool(silent)
 
 
+_SUBSCRIBER_IPC = SharedIpc()  # subscribers of one stream take the same batches: encoded once
+
+
 class HeadSubscription:
     """One client's subscription, kept by the head across recoveries: it knows the absolute
     position (rows the stream emitted before it) of every row it handed out, so after a
@@ -997,8 +1002,6 @@ class HeadSubscription:
             return lost
 
     def read(self, timeout_ms: float, position: int | None = None) -> dict:
-        from laminardb.cluster.wire import to_ipc
-
         lost = self.catch_up(position) if position is not None else 0
         engine = self.engine
         batch = engine.next_timeout(timeout_ms) if timeout_ms > 0 else engine.try_next()
@@ -1007,7 +1010,7 @@ class HeadSubscription:
                 return {"batches": [], "ended": False}
             out = self.carry + self._take(engine, batch)
             self.carry = []
-            return {"batches": [to_ipc(b) for b in out], "ended": engine.ended and not engine._queue,
+            return {"batches": [_SUBSCRIBER_IPC(b) for b in out], "ended": engine.ended and not engine._queue,
                     "lost": lost, "position": self.position - sum(b.num_rows for b in out)}
 
     def cancel(self) -> None:
