@@ -779,10 +779,25 @@ class DatabaseHead:
         """The batches queued for subscription ``sid`` (waiting up to ``timeout_ms`` for one).
         ``position``: the absolute index of the next row the client expects — after a head
         restart the subscription starts at the checkpoint and skips what the client has."""
+        from laminardb.cluster.exceptions import ActorLostError
+
         sub = self.subs.get(sid)
         if sub is None:
             return {"batches": [], "ended": True}
-        return sub.read(timeout_ms, position)
+        generation = self.generation
+        try:
+            return sub.read(timeout_ms, position)
+        except ActorLostError:
+            # the read delivered batches still on the actors and one had died: recover as a data
+            # call would (the subscription is attached to the new engine and skips what its
+            # client has), unless another call recovered meanwhile; the client reads again
+            with self._lock:
+                conn = self.conn
+                if conn is None or conn.engine.durable is None:
+                    raise
+                if self.generation == generation:
+                    self._recover("ActorLostError")
+            return {"batches": [], "ended": False}
 
     @_answer
     def sub_cancel(self, sid: str) -> None:
