@@ -125,6 +125,8 @@ class ActorPool:
             except ActorDiedError:
                 for a in actors:
                     ray.kill(a)
+                if names is not None:  # the retry reuses the names: wait (bounded) until they are free
+                    _await_names_free([names[i] for i in indexes])
                 if attempt == _START_ATTEMPTS - 1:
                     raise ClusterStartError(
                         f"the {n_actors} reactor actors died before starting {_START_ATTEMPTS} times; "
@@ -370,6 +372,20 @@ class ActorPool:
                 pass
 
 
+
+
+def _await_names_free(names: list[str], timeout_s: float = 10.0) -> None:
+    """Until no live actor holds any of ``names`` (``ray.kill`` frees a name asynchronously)."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    for name in names:
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name, namespace=_NAMESPACE)
+            except ValueError:
+                break
+            time.sleep(0.05)
 
 
 def kill_named(prefix: str, *, keep: frozenset[str] = frozenset()) -> int:
