@@ -479,24 +479,32 @@ class Bench:
         verify_windows(emb["sink"], sink, int(pc.sum(emb["sink"]["n"]).as_py()), f"kafka-agg, {actors} actor(s)")
         self._record("kafka-agg", actors, m, rows, emb, checkpoints="1s", partitions=PARTITIONS)
 
+    @staticmethod
+    def _kafka_query(broker: Broker, prefix: str, events: int, q: str) -> tuple[Callable, Callable]:
+        """``(setup, drive)`` of Nexmark query ``q`` over the events in Kafka: the sources and
+        the query; then start, every event ingested, flush, finish."""
+        from laminardb.nexmark import QUERIES
+
+        def setup(db, cluster: bool) -> None:
+            db.execute(nexmark_kafka_ddl(broker.bootstrap, prefix))
+            db.execute(QUERIES[q].statement())
+
+        def drive(db) -> None:
+            db.start()
+            wait_ingested(db, events, f"kafka {q}")
+            db.flush(timeout_s=120)
+            db.finish()
+
+        return setup, drive
+
     # -- 3. Kafka → Nexmark trees → FILE sink --------------------------------------------------
     def kafka_nexmark(self, actors: int) -> None:
-        from laminardb.nexmark import QUERIES
 
         a = self.args
         broker = self.kafka()
         prefix, events = produce_nexmark(broker, a.events, a.batch_rows)
         for q in a.queries:
-            def setup(db, cluster: bool, q=q) -> None:
-                db.execute(nexmark_kafka_ddl(broker.bootstrap, prefix))
-                db.execute(QUERIES[q].statement())
-
-            def drive(db, q=q) -> None:
-                db.start()
-                wait_ingested(db, events, f"kafka-nexmark {q}")
-                db.flush(timeout_s=120)
-                db.finish()
-
+            setup, drive = self._kafka_query(broker, prefix, events, q)
             emb = self._embedded_run(f"kafka-{q}", setup, drive, q, events, warm=lambda w, q=q: warm_nexmark(w, q))
             m, sink = self._cluster_run(f"kafka-{q}", actors, {"checkpoint_interval": "10s", "coordinator": "spark"},
                                         setup, drive, q)
@@ -542,22 +550,10 @@ class Bench:
         row (issue 20: subscribers read from the actors unless the head's fan-out costs < 2 %
         of the actors'). q20 emits the most per event of the Nexmark trees (0.16 rows, ~690
         B), so its fan-out is the dearest; every subscriber must end with the sink's rows."""
-        from laminardb.nexmark import QUERIES
-
         a = self.args
         broker = self.kafka()
         prefix, events = produce_nexmark(broker, a.events, a.batch_rows)
-
-        def setup(db, cluster: bool) -> None:
-            db.execute(nexmark_kafka_ddl(broker.bootstrap, prefix))
-            db.execute(QUERIES["q20"].statement())
-
-        def drive(db) -> None:
-            db.start()
-            wait_ingested(db, events, "kafka-subs")
-            db.flush(timeout_s=120)
-            db.finish()
-
+        setup, drive = self._kafka_query(broker, prefix, events, "q20")
         emb = self._embedded_run("kafka-q20", setup, drive, "q20", events, warm=lambda w: warm_nexmark(w, "q20"))
         want = _digest(_concat(emb["sink"]))
         runs = {}

@@ -16,7 +16,7 @@ from typing import Any
 from laminardb.cluster.exceptions import ActorLostError, ActorTimeoutError, ClusterStartError
 from laminardb.cluster.ownership import RaftConfig, acquire_routing
 
-_NAMESPACE = "laminardb"  # the Ray namespace of named actors (the database heads' too)
+NAMESPACE = "laminardb"  # the Ray namespace of laminardb's named actors (heads, reactors)
 _RAFT_STATUS_TIMEOUT_S = 1.0  # one voter round trip on loopback is ~1 ms; past this, "not available"
 
 _START_ATTEMPTS = 3  # actor starts cancelled by a raylet still cleaning up are retried
@@ -97,7 +97,7 @@ class ActorPool:
         pool.actors, pool.info = [], []
         for i, name in enumerate(pool.ray_names() or []):
             try:
-                pool.actors.append(ray.get_actor(name, namespace=_NAMESPACE))
+                pool.actors.append(ray.get_actor(name, namespace=NAMESPACE))
             except ValueError:
                 pool.actors.append(None)
                 pool.dead[i] = "gone with the head"
@@ -118,7 +118,7 @@ class ActorPool:
             if names is None:
                 actors = [cls.remote(i, n_actors) for i in indexes]
             else:  # a retry after a cancelled start reuses the names of the killed actors
-                actors = [cls.options(name=names[i], namespace=_NAMESPACE, lifetime="detached",
+                actors = [cls.options(name=names[i], namespace=NAMESPACE, lifetime="detached",
                                       get_if_exists=False).remote(i, n_actors) for i in indexes]
             try:
                 return actors, ray.get([a.ready.remote() for a in actors], timeout=_START_TIMEOUT_S)
@@ -382,7 +382,7 @@ def _await_names_free(names: list[str], timeout_s: float = 10.0) -> None:
     for name in names:
         while time.monotonic() < deadline:
             try:
-                ray.get_actor(name, namespace=_NAMESPACE)
+                ray.get_actor(name, namespace=NAMESPACE)
             except ValueError:
                 break
             time.sleep(0.05)
@@ -398,10 +398,10 @@ def kill_named(prefix: str, *, keep: frozenset[str] = frozenset()) -> int:
     killed = 0
     for entry in list_named_actors(all_namespaces=True):
         name = entry.get("name", "")
-        if entry.get("namespace") != _NAMESPACE or not name.startswith(prefix) or name in keep:
+        if entry.get("namespace") != NAMESPACE or not name.startswith(prefix) or name in keep:
             continue
         try:
-            ray.kill(ray.get_actor(name, namespace=_NAMESPACE), no_restart=True)
+            ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
             killed += 1
         except Exception:  # noqa: BLE001 - gone meanwhile
             pass

@@ -30,11 +30,11 @@ import time
 import uuid
 from typing import Any
 
+from laminardb.cluster.actor_pool import NAMESPACE
 from laminardb.cluster.wire import SharedIpc
 
 log = logging.getLogger(__name__)
 
-NAMESPACE = "laminardb"
 _PREFIX = "head:"
 _WATCH_S = 0.5  # how often the head looks for a lost actor nobody is calling
 _RECOVERY_ATTEMPTS = 3
@@ -178,8 +178,9 @@ class DatabaseHead:
                           detached_prefix=prefix)
         if prefix is not None:
             self.state.set_actors(cluster.members)
-            # started by a head that died before it recorded them above
-            kill_named(prefix, keep=frozenset(cluster.ray_names() or ()))
+            if survivors is not None:  # a fresh pool swept before it started; this one kept some
+                # (e.g. actors a head started, then died before it recorded them above)
+                kill_named(prefix, keep=frozenset(cluster.ray_names() or ()))
         path = self.directory or ":memory:"
         try:
             config = self._engine_config()
@@ -1081,13 +1082,16 @@ def drop_database(database: str, *, timeout_s: float = 120.0) -> bool:
         head = ray.get_actor(head_name(database), namespace=NAMESPACE)
     except ValueError:
         return False
+    dropped = False
     try:
-        _drop_when_up(head, database, timeout_s)
+        _drop_when_up(head, database, timeout_s)  # the head stops its actors itself
+        dropped = True
     finally:
         ray.kill(head, no_restart=True)
-        from laminardb.cluster.actor_pool import kill_named
+        if not dropped:  # the actors are detached: a head that failed to drop leaves them
+            from laminardb.cluster.actor_pool import kill_named
 
-        kill_named(reactor_prefix(database))  # detached: a head that failed to drop leaves them
+            kill_named(reactor_prefix(database))
     return True
 
 

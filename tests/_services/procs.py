@@ -2,7 +2,7 @@
 
 Entry points: :func:`free_port`, :func:`repo_env` (environment for child Python processes),
 :func:`wait_until` (the bounded wait every test uses), :func:`kill_proc`,
-:func:`pids_with_arg` and :func:`port_busy`.
+:func:`pids_with_arg`, :func:`descendants` and :func:`port_busy`.
 """
 
 from __future__ import annotations
@@ -90,6 +90,25 @@ def pids_with_arg(*markers: str) -> list[int]:
                 out.append(int(entry))
         except OSError:
             continue
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc's parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
     return out
 
 

@@ -29,8 +29,18 @@ from laminardb.checkpoint.sink_tasks import SinkSpec, build_sink
 from laminardb.connectors._epoch_sink import EpochRecordingSink
 from laminardb.connectors.partitioned_sink import PartitionedTransactionalFileSink
 from tests._services.fixtures import kafka_broker, postgres_server  # noqa: F401
-from tests._services.procs import wait_until
+from tests._services.procs import descendants, wait_until
 from tests.coordinator.test_native_epoch import SCHEMA, _stage
+
+
+def _coordinator_sink(name: str, sql: str, tmp_path: Path):
+    """The sink ``sql`` creates, built from its spec as the coordinator builds it."""
+    return build_sink(SinkSpec(name, sql, SCHEMA.serialize().to_pybytes(), str(tmp_path / "stages")))
+
+
+def _kafka_sink_sql(name: str, bootstrap: str, topic: str, options: str = "") -> str:
+    return (f"CREATE SINK {name} FROM src INTO KAFKA (brokers = '{bootstrap}', topic = '{topic}', "
+            f"format = 'json'{options})")
 
 
 def _partition_files(sink: PartitionedTransactionalFileSink) -> dict[str, list[Path]]:
@@ -85,7 +95,7 @@ def pg_sink(postgres_server, tmp_path, monkeypatch):  # noqa: F811
     name = postgres_server.create_database("sinks")
     url = f"postgresql://postgres@{postgres_server.host}:{postgres_server.port}/{name}"
     sql = f"CREATE SINK out_pg FROM src INTO POSTGRES (url = '{url}', table = 'out_pg')"
-    sink = build_sink(SinkSpec("out_pg", sql, SCHEMA.serialize().to_pybytes(), str(tmp_path / "stages")))
+    sink = _coordinator_sink("out_pg", sql, tmp_path)
 
     def through_the_driver(*_a, **_k):
         raise AssertionError("an epoch's rows were read in the driver")
@@ -140,36 +150,17 @@ def test_postgres_epochs_are_sealed_and_committed_on_the_executors_exactly_once(
     assert sink.rows_committed == 1500 and sink.epochs_committed == 2
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (from /proc's parent links)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def _python_workers() -> list[int]:
     """The Spark JVM's Python worker processes (not the daemon that forks them)."""
     from laminardb.checkpoint.spark_job import _jvm_process
 
     workers = []
-    for pid in _descendants(_jvm_process().pid):
+    for pid in descendants(_jvm_process().pid):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"pyspark.daemon" in cmd and _descendants(pid) == []:
+        if b"pyspark.daemon" in cmd and descendants(pid) == []:
             workers.append(pid)  # a forked worker: the daemon's command line, no children
     return workers
 
@@ -269,9 +260,8 @@ def test_kafka_epochs_are_produced_by_executor_tasks_exactly_once(spark, tmp_pat
     monkeypatch.setattr(ExactlyOnceKafkaSink, "_settled_marker", through_the_driver)
     monkeypatch.setattr(EpochStage, "read", through_the_driver)
     topic = f"exec-{tmp_path.name[-20:]}".replace("_", "-")
-    sql = (f"CREATE SINK out_k FROM src INTO KAFKA (brokers = '{kafka_broker.bootstrap}', topic = '{topic}', "
-           "format = 'json', delivery.guarantee = 'exactly-once')")
-    sink = build_sink(SinkSpec("out_k", sql, SCHEMA.serialize().to_pybytes(), str(tmp_path / "stages")))
+    sql = _kafka_sink_sql("out_k", kafka_broker.bootstrap, topic, ", delivery.guarantee = 'exactly-once'")
+    sink = _coordinator_sink("out_k", sql, tmp_path)
     try:
         assert isinstance(sink, ExactlyOnceKafkaSink) and commits_on_executor(sink)
         stage = sink.epoch_stage
@@ -306,9 +296,8 @@ def test_an_at_least_once_sink_is_written_by_an_executor_task(spark, tmp_path, k
 
     monkeypatch.setattr(KafkaSink, "write", through_the_driver)
     topic = f"alo-{tmp_path.name[-20:]}".replace("_", "-")
-    sql = (f"CREATE SINK out_a FROM src INTO KAFKA (brokers = '{kafka_broker.bootstrap}', topic = '{topic}', "
-           "format = 'json')")
-    sink = build_sink(SinkSpec("out_a", sql, SCHEMA.serialize().to_pybytes(), str(tmp_path / "stages")))
+    sql = _kafka_sink_sql("out_a", kafka_broker.bootstrap, topic)
+    sink = _coordinator_sink("out_a", sql, tmp_path)
     try:
         assert native_kind(sink) == "write" and not commits_on_executor(sink)
         staged = [_stage(tmp_path / "a.parquet", 0, 500), _stage(tmp_path / "b.parquet", 500, 800)]

@@ -254,7 +254,7 @@ def test_a_subscription_read_that_meets_a_killed_actor_recovers(database):
         if i == 12:
             victim = _pids(db)[0]
             os.kill(victim, signal.SIGKILL)
-            wait_until(lambda: not process_alive(victim), timeout=10, interval=0.02)
+            wait_until(lambda v=victim: not process_alive(v), timeout=10, interval=0.02)
         db.insert("t", batch(i))
         for sub in subs.values():  # a read first, after the kill
             while sub.try_next() is not None:

@@ -17,7 +17,7 @@ import duckdb
 import pytest
 
 from tests._services.fixtures import kafka_broker  # noqa: F401
-from tests._services.procs import pids_with_arg, process_alive, wait_until
+from tests._services.procs import descendants, pids_with_arg, process_alive, wait_until
 from tests.delta.workload import (
     DDL,
     KAFKA_DDL,
@@ -229,25 +229,14 @@ def _kill_heads_until(stop: threading.Event) -> None:
     """SIGKILL every database head process of this test's Ray (a descendant of this process)
     as soon as it appears, until ``stop``."""
     while not stop.is_set():
+        mine = set(descendants(os.getpid()))
         for pid in pids_with_arg("ray::DatabaseHead"):
-            if _descends_from_me(pid):
+            if pid in mine:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
         time.sleep(0.01)
-
-
-def _descends_from_me(pid: int) -> bool:
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError):
-            return False
-        if pid == os.getpid():
-            return True
-    return False
 
 
 def test_reconnect_timeout_gives_a_typed_error_and_connect_waits(database):
