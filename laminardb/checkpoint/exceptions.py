@@ -65,6 +65,13 @@ class CheckpointUnsupportedError(CheckpointError):
     code = "LDB-5007"
 
 
+class StaleInsertRefError(CheckpointError):
+    """A direct insert names a reactor actor's WAL record a checkpoint has already freed
+    (``actor_wals.py``): the client sends the rows again, through its new route."""
+
+    code = "LDB-5008"
+
+
 # -- the Delta checkpoint coordinator (laminardb/checkpoint/spark_coordinator.py) -------------
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import msgpack
 
+from laminardb.checkpoint.actor_wals import ActorWals
 from laminardb.checkpoint.sink import TwoPhaseSink
 from laminardb.checkpoint.state_chains import DEFAULT_MAX_DELTAS, StateChains
 from laminardb.checkpoint.store import CheckpointStore, Manifest
@@ -80,7 +81,7 @@ def parse_interval(value: Any) -> float | None:
                       code="LDB-9010")
 
 
-def _flag(value: Any) -> bool:
+def config_flag(value: Any) -> bool:
     return str(value).strip().lower() not in ("false", "0", "off", "no")
 
 
@@ -95,8 +96,10 @@ class LocalCoordinator:
         #: incremental checkpoints of joins (``state_chains``); ``checkpoint_incremental=False``
         #: writes every operator's whole state every time
         self.chains = StateChains(max_deltas=int(config.get("checkpoint_max_deltas", DEFAULT_MAX_DELTAS)),
-                                  enabled=_flag(config.get("checkpoint_incremental", True)))
+                                  enabled=config_flag(config.get("checkpoint_incremental", True)))
         self.wal = Wal(self.dir / "wal", sync=str(config.get("wal_sync", "none")))
+        #: the Delta mode's direct inserts: rows logged in reactor actors' WALs, referenced here
+        self.actor_wals = ActorWals(self.dir)
         self.store = CheckpointStore(self.dir)
         self.journaling = True  # off while recovery replays the WAL
         #: called under the engine lock as a barrier starts (``ClusterBackend.settle``: deliver
@@ -137,6 +140,19 @@ class LocalCoordinator:
         lsn = self.wal.append_insert(source, batch, tag)
         if tag is not None:
             self.client_seqs[tag[0]] = (tag[1], batch.num_rows)
+        return lsn
+
+    def log_insert_ref(self, source: str, ref: dict, rows: int) -> int:
+        """An insert a reactor actor logged in its own WAL (``ref``: its member ``w`` and lsn
+        ``l``): this WAL records where, not the rows (``actor_wals.py``)."""
+        self.last_logged_rows = rows
+        tag = self.insert_tag
+        header: dict[str, Any] = {"s": source, "w": str(ref["w"]), "l": int(ref["l"]), "n": int(rows)}
+        if tag is not None:
+            header["c"], header["q"] = tag
+        lsn = self.actor_wals.reference(header["w"], header["l"], lambda: self.wal.append("insert_ref", header))
+        if tag is not None:
+            self.client_seqs[tag[0]] = (tag[1], rows)
         return lsn
 
     def log_ddl(self, sql: str) -> None:
@@ -367,6 +383,7 @@ class LocalCoordinator:
             lsn = self.store.wal_lsn_of(oldest)
             if lsn is not None:
                 self.wal.truncate_before(lsn)
+                self.actor_wals.truncate(lsn)
 
     # ------------------------------------------------------------------ timer
     def start_timer(self) -> None:

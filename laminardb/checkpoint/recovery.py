@@ -87,9 +87,14 @@ def recover(conn) -> dict[str, Any]:
                     if name not in settled:  # created after the checkpoint: drop what it staged
                         sink.recover(epoch, None)
                         settled.add(name)
-            elif rec.kind == "insert":
+            elif rec.kind in ("insert", "insert_ref"):
                 node = reactor._node(rec.header["s"])
-                batch = rec.batch()
+                if rec.kind == "insert":
+                    batch = rec.batch()
+                else:  # rows a reactor actor logged in its own WAL (the Delta mode's direct inserts)
+                    h = rec.header
+                    batch = coord.actor_wals.batch(h["w"], int(h["l"]), int(h["n"]))
+                    coord.actor_wals.note(rec.lsn, h["w"], int(h["l"]))
                 node.accepted += batch.num_rows
                 if "c" in rec.header:  # a cluster client's numbered insert
                     coord.client_seqs[rec.header["c"]] = (int(rec.header["q"]), batch.num_rows)
@@ -102,6 +107,7 @@ def recover(conn) -> dict[str, Any]:
             elif rec.kind == "finish":
                 reactor.finish()
         reactor.connector_restore = {}
+        coord.actor_wals.replayed()
     except (ManifestError, RecoveryError):
         raise
     except Exception as exc:

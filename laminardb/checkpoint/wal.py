@@ -97,13 +97,15 @@ def encode_batch(batch: pa.RecordBatch) -> pa.Buffer:
 class Wal:
     """Append-only log of one database directory; see the module docstring."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, sync: SyncMode = "none") -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, sync: SyncMode = "none",
+                 segment_bytes: int = _SEGMENT_BYTES) -> None:
         if sync not in ("none", "always"):
             raise ValueError(f"wal_sync must be 'none' (default: survives a process crash) or "
                              f"'always' (fsync per batch: survives a power loss), not {sync!r}")
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.sync_mode = sync
+        self.segment_bytes = segment_bytes
         self.next_lsn = 0
         self.bytes_written = 0
         self.syncs = 0
@@ -251,7 +253,7 @@ class Wal:
         body_view = memoryview(body)
         crc = crc32c(body_view, crc32c(hbytes, crc32c(_LSN.pack(lsn))))
         head = _HEAD.pack(_MAGIC, len(hbytes), len(body_view), lsn, crc)
-        if self._seg_bytes >= _SEGMENT_BYTES:
+        if self._seg_bytes >= self.segment_bytes:
             self.rotate()
         try:
             _write_all(self._fd, [head, hbytes, body_view])
@@ -322,7 +324,14 @@ class Wal:
 
     def truncate_before(self, lsn: int) -> int:
         """Delete segments holding only records < ``lsn``; returns how many were deleted."""
-        segs = self.segments()
+        return Wal.truncate_dir(self.dir, lsn)
+
+    @staticmethod
+    def truncate_dir(directory: str | os.PathLike[str], lsn: int) -> int:
+        """``truncate_before`` on a WAL another process appends to (a reactor actor's,
+        ``direct_insert.ActorWals``): only whole segments with a successor go, never the one
+        being written."""
+        segs = sorted((int(p.stem), p) for p in Path(directory).iterdir() if p.suffix == _SUFFIX and p.stem.isdigit())
         gone = 0
         for (_first, path), (nxt, _) in zip(segs, segs[1:], strict=False):
             if nxt <= lsn:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from laminardb.cluster.direct_insert import DirectInserts
 from laminardb.cluster.exceptions import ClusterStartError, HeadUnavailableError
 from laminardb.cluster.ray_env import init_ray
 from laminardb.cluster.wire import encode_rows, from_ipc, from_ipc_table, schema_from_ipc
@@ -91,6 +92,7 @@ class RemoteConnection:
         self._client = self._call("attach")
         self._insert_lock = threading.Lock()  # one numbered insert at a time (the head dedups by number)
         self._insert_seq = 0
+        self._direct = DirectInserts(self)
         # a Connection dropped without close() still detaches (its subscriptions end)
         self._finalizer = weakref.finalize(self, _detach, head, self._client)
 
@@ -143,8 +145,17 @@ class RemoteConnection:
 
     # ------------------------------------------------------------------ data
     def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int:
+        """Rows go to a reactor actor, and the head only hears of them (``direct_insert.py``);
+        an insert that path cannot take goes through the head, answered the same way."""
         check_on_error(on_error)
-        return _insert_result(self._numbered("insert", source, encode_rows(data), on_error))
+        payload = encode_rows(data)
+        with self._insert_lock:
+            self._insert_seq += 1
+            tag = [self._client, self._insert_seq]
+            answer = self._direct.insert(source, payload, tag)
+            if answer is None:
+                answer = self._call("insert", source, payload, on_error, tag)
+        return _insert_result(answer)
 
     def insert_json(self, source: str, data: str | bytes | list[str], *, on_error: OnError = "raise") -> int:
         check_on_error(on_error)

@@ -103,6 +103,9 @@ class DatabaseHead:
 
         t0 = time.perf_counter()
         self.database = database
+        #: where reactor actors on any node can write the database's files (direct inserts log
+        #: there): a configured directory (shared, docs/cluster.md) or none at all
+        self.files_everywhere = directory != SESSION_DIR
         if directory == SESSION_DIR:
             directory = os.path.join(session_checkpoint_dir(), database)
         self.directory = directory
@@ -188,6 +191,7 @@ class DatabaseHead:
                                      local_global=self.local_global, on_restored=self._on_restored,
                                      coordinated=self.coordinated)
             conn = Connection(path, config=config, backend=backend)
+            self._open_insert_logs(conn, cluster)
             if self.coordinated and conn.engine.durable is not None:
                 # every checkpoint goes through the coordinator — also on a restarted head, whose
                 # sinks only stage rows: a local checkpoint would drop them (nothing writes them)
@@ -196,6 +200,22 @@ class DatabaseHead:
         except BaseException:
             cluster.shutdown()
             raise
+
+    def _open_insert_logs(self, conn, cluster) -> None:
+        """Every actor logs the rows clients insert through it in a WAL of its own in the
+        database's directory (``direct_insert.py``); the checkpoints free what they cover."""
+        import ray
+
+        from laminardb.checkpoint.actor_wals import actor_wal_dir
+
+        durable = conn.engine.durable
+        sync = str(self.config.get("wal_sync", "none"))
+        dirs = [None if durable is None else actor_wal_dir(durable.dir, m) for m in cluster.members]
+        ray.get([a.open_insert_log.remote(d, sync) for a, d in zip(cluster.actors, dirs, strict=True)],
+                timeout=cluster.call_timeout)
+        if durable is not None:
+            members = frozenset(cluster.members)
+            durable.actor_wals.live = lambda: members
 
     def _raft_config(self):
         """The voters this database's ownership and epoch log live in: the ``raft`` it was
@@ -568,6 +588,58 @@ class DatabaseHead:
         n = self._call(lambda c: _insert_once(c, tag, lambda: c.insert(source, data, on_error=on_error)),
                        logged=lambda c: c.engine.durable.last_logged_rows)
         return _insert_answer(n, to_ipc_table)
+
+    @_answer
+    def insert_route(self, source: str) -> dict:
+        """Where a client sends the rows of its inserts into ``source`` itself (``direct_insert.py``)."""
+        return self._call(lambda c: self._insert_route(c, source))
+
+    def _insert_route(self, conn, source: str) -> dict:
+        import ray
+
+        backend = conn.engine.backend
+        cluster = backend.cluster
+        name = conn.engine.reactor._node(source).name
+        actors = []
+        from laminardb.checkpoint.local import config_flag
+
+        if config_flag(self.config.get("direct_inserts", True)):
+            here = ray.get_runtime_context().get_node_id()
+            for i, (actor, info) in enumerate(zip(cluster.actors, cluster.info, strict=True)):
+                if actor is None or i in cluster.dead:
+                    continue
+                if self.files_everywhere or (info is not None and info.get("node_id") == here):
+                    actors.append((i, actor))
+        return {"token": _route_token(cluster), "actors": actors, "routed": backend._routed_queries(name)}
+
+    @_answer
+    def insert_staged(self, source: str, token: str, desc: dict, tag: list | None = None) -> dict:
+        """Ingest an insert a reactor actor converted, logged and kept (``direct_insert.py``);
+        ``{"stale": True}`` when the actors changed since the client's route was made."""
+        from laminardb.checkpoint.exceptions import StaleInsertRefError
+        from laminardb.cluster.remote_rows import RemoteRows
+        from laminardb.cluster.wire import to_ipc_table
+
+        def run(c):
+            cluster = c.engine.backend.cluster
+            if _route_token(cluster) != token:
+                return None
+            actor = int(desc["actor"])
+            node = c.engine.reactor._node(source)
+            rows = RemoteRows.merge(node.schema, [(actor, desc)], cluster.n_actors)
+            ref = {"w": cluster.members[actor], "l": desc["lsn"]}
+            try:
+                n = _insert_once(c, tag, lambda: c.engine.insert_staged(source, rows, ref))
+            except StaleInsertRefError:
+                return None
+            # a keyed query created since the route was made: the client splits for it from now on
+            return n, c.engine.backend._routed_queries(node.name)
+
+        done = self._call(run, logged=lambda c: (c.engine.durable.last_logged_rows, None))
+        if done is None:
+            return {"stale": True}
+        n, routed = done
+        return {**_insert_answer(n, to_ipc_table), "routed": routed}
 
     @_answer
     def insert_text(self, kind: str, source: str, data, on_error: str, tag: list | None = None) -> dict:
@@ -1144,6 +1216,12 @@ def _insert_once(conn, tag, insert):
         return insert()
     finally:
         durable.insert_tag = None
+
+
+def _route_token(cluster) -> str:
+    """Names the actors a direct insert's route was made for: rows a replaced actor kept,
+    or split for another vnode routing, are refused (the client sends them again)."""
+    return "|".join(cluster.members)
 
 
 def _insert_answer(n, to_ipc_table) -> dict:

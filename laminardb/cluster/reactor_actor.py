@@ -51,6 +51,8 @@ class ReactorActorImpl:
         self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
         self.images: dict = {}  # node → StateImage taken at the last barrier, until encoded
         self.kept: dict = {}  # query → a plan tree's rows this actor routed to itself, until its next step
+        self.insert_log = None  # direct_insert.ActorInsertLog: rows clients inserted through this actor
+        self.insert_log_dir: str | None = None
 
     def reset(self) -> None:
         """Forget every query and all state (a pooled actor serving a new connection)."""
@@ -63,6 +65,9 @@ class ReactorActorImpl:
         self.partial = {}
         self.images = {}
         self.kept = {}
+        if self.insert_log is not None:
+            self.insert_log.close()
+        self.insert_log, self.insert_log_dir = None, None
         self.conn = laminardb.open()
         self.conn.engine.reactor.connectors_enabled = False
         self.rows_in = self.polled_rows = 0
@@ -359,17 +364,20 @@ class ReactorActorImpl:
         return self._keep_rows(source, batch, routed_queries, health), states, position
 
     def _keep_rows(self, source: str, batch: pa.RecordBatch | None, routed_queries: list[str],
-                   health: dict) -> dict:
+                   health: dict, *, whole: bytes | None = None, read: bool = True) -> dict:
         """Rows this actor read stay here, in Ray's object store: once whole, and for each keyed
         query in ``routed_queries`` split by owner (WHERE applied), so the owners fetch their
-        parts from this actor directly. Returns their description (``remote_rows.RemoteRows``)."""
+        parts from this actor directly. Returns their description (``remote_rows.RemoteRows``).
+        ``whole``: the batch's IPC when the caller has it; ``read``: rows this actor read from a
+        connector (the autoscaler's processed rows), not rows a client inserted."""
         import ray
 
         from laminardb.sql.arrays import numeric_view
 
         if batch is None or batch.num_rows == 0:
             return {"rows": 0, "bytes": 0, **health}
-        self.polled_rows += batch.num_rows
+        if read:
+            self.polled_rows += batch.num_rows
         with self._busy():
             time_col = self.conn.engine.reactor.nodes[source].time_col
             top = int(numeric_view(batch.column(time_col)).max()) if time_col is not None else None
@@ -378,7 +386,25 @@ class ReactorActorImpl:
                 parts = route_rows(self._op(query).plan, batch, self.owner, self.n_actors)
                 routed[query] = [ray.put(to_ipc_array(p)) if p.num_rows else None for p in parts]
             return {"rows": batch.num_rows, "bytes": batch.nbytes, "max_event_time": top,
-                    "whole": ray.put(to_ipc_array(batch)), "routed": routed, **health}
+                    "whole": ray.put(to_ipc_array(batch) if whole is None else whole), "routed": routed, **health}
+
+    # -- rows a client inserted through this actor (direct_insert.py) ---------------------
+    def open_insert_log(self, directory: str | None, sync: str) -> None:
+        """Log inserted rows in ``directory`` (None: a database without files logs nothing)."""
+        from laminardb.cluster.direct_insert import ActorInsertLog
+
+        if directory == self.insert_log_dir and (directory is None or self.insert_log is not None):
+            return  # a restarted head adopting this actor: the log is open already
+        if self.insert_log is not None:
+            self.insert_log.close()
+        self.insert_log = ActorInsertLog(directory, sync) if directory is not None else None
+        self.insert_log_dir = directory
+
+    def stage_insert(self, source: str, payload: dict, routed_queries: list[str]) -> dict:
+        """Convert, log and keep one client insert here (``direct_insert.stage``)."""
+        from laminardb.cluster.direct_insert import stage
+
+        return stage(self, source, payload, routed_queries)
 
     # -- a source one actor reads (a CDC source, see actor_source.py) -----------------
     def start_source(self, source: str, kind: str, options_json: str,

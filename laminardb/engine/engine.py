@@ -304,6 +304,18 @@ class Engine:
             self.durable.durable(lsn)  # group commit: fsync outside the lock (wal_sync='always')
         return n
 
+    def insert_staged(self, source: str, rows: Any, ref: dict) -> int:
+        """Ingest rows a reactor actor converted and logged already (the Delta mode's direct
+        inserts, ``cluster/direct_insert.py``; ``Reactor.insert_staged``)."""
+        self.check_open()
+        self.backend.check_alive("insert")
+        with self.lock:
+            n = self.reactor.insert_staged(source, rows, ref)
+            lsn = self.reactor.last_lsn
+        if self.durable is not None and n:
+            self.durable.durable(lsn)
+        return n
+
     def insert_json(self, source: str, data: str | bytes | list[str], *, on_error: OnError = "raise") -> int:
         """Insert JSON text (an array, one object, or one object per line)."""
         self.check_open()

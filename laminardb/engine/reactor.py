@@ -386,6 +386,50 @@ class Reactor:
         emits them on ``<source>__rejected``); then an ``InsertResult`` is returned. ``index``
         maps rows of ``data`` to their index in the caller's input; ``rejected``: rows of that
         input refused before (text that did not parse); ``strict_text``: see ``insert_batch.prepare``."""
+        node = self._insertable(source)
+        p = prepare(data, node.schema, node.not_null, source=node.name, rules=node.rules, max_ts=node.max_ts,
+                    strict_text=strict_text)
+        bad, codes = combine_rejected(p, index=index, earlier=rejected)
+        if bad is not None:
+            node.rejected += bad.num_rows
+        if bad is not None and on_error == "raise":
+            total = p.rows + (0 if rejected is None else rejected.num_rows)
+            raise_rejected(bad, codes, source=node.name, rows=total)
+        batch = p.batch
+        # only the accepted rows are logged and counted: refused ones never reach the WAL
+        if self.journal is not None and batch.num_rows:
+            self.last_lsn = self.journal.log_insert(node.name, batch)  # durable before it counts
+        known = p.max_event[1] if p.max_event is not None and p.max_event[0] == node.time_col else None
+        n, late = self._ingest_counted(node, batch, known)
+        if bad is not None and on_error == "dead_letter":
+            dead = self.nodes.get(node.name + REJECTED_SUFFIX)
+            if dead is not None:
+                self._emit(dead, [bad])
+        rejected_rows = None if bad is None or on_error == "raise" else pa.Table.from_batches([bad])
+        return InsertResult(n, rejected_rows, late_by_query=late)
+
+    def insert_staged(self, source: str, rows, ref: dict) -> InsertResult:
+        """Ingest an insert a reactor actor converted, logged and kept already (the Delta mode's
+        direct inserts, ``cluster/direct_insert.py``): ``rows`` is its ``RemoteRows``, ``ref``
+        where the actor logged them ({"w": member, "l": lsn}), which the WAL records instead
+        of the rows."""
+        node = self._insertable(source)
+        if self.journal is not None:
+            self.last_lsn = self.journal.log_insert_ref(node.name, ref, rows.num_rows)
+        n, late = self._ingest_counted(node, rows, rows.max_event_time)
+        return InsertResult(n, None, late_by_query=late)
+
+    def _ingest_counted(self, node: Node, batch, max_event_time: int | None) -> tuple[int, dict[str, int]]:
+        """``ingest`` an accepted insert: (rows, the late rows per query it caused)."""
+        node.accepted += batch.num_rows
+        late_before = self._late_counts(node)
+        n = self.ingest(node, batch, max_event_time=max_event_time)
+        late = {q: c - late_before[q] for q, c in self._late_counts(node).items()
+                if q in late_before and c > late_before[q]}
+        return n, late
+
+    def _insertable(self, source: str) -> Node:
+        """The source ``insert()`` may write to, or the error that says why not."""
         node = self._node(source)
         if node.kind != "source":
             raise NotQueryableError(f"{source!r} is a {node.kind}; insert() writes to sources only")
@@ -399,30 +443,7 @@ class Reactor:
         if self.finished:
             raise EngineError("the connection has finished (end of input); open a new connection to continue",
                               code="LDB-3004")
-        p = prepare(data, node.schema, node.not_null, source=node.name, rules=node.rules, max_ts=node.max_ts,
-                    strict_text=strict_text)
-        bad, codes = combine_rejected(p, index=index, earlier=rejected)
-        if bad is not None:
-            node.rejected += bad.num_rows
-        if bad is not None and on_error == "raise":
-            total = p.rows + (0 if rejected is None else rejected.num_rows)
-            raise_rejected(bad, codes, source=node.name, rows=total)
-        batch = p.batch
-        # only the accepted rows are logged and counted: refused ones never reach the WAL
-        if self.journal is not None and batch.num_rows:
-            self.last_lsn = self.journal.log_insert(node.name, batch)  # durable before it counts
-        node.accepted += batch.num_rows
-        late_before = self._late_counts(node)
-        known = p.max_event[1] if p.max_event is not None and p.max_event[0] == node.time_col else None
-        n = self.ingest(node, batch, max_event_time=known)
-        late = {q: c - late_before[q] for q, c in self._late_counts(node).items()
-                if q in late_before and c > late_before[q]}
-        if bad is not None and on_error == "dead_letter":
-            dead = self.nodes.get(node.name + REJECTED_SUFFIX)
-            if dead is not None:
-                self._emit(dead, [bad])
-        rejected_rows = None if bad is None or on_error == "raise" else pa.Table.from_batches([bad])
-        return InsertResult(n, rejected_rows, late_by_query=late)
+        return node
 
     def _late_counts(self, source: Node) -> dict[str, int]:
         """Per query reading ``source`` in this process: rows it has dropped or routed as late
