@@ -25,6 +25,8 @@ Workloads (``--workloads``, comma-separated):
 - ``insert-agg``: ``bench_engine.make_batches`` rows (1,000 symbols) by ``insert()`` →
   keyed 1 s tumble COUNT/SUM/AVG → FILE sink (Parquet, exactly once), durable database,
   checkpoints every 1 s; timed: every insert + ``finish()`` (the last checkpoint commits).
+  ``--insert-paths direct,head`` runs it once with the rows sent to the actors
+  (``cluster/direct_insert.py``, the default) and once through the database head.
 - ``kafka-agg``: the same rows as JSON in Tansu (2 partitions, produced before timing) →
   the same query → FILE sink, checkpoints every 1 s; timed: ``start()`` until every message
   is ingested, then ``flush()`` + ``finish()``.
@@ -448,10 +450,12 @@ class Bench:
             db.finish()
 
         emb = self._embedded_run("insert-agg", setup, drive, "agg", rows, warm=lambda w: warm_up(w, self._warm))
-        m, sink = self._cluster_run("insert-agg", actors, {"checkpoint_interval": "1s", "coordinator": "spark"},
-                                    setup, drive, "agg")
-        verify_windows(emb["sink"], sink, rows, f"insert-agg, {actors} actor(s)")
-        self._record("insert-agg", actors, m, rows, emb, checkpoints="1s")
+        for path in a.insert_paths.split(","):  # rows through the actors, or through the head
+            label = "insert-agg" if path == "direct" else f"insert-agg-{path}"
+            config = {"checkpoint_interval": "1s", "coordinator": "spark", "direct_inserts": path == "direct"}
+            m, sink = self._cluster_run(label, actors, config, setup, drive, "agg")
+            verify_windows(emb["sink"], sink, rows, f"{label}, {actors} actor(s)")
+            self._record(label, actors, m, rows, emb, checkpoints="1s")
 
     # -- 2. Kafka → keyed tumble → FILE sink ---------------------------------------------------
     def kafka_agg(self, actors: int) -> None:
@@ -655,6 +659,8 @@ def main() -> int:
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, of {', '.join(WORKLOADS)}")
     ap.add_argument("--actors", default="1,2,4", help="actor counts, comma-separated")
     ap.add_argument("--rows", type=_count, default=2_000_000, help="insert-agg rows per run")
+    ap.add_argument("--insert-paths", default="direct",
+                    help="insert-agg: direct (rows to the actors), head (through the head), or both: direct,head")
     ap.add_argument("--kafka-rows", type=_count, default=300_000, help="kafka-agg messages")
     ap.add_argument("--events", type=_count, default=100_000, help="kafka-nexmark events")
     ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")
