@@ -145,34 +145,33 @@ class RemoteConnection:
 
     # ------------------------------------------------------------------ data
     def insert(self, source: str, data: Any, *, on_error: OnError = "raise") -> int:
-        """Rows go to a reactor actor, and the head only hears of them (``direct_insert.py``);
-        an insert that path cannot take goes through the head, answered the same way."""
         check_on_error(on_error)
         payload = encode_rows(data)
+        return self._numbered(source, payload, ("insert", source, payload, on_error))
+
+    def insert_json(self, source: str, data: str | bytes | list[str], *, on_error: OnError = "raise") -> int:
+        check_on_error(on_error)
+        return self._numbered(source, {"text": "json", "data": data},
+                              ("insert_text", "json", source, data, on_error))
+
+    def insert_csv(self, source: str, data: str | bytes, *, on_error: OnError = "raise") -> int:
+        check_on_error(on_error)
+        return self._numbered(source, {"text": "csv", "data": data}, ("insert_text", "csv", source, data, on_error))
+
+    def _numbered(self, source: str, payload: dict, through_head: tuple) -> int:
+        """An insert with this client's next sequence number: repeated after a head restart,
+        it is applied once (the head's WAL records the number; ``head._insert_once``). The
+        rows go to a reactor actor and the head only hears of them (``direct_insert.py``); an
+        insert that path cannot take goes through the head (``through_head``: its method and
+        arguments), answered the same way. One at a time, so the numbers reach the head in
+        order (the head runs inserts one at a time anyway)."""
         with self._insert_lock:
             self._insert_seq += 1
             tag = [self._client, self._insert_seq]
             answer = self._direct.insert(source, payload, tag)
             if answer is None:
-                answer = self._call("insert", source, payload, on_error, tag)
+                answer = self._call(*through_head, tag)
         return _insert_result(answer)
-
-    def insert_json(self, source: str, data: str | bytes | list[str], *, on_error: OnError = "raise") -> int:
-        check_on_error(on_error)
-        return _insert_result(self._numbered("insert_text", "json", source, data, on_error))
-
-    def insert_csv(self, source: str, data: str | bytes, *, on_error: OnError = "raise") -> int:
-        check_on_error(on_error)
-        return _insert_result(self._numbered("insert_text", "csv", source, data, on_error))
-
-    def _numbered(self, method: str, *args) -> Any:
-        """An insert with this client's next sequence number: repeated after a head restart,
-        it is applied once (the head's WAL records the number; ``head._insert_once``). One at
-        a time, so the numbers reach the head in order (the head runs inserts one at a time
-        anyway)."""
-        with self._insert_lock:
-            self._insert_seq += 1
-            return self._call(method, *args, [self._client, self._insert_seq])
 
     def writer(self, source: str, *, on_error: OnError = "raise") -> Writer:
         """A ``Writer`` into ``source``, as ``Connection.writer``: rows buffered here, each

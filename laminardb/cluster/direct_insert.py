@@ -30,7 +30,7 @@ exactly as before: rows a source refuses (``on_error``), sources whose rules dep
 running maximum (``max_future``), changelog and lookup sources, an empty insert, an actor
 that cannot be reached, and actors on another machine when the database keeps its files in
 the Ray session's directory of the head's node (they could not write there). Text inserts
-(``insert_json``/``insert_csv``) go through the head as well.
+(``insert_json``/``insert_csv``) are parsed on the actor, as the embedded engine parses them.
 
 Why a WAL per actor rather than the client's own log: a client is often a notebook or a
 short script, which may exit as soon as ``insert()`` returns; the rows must outlive it.
@@ -87,9 +87,15 @@ def stage(actor, source: str, payload: dict, routed_queries: list[str]) -> dict:
     if why is not None:
         return {"fallback": why, "permanent": True}
     with actor._busy():
-        # Arrow rows as one RecordBatch: prepare's fast path takes it as it is when its types fit
-        data = from_ipc(payload["ipc"]) if "ipc" in payload else decode_rows(payload)
-        p = prepare(data, node.schema, node.not_null, source=node.name, rules=node.rules)
+        strict = "text" not in payload
+        if not strict:  # insert_json / insert_csv: parsed here, not in the head
+            parsed = _parse_text(payload, node)
+            if parsed.rejected.num_rows:
+                return {"fallback": "text that does not parse", "permanent": False}
+            data = parsed.data
+        else:  # Arrow rows as one RecordBatch: prepare's fast path takes it as is when its types fit
+            data = from_ipc(payload["ipc"]) if "ipc" in payload else decode_rows(payload)
+        p = prepare(data, node.schema, node.not_null, source=node.name, rules=node.rules, strict_text=strict)
         if p.rejected or not p.batch.num_rows:
             return {"fallback": "rows refused" if p.rejected else "no rows", "permanent": False}
         # logged and kept as the same bytes: the client's own when nothing was converted
@@ -97,6 +103,14 @@ def stage(actor, source: str, payload: dict, routed_queries: list[str]) -> dict:
         lsn = actor.insert_log.append(node.name, ipc) if actor.insert_log is not None else None
     desc = actor._keep_rows(node.name, p.batch, routed_queries, {}, whole=ipc, read=False)
     return {**desc, "lsn": lsn, "actor": actor.index, "source": node.name}
+
+
+def _parse_text(payload: dict, node):
+    from laminardb.engine.text_rows import parse_csv_text, parse_json_text
+
+    if payload["text"] == "json":
+        return parse_json_text(payload["data"], source=node.name)
+    return parse_csv_text(payload["data"], node.schema, source=node.name)
 
 
 def _not_direct(node) -> str | None:

@@ -157,3 +157,35 @@ def test_checkpoints_free_what_the_actor_wals_hold(database):
     per_key = {r["k"]: r["c"] for r in db.query("SELECT k, c FROM per_key_total").to_pylist()}
     assert sum(per_key.values()) == 14 * big
     assert all(sub.rows_lost == 0 for sub in subs.values())
+
+
+def test_json_and_csv_are_parsed_on_the_actors_bad_text_goes_through_the_head(database):
+    """Text inserts take the actors' path too; a batch with a line that does not parse goes
+    through the head, which reports and dead-letters it exactly as embedded."""
+    import json
+
+    import laminardb
+
+    ddl = ("CREATE SOURCE s (k BIGINT NOT NULL, v BIGINT, ts BIGINT NOT NULL, "
+           "WATERMARK FOR ts AS ts - INTERVAL '0' SECOND); "
+           "CREATE MATERIALIZED VIEW totals AS SELECT k, count(*) AS c, sum(v) AS s FROM s GROUP BY k")
+    lines = [json.dumps({"k": i % 7, "v": i, "ts": i}) for i in range(300)]
+    csv_text = "k,v,ts\n" + "\n".join(f"{i % 7},{i},{300 + i}" for i in range(300))
+    bad = lines[:5] + ['{"k": 1, "v": "not a number", "ts": 9}'] + lines[5:10]
+
+    def run(db) -> tuple[list, list]:
+        db.execute(ddl)
+        db.insert_json("s", lines[:150])
+        db.insert_json("s", "\n".join(lines[150:]))
+        db.insert_csv("s", csv_text)
+        refused = db.insert_json("s", bad, on_error="skip")
+        return (db.query("SELECT * FROM totals ORDER BY k").to_pylist(),
+                refused.rejected_rows.to_pylist() if refused.rejected_rows is not None else [])
+
+    db = database(checkpoint_interval="off")
+    got, got_refused = run(db)
+    assert db._direct.staged == 3  # the bad batch went through the head
+    with laminardb.open() as embedded:
+        want, want_refused = run(embedded)
+    assert got == want
+    assert got_refused == want_refused and len(got_refused) == 1
