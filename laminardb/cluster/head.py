@@ -610,7 +610,10 @@ class DatabaseHead:
                     continue
                 if self.files_everywhere or (info is not None and info.get("node_id") == here):
                     actors.append((i, actor))
-        return {"token": _route_token(cluster), "actors": actors, "routed": backend._routed_queries(name)}
+        from laminardb.cluster.direct_insert import DirectInserts
+
+        return {"token": _route_token(cluster), "actors": actors, "routed": backend._routed_queries(name),
+                "min_bytes": int(self.config.get("direct_insert_min_bytes", DirectInserts.MIN_BYTES))}
 
     @_answer
     def insert_staged(self, source: str, token: str, desc: dict, tag: list | None = None) -> dict:

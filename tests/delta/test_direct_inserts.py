@@ -72,6 +72,17 @@ def test_rows_go_through_the_actors_and_the_head_logs_references(database):
     assert len(seen["members"]) == 2, seen  # round robin: both actors took rows
 
 
+def test_small_inserts_go_through_the_head(database):
+    """A one-row insert costs the head less than one more call would: it keeps that path."""
+    db = database(checkpoint_interval="off")
+    db.execute(DDL)
+    for i in range(5):
+        db.insert("t", {"k": 0, "seq": i, "v": 1, "ts": i})
+    assert db._direct.staged == 0
+    db.insert("t", batch(1))
+    assert db._direct.staged == 1
+
+
 def test_turned_off_every_insert_goes_through_the_head(database):
     db = database(checkpoint_interval="off", direct_inserts=False)
     seen: dict = {}
@@ -182,7 +193,7 @@ def test_json_and_csv_are_parsed_on_the_actors_bad_text_goes_through_the_head(da
         return (db.query("SELECT * FROM totals ORDER BY k").to_pylist(),
                 refused.rejected_rows.to_pylist() if refused.rejected_rows is not None else [])
 
-    db = database(checkpoint_interval="off")
+    db = database(checkpoint_interval="off", direct_insert_min_bytes=0)  # these few rows too
     got, got_refused = run(db)
     assert db._direct.staged == 3  # the bad batch went through the head
     with laminardb.open() as embedded:
