@@ -541,11 +541,14 @@ class Bench:
         emb = self._embedded_run("insert-q20", setup, drive, "q20", events, subscribe=True,
                                  warm=lambda w: warm_nexmark(w, "q20"))
         want = _digest(_concat(emb["sink"]))
-        for interval in ("1s", "off"):
-            m, sink = self._cluster_run(f"q20-{interval}", actors, {"checkpoint_interval": interval,
-                                        "coordinator": "spark"}, setup, drive, "q20", subscribe=True)
-            assert _digest(_concat(sink)) == want, f"ckpt-q20 {interval}, {actors} actor(s): output differs from embedded"
-            self._record("insert q20", actors, m, events, emb, checkpoints=interval, rows_out=sink.num_rows)
+        for path in a.insert_paths.split(","):  # rows through the actors, or through the head
+            for interval in ("1s", "off"):
+                label = "insert q20" if path == "direct" else f"insert q20 ({path})"
+                m, sink = self._cluster_run(f"q20-{interval}-{path}", actors, {
+                    "checkpoint_interval": interval, "coordinator": "spark", "direct_inserts": path == "direct"},
+                    setup, drive, "q20", subscribe=True)
+                assert _digest(_concat(sink)) == want, f"{label} {interval}, {actors} actor(s): output differs from embedded"
+                self._record(label, actors, m, events, emb, checkpoints=interval, rows_out=sink.num_rows)
 
 
     # -- 5. Kafka → q20 → FILE sink, with 0, 1, 4 … subscribers: the head's fan-out cost ----
@@ -660,7 +663,7 @@ def main() -> int:
     ap.add_argument("--actors", default="1,2,4", help="actor counts, comma-separated")
     ap.add_argument("--rows", type=_count, default=2_000_000, help="insert-agg rows per run")
     ap.add_argument("--insert-paths", default="direct",
-                    help="insert-agg: direct (rows to the actors), head (through the head), or both: direct,head")
+                    help="insert-agg and ckpt-q20: direct (rows to the actors), head (through the head), or both: direct,head")
     ap.add_argument("--kafka-rows", type=_count, default=300_000, help="kafka-agg messages")
     ap.add_argument("--events", type=_count, default=100_000, help="kafka-nexmark events")
     ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")

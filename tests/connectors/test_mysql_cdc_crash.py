@@ -88,5 +88,8 @@ def test_sigkilled_durable_pipeline_ends_equal_to_mariadbs_group_by(mariadb_serv
     got = [tuple(r) for r in json.loads(Path(cfg["out"]).read_text())]
     assert got == group_by(conn)
     text = log.read_text(errors="replace")
-    assert text.count("resumes at GTID") >= 2, text[-3000:]  # restarts resumed from checkpoints
+    # restarts resumed from checkpoints: in the binlog, or in the snapshot when a kill landed
+    # there (on a loaded machine the snapshot outlasts more of the random kills)
+    resumed = text.count("resumes at GTID") + text.count("goes on after key")
+    assert resumed >= 2 and "resumes at GTID" in text, text[-3000:]
     conn.close()
