@@ -1045,6 +1045,8 @@ class HeadSubscription:
         self.skip = 0  # replayed rows to drop before handing out more
         self.carry: list = []  # rows the lost engine delivered that the client has not taken yet
         self.engine_of = None  # the recovered ``Engine`` this subscription is attached to
+        self.emitted = 0  # the row the engine attached last starts at
+        self.old_skip = 0  # what the engine given up then still had to skip
         self._lock = threading.Lock()
 
     def reattach(self, engine, emitted: int) -> None:
@@ -1052,25 +1054,43 @@ class HeadSubscription:
         with self._lock:
             old, self.engine = self.engine, engine
             self.carry += self._take(old, old.try_next())  # delivered before the loss: still valid
+            self.emitted, self.old_skip = emitted, self.skip
             self.skip = max(0, self.position - emitted)
         try:
             old.cancel()
         except Exception:  # noqa: BLE001 - its connection is gone
             pass
 
+    def _keep_late(self, batch) -> None:
+        """A read took ``batch`` from the engine given up while a recovery attached a new one
+        (under ``_lock``): it was delivered before the loss, so it is kept as ``reattach``
+        keeps such rows (they may precede the checkpoint the new engine starts from, which
+        would not deliver them again)."""
+        if batch is None:
+            return
+        self.skip = self.old_skip
+        self.carry += self._counted(batch)
+        self.old_skip = self.skip
+        self.skip = max(0, self.position - self.emitted)
+
     def _take(self, engine, batch) -> list:
         """``batch`` and what else ``engine`` has queued, less the rows to skip; counted."""
         out = []
         while batch is not None:
-            if self.skip:
-                cut = min(self.skip, batch.num_rows)
-                self.skip -= cut
-                batch = batch.slice(cut)
-            if batch.num_rows:
-                out.append(batch)
-                self.position += batch.num_rows
+            out += self._counted(batch)
             batch = engine.try_next()
         return out
+
+    def _counted(self, batch) -> list:
+        """``batch`` less the rows to skip (as a list: empty when none is left); counted."""
+        if self.skip:
+            cut = min(self.skip, batch.num_rows)
+            self.skip -= cut
+            batch = batch.slice(cut)
+        if not batch.num_rows:
+            return []
+        self.position += batch.num_rows
+        return [batch]
 
     def catch_up(self, position: int) -> int:
         """The client has every row before absolute index ``position``: drop those still
@@ -1097,7 +1117,8 @@ class HeadSubscription:
         engine = self.engine
         batch = engine.next_timeout(timeout_ms) if timeout_ms > 0 else engine.try_next()
         with self._lock:
-            if engine is not self.engine:  # recovered meanwhile: the new one has these rows
+            if engine is not self.engine:  # recovered meanwhile
+                self._keep_late(batch)
                 return {"batches": [], "ended": False}
             out = self.carry + self._take(engine, batch)
             self.carry = []
