@@ -405,11 +405,16 @@ class _Drainer:
                 for op in self.backend.operators():
                     if op.open and not op.pending:
                         op.collect_ready()  # sends the batches held back
-                waiting = [f for op in self.backend.operators() for f in op.oldest_futures()]
-            if not waiting:
+                rounds = [r for op in self.backend.operators() if (r := op.oldest_futures())]
+            if not rounds:
                 self._stop.wait(self._IDLE_S)
                 continue
-            ray.wait(waiting, num_returns=1, timeout=self._WAIT_S)
+            # wait until a round has every answer: waiting for any one answer would return at
+            # once, again and again, while one actor of a round has answered and another not
+            waiting = [f for r in rounds for f in r]
+            done = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0])
+            if not any(all(f in done for f in r) for r in rounds):
+                ray.wait([f for f in waiting if f not in done], num_returns=1, timeout=self._WAIT_S)
             try:
                 with lock:
                     for op in self.backend.operators():
