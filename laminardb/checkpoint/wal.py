@@ -122,11 +122,7 @@ class Wal:
 
     # ------------------------------------------------------------------ open / scan
     def segments(self) -> list[tuple[int, Path]]:
-        out = []
-        for p in self.dir.iterdir():
-            if p.suffix == _SUFFIX and p.stem.isdigit():
-                out.append((int(p.stem), p))
-        return sorted(out)
+        return _segments(self.dir)
 
     @property
     def first_lsn(self) -> int:
@@ -331,7 +327,7 @@ class Wal:
         """``truncate_before`` on a WAL another process appends to (a reactor actor's,
         ``direct_insert.ActorWals``): only whole segments with a successor go, never the one
         being written."""
-        segs = sorted((int(p.stem), p) for p in Path(directory).iterdir() if p.suffix == _SUFFIX and p.stem.isdigit())
+        segs = _segments(Path(directory))
         gone = 0
         for (_first, path), (nxt, _) in zip(segs, segs[1:], strict=False):
             if nxt <= lsn:
@@ -370,6 +366,11 @@ class Wal:
             with self._cv:
                 os.close(self._fd)
                 self._fd = -1
+
+
+def _segments(directory: Path) -> list[tuple[int, Path]]:
+    """The segment files of a WAL directory, as (first lsn, path), oldest first."""
+    return sorted((int(p.stem), p) for p in directory.iterdir() if p.suffix == _SUFFIX and p.stem.isdigit())
 
 
 def _write_all(fd: int, parts: list) -> None:

@@ -105,7 +105,7 @@ def stage(actor, source: str, payload: dict, routed_queries: list[str]) -> dict:
         ipc = np.asarray(payload["ipc"]) if p.batch is data else to_ipc_array(p.batch)
         lsn = actor.insert_log.append(node.name, ipc) if actor.insert_log is not None else None
     desc = actor._keep_rows(node.name, p.batch, routed_queries, {}, whole=ipc, read=False)
-    return {**desc, "lsn": lsn, "actor": actor.index, "source": node.name}
+    return {**desc, "lsn": lsn, "actor": actor.index}
 
 
 def _parse_text(payload: dict, node):
@@ -160,7 +160,6 @@ class DirectInserts:
         if "ipc" in payload:  # out of band: Ray hands the actor the bytes without a copy
             payload = {"ipc": np.frombuffer(payload["ipc"], dtype=np.uint8)}
         for _ in range(_STALE_RETRIES):
-            route = self._route(source)
             if not route["actors"]:
                 self.head_only.add(source)  # no actor may take inserts (files only the head reaches)
                 return None
@@ -184,6 +183,7 @@ class DirectInserts:
                     route["routed"] = answer["routed"]
                 return answer
             self.routes.pop(source, None)  # actors replaced or rescaled: a new route, the rows again
+            route = self._route(source)
         return None
 
     def _route(self, source: str) -> dict:

@@ -597,12 +597,13 @@ class DatabaseHead:
     def _insert_route(self, conn, source: str) -> dict:
         import ray
 
+        from laminardb.checkpoint.local import config_flag
+        from laminardb.cluster.direct_insert import DirectInserts
+
         backend = conn.engine.backend
         cluster = backend.cluster
         name = conn.engine.reactor._node(source).name
         actors = []
-        from laminardb.checkpoint.local import config_flag
-
         if config_flag(self.config.get("direct_inserts", True)):
             here = ray.get_runtime_context().get_node_id()
             for i, (actor, info) in enumerate(zip(cluster.actors, cluster.info, strict=True)):
@@ -610,8 +611,6 @@ class DatabaseHead:
                     continue
                 if self.files_everywhere or (info is not None and info.get("node_id") == here):
                     actors.append((i, actor))
-        from laminardb.cluster.direct_insert import DirectInserts
-
         return {"token": _route_token(cluster), "actors": actors, "routed": backend._routed_queries(name),
                 "min_bytes": int(self.config.get("direct_insert_min_bytes", DirectInserts.MIN_BYTES))}
 
