@@ -343,7 +343,8 @@ class CoordinatedDatabase:
                 infos[name] = {"info": info, "rows": n}
                 rows += n
                 continue
-            staged = [desc["stage"]] if desc.get("stage") and desc.get("rows", 1) != 0 else []
+            staged = desc.get("stages") or ([desc["stage"]] if desc.get("stage") else [])
+            staged = staged if desc.get("rows", 1) != 0 else []
             if staged:
                 kind = native_kind(slot.sink)
                 with self._spark_lock:

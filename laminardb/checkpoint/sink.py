@@ -218,12 +218,16 @@ class EpochStage:
     def settle(self, epoch: int) -> None:
         """After a restart from checkpoint ``epoch``: drop the unsealed rows (replay makes them
         again) and every staged epoch after ``epoch`` (its checkpoint never completed)."""
-        self.close()
-        self._open.unlink(missing_ok=True)
-        self.open_rows = 0
+        self.discard_open()
         for e in self.epochs():
             if e > epoch:
                 self.drop(e)
+
+    def discard_open(self) -> None:
+        """Forget the unsealed rows and delete their file."""
+        self.close()
+        self._open.unlink(missing_ok=True)
+        self.open_rows = 0
 
     def close(self) -> None:
         if self._writer is not None:

@@ -10,16 +10,23 @@ Spark's own reader on its executors (``spark.read.parquet``), so no row passes t
 Spark driver. Abort and recovery drop staged epochs no manifest covers.
 Its counters are those of the sink the coordinator writes (``metrics()`` shows them under that
 sink's ``connector_name``): rows handed to it, and rows and epochs the coordinator committed.
+Rows the actors staged themselves (``actor_stages.py``) join each epoch as their own files:
+``seal_actors``, set by the cluster backend, seals them at the barrier.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
+from laminardb.checkpoint.actor_stages import release_actor_files, settle_actor_files
 from laminardb.checkpoint.sink import EpochStage, TwoPhaseSink
+
+#: (file, rows) an actor sealed for an epoch
+ActorFile = tuple[str, int]
 
 
 class StagedSink(TwoPhaseSink):
@@ -39,13 +46,28 @@ class StagedSink(TwoPhaseSink):
         self.rows_written = 0  # rows handed to the sink, as the embedded sinks count them
         self.rows_committed = 0  # rows of epochs the coordinator committed (``release``)
         self.epochs_committed = 0  # of those epochs, the ones that held rows (as the embedded sinks)
+        #: the actors' part of each epoch; ``seal_actors(epoch)`` seals their open files
+        self.seal_actors: Callable[[int], list[ActorFile]] | None = None
+        self._actor_files: dict[int, list[ActorFile]] = {}
+        self._carried: list[ActorFile] = []  # files of aborted epochs: they ride with the next one
+        self._own: dict[int, int] = {}  # rows of each epoch in the head's own file
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.stage.append(batch)
         self.rows_written += batch.num_rows
 
+    def written_by_actors(self, rows: int) -> None:
+        """Rows the actors appended to their own stage files (counted as handed to the sink)."""
+        self.rows_written += rows
+
     def pre_commit(self, epoch: int) -> dict[str, Any]:
-        rows = self.stage.seal(epoch)
+        rows = self._own[epoch] = self.stage.seal(epoch)
+        files, self._carried = self._carried, []
+        if self.seal_actors is not None:
+            files += self.seal_actors(epoch)
+        if files:
+            self._actor_files[epoch] = files
+        rows += sum(n for _, n in files)
         self._rows[epoch] = rows
         return {"rows": rows}
 
@@ -59,6 +81,8 @@ class StagedSink(TwoPhaseSink):
         the data of a declined checkpoint for the next one)."""
         path = self.stage.path(epoch)
         self._rows.pop(epoch, None)
+        self._own.pop(epoch, None)
+        self._carried = self._actor_files.pop(epoch, []) + self._carried
         if not path.exists():
             return
         earlier = self.stage.read(epoch)
@@ -69,6 +93,8 @@ class StagedSink(TwoPhaseSink):
         """Restarted from checkpoint ``epoch``: epochs after it were never recorded, and the
         replay of the log after it makes their rows again."""
         self.stage.settle(epoch)
+        settle_actor_files(self.stage.dir, self.schema, epoch)
+        self._actor_files, self._carried, self._own = {}, [], {}
 
     def release(self, epoch: int) -> None:
         """The coordinator committed every epoch up to ``epoch``: their stages go."""
@@ -78,13 +104,20 @@ class StagedSink(TwoPhaseSink):
                 rows = self._rows.pop(e, 0)  # 0: staged before a restart (not counted, as embedded)
                 self.rows_committed += rows
                 self.epochs_committed += rows > 0
+        release_actor_files(self.stage.dir, epoch)
+        for e in [e for e in self._own if e <= epoch]:
+            self._actor_files.pop(e, None)
+            del self._own[e]
 
     def describe(self, epoch: int) -> dict[str, Any]:
-        """What the coordinator needs to write this sink's ``epoch``."""
+        """What the coordinator needs to write this sink's ``epoch``: ``stages``, the files that
+        hold its rows (the head's, then each actor's), and ``stage``, the head's alone."""
         path = self.stage.path(epoch)
         rows = self._rows.get(epoch, 0)
+        mine = str(path) if self._own.get(epoch) and path.exists() else None
+        stages = ([mine] if mine else []) + [f for f, _ in self._actor_files.get(epoch, [])]
         return {"sql": self.sql, "schema": self.schema.serialize().to_pybytes(),
-                "stage": str(path) if rows and path.exists() else None, "rows": rows}
+                "stage": mine, "stages": stages, "rows": rows}
 
     def close(self) -> None:
         self.stage.close()

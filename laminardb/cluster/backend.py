@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from laminardb.checkpoint.local import config_flag
 from laminardb.cluster.actor_pool import _CALL_TIMEOUT_S, _PROBE_TIMEOUT_S, ActorPool
 from laminardb.cluster.distributed_operator import (
     COALESCE_MAX,
@@ -59,8 +60,15 @@ class ClusterBackend:
 
     def __init__(self, cluster: ActorPool, *, config: dict[str, Any] | None = None,
                  shutdown_on_close: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 local_global: bool = True, on_restored=None, coordinated: bool = False) -> None:
+                 local_global: bool = True, on_restored=None, coordinated: bool = False,
+                 shared_files: bool = True) -> None:
         self.cluster = cluster
+        #: every actor can write the database's directory wherever it runs (a configured
+        #: directory; False: the head node's Ray session directory, see ``_actors_write_files``)
+        self._shared_files = shared_files
+        #: the key owners of a local-global aggregate stage its only sink's rows themselves
+        #: (``checkpoint/actor_stages.py``); config ``actor_stages=False``: the head stages them
+        self._actor_stages = config_flag((config or {}).get("actor_stages", True))
         #: set by the database head when the Delta checkpoint coordinator drives this database:
         #: exactly-once sinks are then written by the coordinator, and only staged here
         self.coordinated = coordinated
@@ -110,11 +118,32 @@ class ClusterBackend:
                 return PartialStagedSink(stmt.name, _sink_sql(stmt), schema, directory,
                                          connector_name=sink_class_name(stmt, durable=True),
                                          executors_write=executors_write(stmt.connector, stmt.options))
-            return StagedSink(stmt.name, _sink_sql(stmt), schema, directory,
+            sink = StagedSink(stmt.name, _sink_sql(stmt), schema, directory,
                               connector_name=sink_class_name(stmt, durable=True))
+            sink.seal_actors = lambda epoch: self._seal_actor_stages(directory, epoch)
+            return sink
         from laminardb.connectors.sinks import make_sink
 
         return make_sink(stmt, schema, durable=durable, stage_root=stage_root)
+
+    def _actors_write_files(self) -> bool:
+        """Whether every actor can write into this database's directory (a shared one, or
+        all actors on this node): then they stage sink rows themselves."""
+        if self._shared_files:
+            return True
+        import ray
+
+        here = ray.get_runtime_context().get_node_id()
+        return all(info is not None and info.get("node_id") == here for info in self.cluster.info)
+
+    def _seal_actor_stages(self, stage_dir: str, epoch: int) -> list[tuple[str, int]]:
+        """The barrier of checkpoint ``epoch`` for the rows the actors staged for one sink."""
+        from laminardb.checkpoint.actor_stages import actor_stage_dir
+
+        targets = [i for i, a in enumerate(self.cluster.actors) if a is not None]
+        futures = [self.cluster.actors[i].seal_stage.remote(actor_stage_dir(stage_dir, self.cluster.members[i]), epoch)
+                   for i in targets]
+        return [r for r in self.cluster.gather(targets, futures, "seal_stage") if r is not None]
 
     def make_operator(self, name: str, plan) -> DistributedOperator | _AtClient:
         if _reads_processing_time(plan):
@@ -133,6 +162,12 @@ class ClusterBackend:
                 from laminardb.checkpoint.partial_stage import spark_route
 
                 op.merger.route = spark_route(self.reactor, name, op.merger)
+        if self.coordinated and op.mode == "local_global" and self._actor_stages:
+            from laminardb.checkpoint.actor_stages import stage_route
+
+            route = stage_route(self.reactor, name)
+            op.merger.stage_route = lambda: route() if self._actors_write_files() else None
+            op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
         if self._max_in_flight > 0:
             op.deliver = lambda outs, late: self.reactor.deliver(name, outs, late)
             op.can_defer = lambda: self.reactor.feeds_no_query(name)
@@ -325,9 +360,11 @@ class ClusterBackend:
             if rows and all(r is not None for r in rows):  # the embedded figure, summed over actors
                 q["state_rows"] = sum(rows)
                 q["state_bytes"] = sum(int(p.get("state_bytes") or 0) for p in parts if p is not None)
-        # local-global aggregates: partial rows merged here vs handed to the epoch job's merge
+        # local-global aggregates: partial rows merged here, on the key owners, or by the epoch job
         m["cluster"]["partial_merge"] = {
-            name: {"merged_at_head": op.merger.rows_merged, "to_spark": op.merger.rows_routed}
+            name: {"merged_at_head": op.merger.rows_merged,
+                   "merged_on_actors": op.merger.rows_merged_on_actors,
+                   "staged_on_actors": op.merger.rows_staged_on_actors, "to_spark": op.merger.rows_routed}
             for name, node in self.reactor.nodes.items()
             if (op := node.op) is not None and hasattr(getattr(op, "merger", None), "rows_routed")}
 

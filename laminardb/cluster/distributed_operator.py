@@ -34,11 +34,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from laminardb.checkpoint.actor_stages import actor_stage_dir
 from laminardb.cluster.exceptions import ActorTimeoutError
+from laminardb.cluster.owner_merge import in_window_order
 from laminardb.cluster.remote_rows import RemoteRows
 from laminardb.cluster.routing import partition_mode, route_rows
 from laminardb.cluster.shm_ring import ShmRing
-from laminardb.cluster.wire import from_ipc, to_ipc_array
+from laminardb.cluster.wire import from_ipc, resolved, schema_to_ipc, to_ipc_array
 from laminardb.operators.query_operator import output_schema
 from laminardb.sql.plan import QueryPlan
 
@@ -100,6 +102,8 @@ class DistributedOperator:
         #: may be deferred now (its node feeds no other query)
         self.deliver: Deliver | None = None
         self.can_defer: Callable[[], bool] = lambda: False
+        #: set by the backend: counts rows the actors staged for a sink as emitted by the query
+        self.emitted_elsewhere: Callable[[int], None] = lambda rows: None
         self.pending: deque[_Round] = deque()
         self.open: list[_Item] = []  # batches held back while the actors are busy
         self.batches_held = 0  # sent with others in one call (metrics, tests)
@@ -240,6 +244,7 @@ class DistributedOperator:
         results = self.cluster.gather(rnd.targets, rnd.futures, rnd.method)
         for slot in rnd.slots:  # every actor has answered: nobody reads these slots any more
             self.ring.release(slot)
+        rnd.slots = []  # once: a round collected again (its owners' merge timed out) has none
         if rnd.wm_nexts is None:
             return [self._combine(rnd.method, rnd.targets, results, rnd.wm_next)]
         return [self._combine(rnd.method, rnd.targets, [r[i] for r in results], wm)
@@ -254,8 +259,7 @@ class DistributedOperator:
                 outs = self.merger.changed({a: from_ipc(r[1]) for a, r in zip(targets, results, strict=True)})
             closed = []
             if wm_next is not None:
-                parts = {a: from_ipc(r[2]) for a, r in zip(targets, results, strict=True)}
-                closed = self.merger.close(parts, changes=changes)
+                closed = self._merge_closed(targets, [r[2] for r in results])
         else:
             outs, lates, closed = [], [], []
             for out_ipc, late_ipc, closed_ipc in results:
@@ -269,6 +273,41 @@ class DistributedOperator:
             late = pa.Table.from_batches(lates).combine_chunks().to_batches()[0]
             self.late_dropped += late.num_rows
         return _merge(outs, self.schema), late, closed
+
+    def _merge_closed(self, targets: list[int], answers: list) -> list[pa.RecordBatch]:
+        """The final rows of the windows one close ended, from each actor's answer with their
+        partials. Unkeyed: merged here (one group per window). Keyed (local-global): the
+        actors cut them by key owner, and each owner merges its keys' parts from every actor
+        (``owner_merge.py``) — unless an exactly-once sink's epoch job merges them in Spark."""
+        merger = self.merger
+        if self.mode != "local_global":
+            parts = {a: from_ipc(x) for a, x in zip(targets, answers, strict=True)}
+            return merger.close(parts, changes=self.plan.emit == "changes")
+        by_owner: dict[int, list] = {}
+        for answer in answers:
+            for owner, payload in answer:
+                by_owner.setdefault(owner, []).append(payload)
+        if not by_owner:
+            return []
+        sink = merger.route() if merger.route is not None else None
+        if sink is not None:  # the sink's stage takes them unmerged: fetch them here
+            payloads = [p for ps in by_owner.values() for p in ps]
+            return merger.close(dict(enumerate(from_ipc(resolved(p)) for p in payloads)), changes=False)
+        owners = sorted(by_owner)
+        stages: dict[int, tuple[str, bytes] | None] = dict.fromkeys(owners)
+        sink = merger.stage_route() if merger.stage_route is not None else None
+        if sink is not None:  # the query's only sink: the owners stage its rows themselves
+            schema = schema_to_ipc(sink.schema)
+            stages = {a: (actor_stage_dir(sink.stage.dir, self.cluster.members[a]), schema) for a in owners}
+        futures = [self.cluster.actors[a].merge_closed.remote(self.name, stages[a], *by_owner[a]) for a in owners]
+        answers = self.cluster.gather(owners, futures, "merge_closed")
+        merger.rows_merged_on_actors += sum(n for n, _, _ in answers)
+        staged = sum(n for _, _, n in answers)
+        if staged:
+            merger.rows_staged_on_actors += staged
+            sink.written_by_actors(staged)
+            self.emitted_elsewhere(staged)
+        return in_window_order([windows for _, windows, _ in answers])
 
     def _deliver_oldest(self) -> None:
         rnd = self.pending.popleft()
@@ -314,9 +353,7 @@ class DistributedOperator:
         self.drain()
         targets = self._targets()
         if self.merger is not None:
-            results = self.cluster.call_each(targets, "close_partial", self.name, wm)
-            closed = {a: from_ipc(r) for a, r in zip(targets, results, strict=True)}
-            return self.merger.close(closed, changes=self.plan.emit == "changes")
+            return self._merge_closed(targets, self.cluster.call_each(targets, "close_partial", self.name, wm))
         results = self.cluster.call_each(targets, "on_watermark", self.name, wm)
         return _merge([from_ipc(b) for r in results for b in r], self.schema)
 

@@ -133,8 +133,6 @@ class ActorExchange:
             parts = split_by_owner(batch, key_fn(port, batch), self.owner, self.n)
         else:
             parts = [batch if a == int(self.owner[0]) else None for a in range(self.n)]
-        import ray
-
         index = self.index[id(node)]
         for target, part in enumerate(parts):
             if part is None or part.num_rows == 0:
@@ -143,9 +141,7 @@ class ActorExchange:
                 payload: Any = next(_kept_ids)
                 self.kept[payload] = part
             else:
-                payload = to_ipc_array(part)
-                if payload.nbytes > INLINE_BYTES:
-                    payload = ray.put(payload)
+                payload = payload_of(part)
             self.sent.append((target, index, port, self.me, payload))
 
     def _run(self, node: _Node, port: int, batch: pa.RecordBatch, wm: int) -> None:
@@ -161,9 +157,18 @@ class ActorExchange:
                 self._route(node.parent, node.port, b, wm)
 
 
+def payload_of(part: pa.RecordBatch) -> Any:
+    """Rows for another actor: IPC bytes inside the answer up to ``INLINE_BYTES``, else an
+    object reference to them in Ray's object store (the head passes it on unread)."""
+    import ray
+
+    payload = to_ipc_array(part)
+    return payload if payload.nbytes <= INLINE_BYTES else ray.put(payload)
+
+
 def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     combined = pa.Table.from_batches(batches).combine_chunks().to_batches()
     return combined[0] if combined else batches[0]
 
 
-__all__ = ["ActorExchange", "Message", "stateful_nodes"]
+__all__ = ["ActorExchange", "Message", "payload_of", "stateful_nodes"]

@@ -239,7 +239,12 @@ class KeyedPartialMerger:
         self.n_keys = len(plan.aggregate.keys)
         self.finisher = finisher
         self.route = None
+        #: set by the cluster backend: the sink the key owners stage the final rows for, when
+        #: it is the query's only consumer (``checkpoint/actor_stages.stage_route``)
+        self.stage_route = None
         self.rows_merged = 0  # partial rows merged here (metrics: the head's share of the merge)
+        self.rows_merged_on_actors = 0  # partial rows the key owners merged (owner_merge.py)
+        self.rows_staged_on_actors = 0  # final rows the key owners staged for the only sink
         self.rows_routed = 0  # partial rows handed unmerged to a sink whose epoch job merges them
 
     def changed(self, per_actor: dict[int, pa.RecordBatch]) -> list[pa.RecordBatch]:

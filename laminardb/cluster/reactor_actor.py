@@ -17,9 +17,10 @@ from contextlib import contextmanager
 import numpy as np
 import pyarrow as pa
 
+from laminardb.checkpoint.actor_stages import ActorStages
 from laminardb.cluster.routing import range_slice, route_rows
 from laminardb.cluster.shm_ring import ShmReader, ShmSlice
-from laminardb.cluster.wire import from_ipc, to_ipc, to_ipc_array
+from laminardb.cluster.wire import from_ipc, resolved, schema_from_ipc, to_ipc, to_ipc_array
 from laminardb.sql.expressions import evaluate_mask
 
 
@@ -53,6 +54,7 @@ class ReactorActorImpl:
         self.kept: dict = {}  # query → a plan tree's rows this actor routed to itself, until its next step
         self.insert_log = None  # direct_insert.ActorInsertLog: rows clients inserted through this actor
         self.insert_log_dir: str | None = None
+        self.stages = ActorStages()  # sink rows this actor staged itself (checkpoint/actor_stages.py)
 
     def reset(self) -> None:
         """Forget every query and all state (a pooled actor serving a new connection)."""
@@ -68,6 +70,7 @@ class ReactorActorImpl:
         if self.insert_log is not None:
             self.insert_log.close()
         self.insert_log, self.insert_log_dir = None, None
+        self.stages.close()
         self.conn = laminardb.open()
         self.conn.engine.reactor.connectors_enabled = False
         self.rows_in = self.polled_rows = 0
@@ -129,7 +132,7 @@ class ReactorActorImpl:
     def _rows(self, mode: str, data: tuple) -> pa.RecordBatch | None:
         """The rows this call works on: ``range`` — this actor's contiguous share of one
         batch; ``all``/``routed`` — every batch passed, concatenated (None: no rows)."""
-        batches = [self.shm.read(d) if isinstance(d, ShmSlice) else from_ipc(_resolved(d)) for d in data]
+        batches = [self.shm.read(d) if isinstance(d, ShmSlice) else from_ipc(resolved(d)) for d in data]
         if not batches:
             return None
         if mode == "range":
@@ -198,17 +201,51 @@ class ReactorActorImpl:
             idx = op.plan.aggregate.time_index
             late, touched = state.run(batch, wm_before,
                                       lambda b: numeric_view(b.column(idx)) if idx is not None else None)
-            closed = to_ipc(state.close(wm_next)) if wm_next is not None else None
+            closed = self._closed_partials(state, wm_next) if wm_next is not None else None
             return ((to_ipc(late) if late is not None and late.num_rows else None),
                     (to_ipc(touched) if touched is not None else None), closed)
 
-    def close_partial(self, node: str, wm: int) -> bytes:
+    def close_partial(self, node: str, wm: int):
         from laminardb.cluster.partial import PartialState
 
         state = self.partial.get(node)
         if state is None:
             state = self.partial[node] = PartialState(self._op(node).plan)
-        return to_ipc(state.close(wm))
+        return self._closed_partials(state, wm)
+
+    def _closed_partials(self, state, wm: int):
+        """The partials of the windows ``wm`` closes: keyed (local-global) — cut by the
+        owner of each key's vnode, as (owner, payload) pairs for ``merge_closed`` on those
+        owners; unkeyed — one IPC batch, which the head merges (one group per window)."""
+        from laminardb.cluster.owner_merge import split_closed
+
+        closed = state.close(wm)
+        keys = len(state.plan.aggregate.keys)
+        if not keys:
+            return to_ipc(closed)
+        return split_closed(closed, keys, self.owner, self.n_actors)
+
+    def merge_closed(self, node: str, stage: tuple[str, bytes] | None,
+                     *payloads) -> tuple[int, list[tuple[int, bytes]], int]:
+        """Local-global's global phase: the closed partials of the keys this actor owns,
+        from every actor, merged and finished here (``owner_merge.py``). Returns (partial
+        rows merged, the final rows as (window start, IPC), rows staged): with ``stage``
+        (this actor's stage directory for the query's only sink, and the sink's schema) the
+        final rows go to this actor's stage file for that sink instead
+        (``checkpoint/actor_stages.py``)."""
+        from laminardb.cluster.owner_merge import merge_closed
+
+        with self._busy():
+            op = self._op(node)
+            merged, windows = merge_closed(op.plan, op, list(payloads))
+            if stage is None:
+                return merged, [(ws, to_ipc(b)) for ws, b in windows], 0
+            directory, schema = stage
+            return merged, [], self.stages.append(directory, schema_from_ipc(schema), [b for _, b in windows])
+
+    def seal_stage(self, directory: str, epoch: int) -> tuple[str, int] | None:
+        """The barrier of checkpoint ``epoch`` for the sink rows staged in ``directory``."""
+        return self.stages.seal(directory, epoch)
 
     # -- plan trees: each actor runs the whole tree over its rows (exchange.py) --------
     def plan_input(self, query: str, name: str, wm: int, mode: str, data) -> tuple[list, bytes | None, int]:
@@ -222,7 +259,7 @@ class ReactorActorImpl:
         with self._busy():
             if mode == "range":
                 # copied out of the shared-memory ring: joins and Top-N keep input rows as state
-                batch = self.shm.read(data, copy=True) if isinstance(data, ShmSlice) else from_ipc(_resolved(data))
+                batch = self.shm.read(data, copy=True) if isinstance(data, ShmSlice) else from_ipc(resolved(data))
                 start, end = range_slice(batch.num_rows, self.index, self.n_actors)
                 batches = [batch.slice(start, end - start)]
             else:
@@ -491,13 +528,6 @@ def _type_text(t: pa.DataType) -> str:
     from laminardb.sql.types import type_name
 
     return type_name(t)
-
-
-def _resolved(data):
-    """An object reference nested in ``process_many``'s items is not resolved by Ray."""
-    import ray
-
-    return ray.get(data) if isinstance(data, ray.ObjectRef) else data
 
 
 def actor_class():

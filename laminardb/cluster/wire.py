@@ -77,6 +77,14 @@ def from_ipc(data) -> pa.RecordBatch:
     return out[0] if out else pa.RecordBatch.from_pylist([], schema=reader.schema)
 
 
+def resolved(data):
+    """The value of an object reference Ray did not resolve for us (one nested in a call's
+    list or tuple argument); any other value as it is."""
+    import ray
+
+    return ray.get(data) if isinstance(data, ray.ObjectRef) else data
+
+
 def to_ipc_table(table: pa.Table | pa.RecordBatch) -> bytes:
     """A whole table (any number of batches, possibly none) as one IPC stream."""
     return _stream(table)

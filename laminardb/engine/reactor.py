@@ -618,6 +618,12 @@ class Reactor:
             for d in node.downstream:
                 self._push(d, b, node.wm, None, node.name)
 
+    def emitted_elsewhere(self, name: str, rows: int) -> None:
+        """Count ``rows`` query ``name`` emitted straight into its only sink somewhere else
+        (the Delta mode's actors staging them), as ``_emit`` counts rows it hands on."""
+        self.nodes[name].rows_out += rows
+        self.events_emitted += rows
+
     def _sink_failed(self, sink, exc: Exception) -> None:
         count, _ = self.sink_errors.get(id(sink), (0, None))
         name = next((n.name for n in self.nodes.values() if n.kind == "sink" and sink in n.sinks), "?")

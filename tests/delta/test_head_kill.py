@@ -50,9 +50,16 @@ def _kill(pid: int) -> None:
     wait_until(lambda: not process_alive(pid), timeout=10, interval=0.05)
 
 
+#: per_key again, read by its FILE sink alone: the key owners merge its windows and stage them
+#: for the sink themselves (checkpoint/actor_stages.py), with no subscriber to send them to the head
+_STAGED_ON_ACTORS = DDL.split("CREATE STREAM per_key AS")[1].split(";")[0]
+
+
 def _with_file_sinks(out: str) -> str:
     return DDL + (f"; CREATE SINK seqs FROM passthru INTO FILE (path = '{out}/seqs', format = 'parquet')"
-                  f"; CREATE SINK windows FROM per_window INTO FILE (path = '{out}/windows', format = 'parquet')")
+                  f"; CREATE SINK windows FROM per_window INTO FILE (path = '{out}/windows', format = 'parquet')"
+                  f"; CREATE STREAM per_key_sunk AS {_STAGED_ON_ACTORS}"
+                  f"; CREATE SINK keys FROM per_key_sunk INTO FILE (path = '{out}/keys', format = 'parquet')")
 
 
 def _drain(subs: dict) -> dict:
@@ -72,6 +79,8 @@ def _check_file_sinks(out: str) -> None:
     expected, _ = reference(BATCHES)
     got = duckdb.sql(f"SELECT window_start, c, s FROM '{out}/windows/*.parquet'").to_arrow_table()
     assert rows(got) == rows(expected["per_window"])
+    got = duckdb.sql(f"SELECT k, window_start, c, s, top FROM '{out}/keys/*.parquet'").to_arrow_table()
+    assert rows(got) == rows(expected["per_key"])
 
 
 def _recovered_by_restart(db, old_pid: int) -> dict:
