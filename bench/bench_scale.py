@@ -27,6 +27,10 @@ Workloads (``--workloads``, comma-separated):
   checkpoints every 1 s; timed: every insert + ``finish()`` (the last checkpoint commits).
   ``--insert-paths direct,head`` runs it once with the rows sent to the actors
   (``cluster/direct_insert.py``, the default) and once through the database head.
+  ``--global-phases actors,owners,head`` (insert-agg and kafka-agg) runs each with the
+  closed windows merged on the key owners, who stage the sink's rows (the default), merged
+  on the owners with the rows staged by the head (``actor_stages=False``), and merged by
+  the head (``owner_merge=False``, as before): labels ``+head-stage`` and ``+head-merge``.
 - ``kafka-agg``: the same rows as JSON in Tansu (2 partitions, produced before timing) →
   the same query → FILE sink, checkpoints every 1 s; timed: ``start()`` until every message
   is ingested, then ``flush()`` + ``finish()``.
@@ -85,6 +89,9 @@ from bench_delta import connect, read_sink, sink_ddl  # noqa: E402
 from bench_engine import AGG_DDL, SOURCE_DDL, load, machine_info, make_batches  # noqa: E402
 from bench_nexmark_cluster import _count, _digest  # noqa: E402
 
+#: ``--global-phases``: label suffix and database config of each
+_PHASES = {"actors": ("", {}), "owners": ("+head-stage", {"actor_stages": False}),
+           "head": ("+head-merge", {"owner_merge": False})}
 WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20", "kafka-subs")
 NEXMARK_TREES = ("q3", "q5", "q8", "q20")
 PARTITIONS = 2
@@ -451,11 +458,13 @@ class Bench:
 
         emb = self._embedded_run("insert-agg", setup, drive, "agg", rows, warm=lambda w: warm_up(w, self._warm))
         for path in a.insert_paths.split(","):  # rows through the actors, or through the head
-            label = "insert-agg" if path == "direct" else f"insert-agg-{path}"
-            config = {"checkpoint_interval": "1s", "coordinator": "spark", "direct_inserts": path == "direct"}
-            m, sink = self._cluster_run(label, actors, config, setup, drive, "agg")
-            verify_windows(emb["sink"], sink, rows, f"{label}, {actors} actor(s)")
-            self._record(label, actors, m, rows, emb, checkpoints="1s")
+            for phase in a.global_phases.split(","):
+                label = ("insert-agg" if path == "direct" else f"insert-agg-{path}") + _PHASES[phase][0]
+                config = {"checkpoint_interval": "1s", "coordinator": "spark", "direct_inserts": path == "direct",
+                          **_PHASES[phase][1]}
+                m, sink = self._cluster_run(label, actors, config, setup, drive, "agg")
+                verify_windows(emb["sink"], sink, rows, f"{label}, {actors} actor(s)")
+                self._record(label, actors, m, rows, emb, checkpoints="1s")
 
     # -- 2. Kafka → keyed tumble → FILE sink ---------------------------------------------------
     def kafka_agg(self, actors: int) -> None:
@@ -478,10 +487,12 @@ class Bench:
             db.finish()
 
         emb = self._embedded_run("kafka-agg", setup, drive, "agg", rows, warm=lambda w: warm_up(w, self._warm))
-        m, sink = self._cluster_run("kafka-agg", actors, {"checkpoint_interval": "1s", "coordinator": "spark"},
-                                    setup, drive, "agg")
-        verify_windows(emb["sink"], sink, int(pc.sum(emb["sink"]["n"]).as_py()), f"kafka-agg, {actors} actor(s)")
-        self._record("kafka-agg", actors, m, rows, emb, checkpoints="1s", partitions=PARTITIONS)
+        for phase in a.global_phases.split(","):
+            label = "kafka-agg" + _PHASES[phase][0]
+            m, sink = self._cluster_run(label, actors, {"checkpoint_interval": "1s", "coordinator": "spark",
+                                                        **_PHASES[phase][1]}, setup, drive, "agg")
+            verify_windows(emb["sink"], sink, int(pc.sum(emb["sink"]["n"]).as_py()), f"{label}, {actors} actor(s)")
+            self._record(label, actors, m, rows, emb, checkpoints="1s", partitions=PARTITIONS)
 
     @staticmethod
     def _kafka_query(broker: Broker, prefix: str, events: int, q: str) -> tuple[Callable, Callable]:
@@ -664,6 +675,10 @@ def main() -> int:
     ap.add_argument("--rows", type=_count, default=2_000_000, help="insert-agg rows per run")
     ap.add_argument("--insert-paths", default="direct",
                     help="insert-agg and ckpt-q20: direct (rows to the actors), head (through the head), or both: direct,head")
+    ap.add_argument("--global-phases", default="actors",
+                    help="insert-agg and kafka-agg: where closed windows merge and their sink rows are staged: "
+                         "actors (owners merge and stage), owners (owners merge, the head stages), head (the head "
+                         "merges and stages); comma-separated")
     ap.add_argument("--kafka-rows", type=_count, default=300_000, help="kafka-agg messages")
     ap.add_argument("--events", type=_count, default=100_000, help="kafka-nexmark events")
     ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")
@@ -683,6 +698,8 @@ def main() -> int:
     bad = set(workloads) - set(WORKLOADS)
     if bad:
         ap.error(f"unknown workload(s) {sorted(bad)}; choose from {', '.join(WORKLOADS)}")
+    if set(args.global_phases.split(",")) - set(_PHASES):
+        ap.error(f"--global-phases: choose from {', '.join(_PHASES)}")
     actors = [int(x) for x in args.actors.split(",")]
     args.queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     args.subscribers = [int(x) for x in args.subscribers.split(",")]

@@ -51,6 +51,7 @@ class StagedSink(TwoPhaseSink):
         self._actor_files: dict[int, list[ActorFile]] = {}
         self._carried: list[ActorFile] = []  # files of aborted epochs: they ride with the next one
         self._own: dict[int, int] = {}  # rows of each epoch in the head's own file
+        self._actors_open = 0  # rows the actors staged since the last barrier
 
     def write(self, batch: pa.RecordBatch) -> None:
         self.stage.append(batch)
@@ -59,12 +60,14 @@ class StagedSink(TwoPhaseSink):
     def written_by_actors(self, rows: int) -> None:
         """Rows the actors appended to their own stage files (counted as handed to the sink)."""
         self.rows_written += rows
+        self._actors_open += rows
 
     def pre_commit(self, epoch: int) -> dict[str, Any]:
         rows = self._own[epoch] = self.stage.seal(epoch)
         files, self._carried = self._carried, []
-        if self.seal_actors is not None:
+        if self.seal_actors is not None and self._actors_open:  # no call to the actors when none staged
             files += self.seal_actors(epoch)
+            self._actors_open = 0
         if files:
             self._actor_files[epoch] = files
         rows += sum(n for _, n in files)
@@ -95,6 +98,7 @@ class StagedSink(TwoPhaseSink):
         self.stage.settle(epoch)
         settle_actor_files(self.stage.dir, self.schema, epoch)
         self._actor_files, self._carried, self._own = {}, [], {}
+        self._actors_open = 0
 
     def release(self, epoch: int) -> None:
         """The coordinator committed every epoch up to ``epoch``: their stages go."""

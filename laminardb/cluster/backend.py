@@ -69,6 +69,8 @@ class ClusterBackend:
         #: the key owners of a local-global aggregate stage its only sink's rows themselves
         #: (``checkpoint/actor_stages.py``); config ``actor_stages=False``: the head stages them
         self._actor_stages = config_flag((config or {}).get("actor_stages", True))
+        #: local-global aggregates merge on the key owners (``owner_merge.py``); False: here
+        self._owner_merge = config_flag((config or {}).get("owner_merge", True))
         #: set by the database head when the Delta checkpoint coordinator drives this database:
         #: exactly-once sinks are then written by the coordinator, and only staged here
         self.coordinated = coordinated
@@ -162,7 +164,8 @@ class ClusterBackend:
                 from laminardb.checkpoint.partial_stage import spark_route
 
                 op.merger.route = spark_route(self.reactor, name, op.merger)
-        if self.coordinated and op.mode == "local_global" and self._actor_stages:
+        op.owner_merge = self._owner_merge
+        if self.coordinated and op.mode == "local_global" and self._actor_stages and op.owner_merge:
             from laminardb.checkpoint.actor_stages import stage_route
 
             route = stage_route(self.reactor, name)

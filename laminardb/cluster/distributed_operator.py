@@ -102,8 +102,12 @@ class DistributedOperator:
         #: may be deferred now (its node feeds no other query)
         self.deliver: Deliver | None = None
         self.can_defer: Callable[[], bool] = lambda: False
+        #: local-global: the key owners merge the closed windows (config ``owner_merge``; False:
+        #: the head merges them, as before issue 20 — kept to measure the two side by side)
+        self.owner_merge = True
         #: set by the backend: counts rows the actors staged for a sink as emitted by the query
         self.emitted_elsewhere: Callable[[int], None] = lambda rows: None
+        self._wm_closing: int | None = None  # the last watermark sent to close windows (_no_window_ends)
         self.pending: deque[_Round] = deque()
         self.open: list[_Item] = []  # batches held back while the actors are busy
         self.batches_held = 0  # sent with others in one call (metrics, tests)
@@ -189,7 +193,26 @@ class DistributedOperator:
         agg = self.plan.aggregate
         if agg is None or (self.merger is not None and agg.window is None):
             return None
+        if wm_next is not None and self._no_window_ends(wm_next):
+            return None
         return wm_next
+
+    def _no_window_ends(self, wm: int) -> bool:
+        """Whether no window of a partial or local-global aggregate ends between the last
+        watermark sent to close windows and ``wm``: then the actors need not hear of it, and
+        an actor without rows in a batch gets no call at all (``_process_remote``). Else
+        ``wm`` becomes that watermark. Tumbling windows end at ``offset + k·size``, hopping
+        ones at ``offset + size + k·slide``; a window closes once the watermark reaches its end."""
+        window = self.plan.aggregate.window
+        if self.merger is None or window is None or window.kind not in ("tumble", "hop"):
+            return False
+        period, phase = (window.size, window.offset) if window.kind == "tumble" else (
+            window.slide, window.offset + window.size)
+        last = self._wm_closing
+        if last is not None and (wm - phase) // period == (last - phase) // period:
+            return True
+        self._wm_closing = wm
+        return False
 
     def _process_routed(self, batch: pa.RecordBatch, wm_before: int, wm_next: int | None):
         """Keyed query on several actors: the rows are split here by the owner of their
@@ -218,9 +241,14 @@ class DistributedOperator:
         elif self.mode in ("keyed", "single"):  # one owner of every key
             refs = [ref for _, ref in rows.wholes]
             futures = self.cluster.submit(targets, self._method, self.name, wm_before, "all", wm_next, *refs)
-        else:  # stateless and partial aggregates: no exchange at all
-            futures = [getattr(self.cluster.actors[a], self._method).remote(
-                           self.name, wm_before, "all", wm_next, *rows.refs_read_by(a)) for a in targets]
+        else:  # stateless and partial aggregates: no exchange at all; an actor without rows
+            # is called only when windows close (an insert's rows are all on one actor)
+            calls = [(a, refs) for a in targets if (refs := rows.refs_read_by(a)) or wm_next is not None]
+            if not calls:
+                return [], None
+            targets = [a for a, _ in calls]
+            futures = [getattr(self.cluster.actors[a], self._method).remote(self.name, wm_before, "all", wm_next, *refs)
+                       for a, refs in calls]
         return self._start(_Round(self._method, targets, futures, wm_next))
 
     def _start(self, rnd: _Round):
@@ -289,8 +317,8 @@ class DistributedOperator:
                 by_owner.setdefault(owner, []).append(payload)
         if not by_owner:
             return []
-        sink = merger.route() if merger.route is not None else None
-        if sink is not None:  # the sink's stage takes them unmerged: fetch them here
+        spark = merger.route() if merger.route is not None else None
+        if spark is not None or not self.owner_merge:  # unmerged to the sink's stage, or merged here
             payloads = [p for ps in by_owner.values() for p in ps]
             return merger.close(dict(enumerate(from_ipc(resolved(p)) for p in payloads)), changes=False)
         owners = sorted(by_owner)
@@ -350,6 +378,8 @@ class DistributedOperator:
         self._closed_at = None
         if done is not None and done[0] == wm:
             return done[1]  # the actors already advanced with the batch
+        if self._no_window_ends(wm):
+            return []  # nothing closes: no call
         self.drain()
         targets = self._targets()
         if self.merger is not None:
