@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 
@@ -87,19 +86,4 @@ def release_actor_files(stage_dir: str | os.PathLike[str], epoch: int) -> None:
                 path.unlink(missing_ok=True)
 
 
-def stage_route(reactor: Any, name: str):
-    """For query ``name``: its only consumer when that is a sink whose rows the coordinator
-    writes from stage files (no subscriber, view, query or second sink reads it), else None."""
-    from laminardb.checkpoint.staged_sink import StagedSink
-
-    def route() -> StagedSink | None:
-        node = reactor.nodes.get(name)
-        if node is None or node.downstream or node.subscribers or node.view is not None or len(node.sinks) != 1:
-            return None
-        sink = node.sinks[0]
-        return sink if type(sink) is StagedSink and sink.seal_actors is not None else None
-
-    return route
-
-
-__all__ = ["ACTORS_DIR", "ActorStages", "actor_stage_dir", "release_actor_files", "settle_actor_files", "stage_route"]
+__all__ = ["ACTORS_DIR", "ActorStages", "actor_stage_dir", "release_actor_files", "settle_actor_files"]

@@ -125,3 +125,18 @@ class StagedSink(TwoPhaseSink):
 
     def close(self) -> None:
         self.stage.close()
+
+
+def stage_route(reactor: Any, name: str):
+    """For query ``name``: its only consumer when that is a sink whose rows the coordinator
+    writes from stage files (no subscriber, view, query or second sink reads it), else None
+    (``ReactorActorImpl.merge_closed`` then stages the rows on the key owners)."""
+
+    def route() -> StagedSink | None:
+        node = reactor.nodes.get(name)
+        if node is None or node.downstream or node.subscribers or node.view is not None or len(node.sinks) != 1:
+            return None
+        sink = node.sinks[0]
+        return sink if type(sink) is StagedSink and sink.seal_actors is not None else None
+
+    return route

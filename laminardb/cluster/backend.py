@@ -166,7 +166,7 @@ class ClusterBackend:
                 op.merger.route = spark_route(self.reactor, name, op.merger)
         op.owner_merge = self._owner_merge
         if self.coordinated and op.mode == "local_global" and self._actor_stages and op.owner_merge:
-            from laminardb.checkpoint.actor_stages import stage_route
+            from laminardb.checkpoint.staged_sink import stage_route
 
             route = stage_route(self.reactor, name)
             op.merger.stage_route = lambda: route() if self._actors_write_files() else None
