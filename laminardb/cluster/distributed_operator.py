@@ -108,6 +108,7 @@ class DistributedOperator:
         #: set by the backend: counts rows the actors staged for a sink as emitted by the query
         self.emitted_elsewhere: Callable[[int], None] = lambda rows: None
         self._wm_closing: int | None = None  # the last watermark sent to close windows (_no_window_ends)
+        self._stage_schema: tuple[Any, bytes] | None = None  # (sink, its schema as IPC): encoded once
         self.pending: deque[_Round] = deque()
         self.open: list[_Item] = []  # batches held back while the actors are busy
         self.batches_held = 0  # sent with others in one call (metrics, tests)
@@ -325,7 +326,9 @@ class DistributedOperator:
         stages: dict[int, tuple[str, bytes] | None] = dict.fromkeys(owners)
         sink = merger.stage_route() if merger.stage_route is not None else None
         if sink is not None:  # the query's only sink: the owners stage its rows themselves
-            schema = schema_to_ipc(sink.schema)
+            if self._stage_schema is None or self._stage_schema[0] is not sink:
+                self._stage_schema = (sink, schema_to_ipc(sink.schema))
+            schema = self._stage_schema[1]
             stages = {a: (actor_stage_dir(sink.stage.dir, self.cluster.members[a]), schema) for a in owners}
         futures = [self.cluster.actors[a].merge_closed.remote(self.name, stages[a], *by_owner[a]) for a in owners]
         answers = self.cluster.gather(owners, futures, "merge_closed")
