@@ -395,6 +395,12 @@ class DatabaseHead:
         deadline = time.monotonic() + _COORD_TIMEOUT_S
         refused = 0
         while True:
+            # an actor that died since the last call (one no batch has touched since: a batch
+            # that closes no window calls only the actor holding its rows) raises
+            # ActorLostError here, in the caller's ``_call``, which recovers and asks again;
+            # met inside the coordinator's prepare it would only fail the epoch
+            if self.conn is not None:
+                self.conn.engine.backend.check_alive("checkpoint()")
             try:
                 return int(ray.get(self.coordinator.checkpoint_now.remote(self.database), timeout=_COORD_TIMEOUT_S))
             except RayActorError:  # the coordinator restarts: it settles the epoch it left

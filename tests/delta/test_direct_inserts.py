@@ -200,3 +200,23 @@ def test_json_and_csv_are_parsed_on_the_actors_bad_text_goes_through_the_head(da
         want, want_refused = run(embedded)
     assert got == want
     assert got_refused == want_refused and len(got_refused) == 1
+
+
+def test_a_checkpoint_after_an_actor_died_recovers_first(database):
+    """An actor killed after the last insert, then ``checkpoint()`` with no call in between
+    that touches it (no batch since): the head recovers and checkpoints, rather than failing
+    the epoch in the coordinator's prepare; every row is still there once."""
+    db = database(checkpoint_interval="off")
+    db.execute(DDL)
+    subs = {s: db.subscribe_stream(s) for s in STREAMS}
+    for i in range(3):
+        db.insert("t", batch(i))
+    first = db.checkpoint()
+    _kill(_pids(db)[0])
+    assert db.checkpoint() > first
+    assert db.metrics()["database"]["recoveries"], "the dead actor was recovered from"
+    for i in range(3, 5):
+        db.insert("t", batch(i))
+    db.finish()
+    assert_exactly_once({s: sub.to_arrow() for s, sub in subs.items()},
+                        db.query("SELECT * FROM per_key_total").to_arrow(), 5)
