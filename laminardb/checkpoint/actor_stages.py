@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from laminardb.checkpoint.sink import EpochStage
+from laminardb.checkpoint.sink import EpochStage, sealed_epochs
 
 ACTORS_DIR = "actors"
 
@@ -81,9 +81,9 @@ def settle_actor_files(stage_dir: str | os.PathLike[str], schema: pa.Schema, epo
 def release_actor_files(stage_dir: str | os.PathLike[str], epoch: int) -> None:
     """The coordinator committed every epoch up to ``epoch``: their actor files go."""
     for member in _member_dirs(stage_dir):
-        for path in member.glob("epoch-*.parquet"):
-            if int(path.stem.split("-")[1]) <= epoch:
-                path.unlink(missing_ok=True)
+        for e in sealed_epochs(member, "parquet"):
+            if e <= epoch:
+                (member / f"epoch-{e:012d}.parquet").unlink(missing_ok=True)
 
 
 __all__ = ["ACTORS_DIR", "ActorStages", "actor_stage_dir", "release_actor_files", "settle_actor_files"]

@@ -85,6 +85,17 @@ _EPOCH_FILE = re.compile(r"^epoch-(\d+)\.(arrow|parquet)$")
 _FORMATS = ("arrow", "parquet")
 
 
+def sealed_epochs(directory: str | os.PathLike[str], fmt: str) -> list[int]:
+    """The epochs sealed in a stage directory (``epoch-<e>.<fmt>``), oldest first; read-only,
+    so it may look into a directory another process stages in."""
+    out = []
+    for name in os.listdir(directory):
+        m = _EPOCH_FILE.match(name)
+        if m and m.group(2) == fmt:
+            out.append(int(m.group(1)))
+    return sorted(out)
+
+
 class EpochStage:
     """Rows of each epoch, staged as one file in ``directory`` until committed.
 
@@ -196,12 +207,7 @@ class EpochStage:
 
     def epochs(self) -> list[int]:
         """Staged (sealed) epochs, oldest first."""
-        out = []
-        for name in os.listdir(self.dir):
-            m = _EPOCH_FILE.match(name)
-            if m and m.group(2) == self.fmt:
-                out.append(int(m.group(1)))
-        return sorted(out)
+        return sealed_epochs(self.dir, self.fmt)
 
     def read(self, epoch: int) -> pa.Table:
         return self._read_file(self.path(epoch))

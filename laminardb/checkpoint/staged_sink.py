@@ -39,6 +39,7 @@ class StagedSink(TwoPhaseSink):
         self.name = name
         self.sql = sql
         self.schema = schema
+        self.schema_ipc = schema.serialize().to_pybytes()  # for the coordinator and the staging actors
         self.stage = EpochStage(directory, schema, fmt="parquet")
         self._rows: dict[int, int] = {}
         #: the class the embedded engine would write with (``connectors.sinks.sink_class_name``)
@@ -120,7 +121,7 @@ class StagedSink(TwoPhaseSink):
         rows = self._rows.get(epoch, 0)
         mine = str(path) if self._own.get(epoch) and path.exists() else None
         stages = ([mine] if mine else []) + [f for f, _ in self._actor_files.get(epoch, [])]
-        return {"sql": self.sql, "schema": self.schema.serialize().to_pybytes(),
+        return {"sql": self.sql, "schema": self.schema_ipc,
                 "stage": mine, "stages": stages, "rows": rows}
 
     def close(self) -> None:

@@ -64,7 +64,7 @@ class ClusterBackend:
                  shared_files: bool = True) -> None:
         self.cluster = cluster
         #: every actor can write the database's directory wherever it runs (a configured
-        #: directory; False: the head node's Ray session directory, see ``_actors_write_files``)
+        #: directory; False: the head node's Ray session directory, see ``writes_files``)
         self._shared_files = shared_files
         #: the key owners of a local-global aggregate stage its only sink's rows themselves
         #: (``checkpoint/actor_stages.py``); config ``actor_stages=False``: the head stages them
@@ -128,15 +128,15 @@ class ClusterBackend:
 
         return make_sink(stmt, schema, durable=durable, stage_root=stage_root)
 
-    def _actors_write_files(self) -> bool:
-        """Whether every actor can write into this database's directory (a shared one, or
-        all actors on this node): then they stage sink rows themselves."""
+    def writes_files(self, info: dict | None) -> bool:
+        """Whether an actor (its ``cluster.info`` entry) can write this database's directory:
+        a configured (shared) one anywhere, the Ray session directory only on this node. Such
+        actors log direct inserts and stage sink rows themselves."""
         if self._shared_files:
             return True
         import ray
 
-        here = ray.get_runtime_context().get_node_id()
-        return all(info is not None and info.get("node_id") == here for info in self.cluster.info)
+        return info is not None and info.get("node_id") == ray.get_runtime_context().get_node_id()
 
     def _seal_actor_stages(self, stage_dir: str, epoch: int) -> list[tuple[str, int]]:
         """The barrier of checkpoint ``epoch`` for the rows the actors staged for one sink."""
@@ -169,7 +169,7 @@ class ClusterBackend:
             from laminardb.checkpoint.staged_sink import stage_route
 
             route = stage_route(self.reactor, name)
-            op.merger.stage_route = lambda: route() if self._actors_write_files() else None
+            op.merger.stage_route = lambda: route() if all(map(self.writes_files, self.cluster.info)) else None
             op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
         if self._max_in_flight > 0:
             op.deliver = lambda outs, late: self.reactor.deliver(name, outs, late)

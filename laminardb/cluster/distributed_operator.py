@@ -40,7 +40,7 @@ from laminardb.cluster.owner_merge import in_window_order
 from laminardb.cluster.remote_rows import RemoteRows
 from laminardb.cluster.routing import partition_mode, route_rows
 from laminardb.cluster.shm_ring import ShmRing
-from laminardb.cluster.wire import from_ipc, resolved, schema_to_ipc, to_ipc_array
+from laminardb.cluster.wire import from_ipc, resolved, to_ipc_array
 from laminardb.operators.query_operator import output_schema
 from laminardb.sql.plan import QueryPlan
 
@@ -108,7 +108,6 @@ class DistributedOperator:
         #: set by the backend: counts rows the actors staged for a sink as emitted by the query
         self.emitted_elsewhere: Callable[[int], None] = lambda rows: None
         self._wm_closing: int | None = None  # the last watermark sent to close windows (_no_window_ends)
-        self._stage_schema: tuple[Any, bytes] | None = None  # (sink, its schema as IPC): encoded once
         self.pending: deque[_Round] = deque()
         self.open: list[_Item] = []  # batches held back while the actors are busy
         self.batches_held = 0  # sent with others in one call (metrics, tests)
@@ -326,10 +325,7 @@ class DistributedOperator:
         stages: dict[int, tuple[str, bytes] | None] = dict.fromkeys(owners)
         sink = merger.stage_route() if merger.stage_route is not None else None
         if sink is not None:  # the query's only sink: the owners stage its rows themselves
-            if self._stage_schema is None or self._stage_schema[0] is not sink:
-                self._stage_schema = (sink, schema_to_ipc(sink.schema))
-            schema = self._stage_schema[1]
-            stages = {a: (actor_stage_dir(sink.stage.dir, self.cluster.members[a]), schema) for a in owners}
+            stages = {a: (actor_stage_dir(sink.stage.dir, self.cluster.members[a]), sink.schema_ipc) for a in owners}
         futures = [self.cluster.actors[a].merge_closed.remote(self.name, stages[a], *by_owner[a]) for a in owners]
         answers = self.cluster.gather(owners, futures, "merge_closed")
         merger.rows_merged_on_actors += sum(n for n, _, _ in answers)

@@ -601,7 +601,6 @@ class DatabaseHead:
         return self._call(lambda c: self._insert_route(c, source))
 
     def _insert_route(self, conn, source: str) -> dict:
-        import ray
 
         from laminardb.checkpoint.local import config_flag
         from laminardb.cluster.direct_insert import DirectInserts
@@ -611,11 +610,8 @@ class DatabaseHead:
         name = conn.engine.reactor._node(source).name
         actors = []
         if config_flag(self.config.get("direct_inserts", True)):
-            here = ray.get_runtime_context().get_node_id()
             for i, (actor, info) in enumerate(zip(cluster.actors, cluster.info, strict=True)):
-                if actor is None or i in cluster.dead:
-                    continue
-                if self.files_everywhere or (info is not None and info.get("node_id") == here):
+                if actor is not None and i not in cluster.dead and backend.writes_files(info):
                     actors.append((i, actor))
         return {"token": _route_token(cluster), "actors": actors, "routed": backend._routed_queries(name),
                 "min_bytes": int(self.config.get("direct_insert_min_bytes", DirectInserts.MIN_BYTES))}
