@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,16 +81,32 @@ class RaftCluster:
         if sig == signal.SIGKILL:
             proc.wait(timeout=5)
 
-    def leader_index(self, client: RaftClient | None = None) -> int:
-        """Index of the current leader according to a voter that answers."""
+    def leader_index(self, client: RaftClient | None = None, *, wait: float = 5.0) -> int:
+        """Index of the current leader, polled for up to ``wait`` s.
+
+        A voter that answers may not have heard from the leader yet (on a loaded machine, a
+        moment after ``wait_ready``): it reports no leader, so ask again until one is named.
+        """
         c = client or self.client(deadline=3.0)
-        status = c.status()
-        leader = status["raft"]["leader"]
-        for i, v in enumerate(self.voters):
-            if v.raft == leader:
-                return i
-        msg = f"no leader yet (status {status['raft']})"
-        raise LookupError(msg)
+        last: dict = {}
+
+        def named() -> int | None:
+            nonlocal last
+            last = c.status()["raft"]
+            for i, v in enumerate(self.voters):
+                if v.raft == last["leader"]:
+                    return i
+            return None
+
+        end = time.monotonic() + wait
+        while True:
+            index = named()
+            if index is not None:
+                return index
+            if time.monotonic() >= end:
+                msg = f"no leader yet (status {last})"
+                raise LookupError(msg)
+            time.sleep(0.1)
 
     def wait_ready(self, timeout: float = _START_TIMEOUT_S) -> None:
         """Wait until a leader committed an entry (a write through the RPC succeeds)."""

@@ -86,7 +86,7 @@ def _still_elects_and_commits(cluster: RaftCluster) -> None:
     before = client.allocate_checkpoint_epoch()
     leader = cluster.leader_index(client)
     cluster.signal(leader, signal.SIGKILL)
-    wait_until(lambda: cluster.leader_index(cluster.client(deadline=2)) != leader, timeout=10,
+    wait_until(lambda: cluster.leader_index(cluster.client(deadline=2), wait=0) != leader, timeout=10,
                what="a new leader after killing the old one")
     assert client.allocate_checkpoint_epoch() > before
 
