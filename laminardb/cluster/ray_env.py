@@ -35,8 +35,10 @@ def init_ray(address: str, actors: int | None):
 
 
 # Ray's client proxy starts one server process per connecting job; on a loaded node that start
-# sometimes fails ("Starting Ray client server failed") and succeeds when asked again.
+# sometimes fails ("Starting Ray client server failed"), or outlasts the client's own ~35 s of
+# connection attempts ("ray client connection timeout"), and succeeds when asked again.
 _CLIENT_START_TRIES = 3
+_CLIENT_RETRYABLE = ("Starting Ray client server failed", "ray client connection timeout")
 
 
 def _init_ray_client(ray, address: str) -> None:
@@ -44,9 +46,9 @@ def _init_ray_client(ray, address: str) -> None:
         try:
             ray.init(address=address, log_to_driver=False)
             return
-        except ConnectionAbortedError as exc:
-            if "Starting Ray client server failed" not in str(exc) or attempt == _CLIENT_START_TRIES - 1:
+        except ConnectionError as exc:  # ConnectionAbortedError too
+            if not any(m in str(exc) for m in _CLIENT_RETRYABLE) or attempt == _CLIENT_START_TRIES - 1:
                 raise
-            log.warning("ray client server did not start at %s (try %d of %d); trying again",
-                           address, attempt + 1, _CLIENT_START_TRIES)
+            log.warning("ray client could not connect to %s (%s; try %d of %d); trying again",
+                        address, exc, attempt + 1, _CLIENT_START_TRIES)
             time.sleep(2.0)
