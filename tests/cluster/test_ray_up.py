@@ -45,7 +45,6 @@ from tests._services.procs import (
     pids_with_arg,
     port_busy,
 )
-from tests._services.ray_lock import ray_lock
 
 pytestmark = pytest.mark.integration
 
@@ -267,19 +266,12 @@ def _cleanup(cfg_path: Path, data_dir: Path, ray_temp: str, ray_port: int, name:
                            capture_output=True, timeout=10)
         subprocess.run(["rm", "-rf", str(control_dir)], timeout=10)
     for suffix in ("state", "lock"):  # the local provider's node table and its lock
-        (Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" /
-         f"cluster-{name}.{suffix}").unlink(missing_ok=True)
+        (Path(tempfile.gettempdir()) / "ray" / f"cluster-{name}.{suffix}").unlink(missing_ok=True)
     subprocess.run(["rm", "-rf", ray_temp], timeout=30)
     return notes
 
 
 def test_ray_up_local_yaml_then_connect(tmp_path: Path, local_sshd) -> None:
-    # under `make test`, the other worker's Ray modules wait while this runs (ray_lock.py)
-    with ray_lock(exclusive=True):
-        _ray_up_then_connect(tmp_path, local_sshd)
-
-
-def _ray_up_then_connect(tmp_path: Path, local_sshd) -> None:
     started = time.monotonic()
     if pids := _wait_no_foreign_ray():
         pytest.fail(f"another Ray instance runs on this machine (pids {pids}); `ray up`/`ray down` "
