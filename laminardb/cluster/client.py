@@ -200,8 +200,8 @@ class RemoteConnection:
         return found["name"], schema_from_ipc(got["schema"])
 
     def _source_watermark(self, name: str) -> int | None:
-        """For ``Writer.current_watermark``: as the embedded engine reports it (``metrics()``)."""
-        return self.metrics()["watermarks"].get(name)
+        """For ``Writer.current_watermark``: the head's engine's figure, as the embedded one's."""
+        return self._call("source_watermark", name)
 
     def offset(self, source: str) -> int:
         return self._call("offset", source)

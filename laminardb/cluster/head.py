@@ -691,6 +691,12 @@ class DatabaseHead:
         return self._conn().list_streams()  # waits out a recovery (``_conn``)
 
     @_answer
+    def source_watermark(self, source: str) -> int | None:
+        """``Writer.current_watermark`` in the cluster: the engine's own figure, never the
+        metrics' (which may be stale, or lack it, while the engine is busy)."""
+        return self._call(lambda c: c._source_watermark(source))
+
+    @_answer
     def describe_source(self, source: str) -> dict:
         from laminardb.cluster.wire import schema_to_ipc
 
