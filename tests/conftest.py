@@ -15,7 +15,15 @@ scheduler hook is xdist's public way to choose the units. Without ``-n`` nothing
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Every JVM the tests start (the coordinator's Spark, Spark's standalone daemons) lives seconds
+# to a minute: C1 only, one compiler thread and the serial collector save a third of the CPU
+# the JVM-heavy tests spend (tests/coordinator/test_crash.py with tests/delta/test_actor_stages.py:
+# 127 → 88 CPU s on 2 cores), and `make test` is CPU-bound. Set it yourself to override.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:CICompilerCount=1 -XX:+UseSerialGC")
 
 # Files and directories whose tests start Ray (ray.init, a `ray start` head, ray://local).
 _RAY = (
