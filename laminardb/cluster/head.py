@@ -174,8 +174,14 @@ class DatabaseHead:
         self._publish_recorded(raft, recovering=recovering)
         # a head Ray restarts (one with a directory) takes over its actors: they are detached
         prefix = reactor_prefix(self.database) if self.directory else None
-        if prefix is not None and survivors is None:
-            kill_named(prefix)  # left by an earlier head: they hold CPUs the new actors need
+        if prefix is not None:
+            # every actor an earlier head left but the survivors kept here: they hold CPUs the
+            # new actors need (e.g. one a dying head started to replace a lost actor, before it
+            # could record it — the new pool would wait for its CPU until the start times out)
+            kept = [] if survivors is None else [
+                name for name, actor in zip(survivors.ray_names() or [], survivors.actors, strict=True)
+                if actor is not None]
+            kill_named(prefix, keep=frozenset(kept))
         cluster = ActorPool(self.n_actors, self.vnodes, raft, call_timeout=timeout,
                           ownership_source=f"db/{self.database}", survivors=survivors,
                           detached_prefix=prefix)
