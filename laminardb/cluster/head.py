@@ -185,11 +185,8 @@ class DatabaseHead:
         cluster = ActorPool(self.n_actors, self.vnodes, raft, call_timeout=timeout,
                           ownership_source=f"db/{self.database}", survivors=survivors,
                           detached_prefix=prefix)
-        if prefix is not None:
+        if prefix is not None:  # survivors the pool did not keep, it killed itself
             self.state.set_actors(cluster.members)
-            if survivors is not None:  # a fresh pool swept before it started; this one kept some
-                # (e.g. actors a head started, then died before it recorded them above)
-                kill_named(prefix, keep=frozenset(cluster.ray_names() or ()))
         path = self.directory or ":memory:"
         try:
             config = self._engine_config()
@@ -607,7 +604,6 @@ class DatabaseHead:
         return self._call(lambda c: self._insert_route(c, source))
 
     def _insert_route(self, conn, source: str) -> dict:
-
         from laminardb.checkpoint.local import config_flag
         from laminardb.cluster.direct_insert import DirectInserts
 

@@ -88,23 +88,14 @@ class RaftCluster:
         moment after ``wait_ready``): it reports no leader, so ask again until one is named.
         """
         c = client or self.client(deadline=3.0)
-        last: dict = {}
-
-        def named() -> int | None:
-            nonlocal last
-            last = c.status()["raft"]
-            for i, v in enumerate(self.voters):
-                if v.raft == last["leader"]:
-                    return i
-            return None
-
         end = time.monotonic() + wait
         while True:
-            index = named()
-            if index is not None:
-                return index
+            status = c.status()["raft"]
+            for i, v in enumerate(self.voters):
+                if v.raft == status["leader"]:
+                    return i
             if time.monotonic() >= end:
-                msg = f"no leader yet (status {last})"
+                msg = f"no leader yet (status {status})"
                 raise LookupError(msg)
             time.sleep(0.1)
 
