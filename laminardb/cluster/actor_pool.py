@@ -269,7 +269,8 @@ class ActorPool:
         None for a dead one or one that did not answer in time (then marked slow). With
         ``record`` False nothing is marked (the autoscaler's samples: a busy actor is not sick).
         An actor already slow is not waited for, nor asked again while its last call of
-        ``method`` (argument-less) is unanswered; ``answered[method]`` keeps each actor's last
+        ``method`` (argument-less) is unanswered (once a data call clears it, that call is
+        waited for again); ``answered[method]`` keeps each actor's last
         answer and its time (what ``metrics()`` shows of an actor that does not answer)."""
         import ray
 
@@ -282,6 +283,8 @@ class ActorPool:
                 waited.append(pending)
                 if not args:
                     self._probing[(method, i)] = pending
+            elif i not in self.slow:  # answered a data call since: its old probe is next in line
+                waited.append(pending)
             futures.append(pending)
         ray.wait(waited, num_returns=len(waited), timeout=timeout)
         done, _ = ray.wait(futures, num_returns=len(futures), timeout=0)

@@ -29,6 +29,13 @@ def _stage_files(tmp_path, db, name: str) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.glob(f"*/{name}")) if root.is_dir() else []
 
 
+def _wait_open_files(tmp_path, db) -> None:
+    """Both owners' open files, once the batches' rounds (pipelined: ``insert()`` returns
+    before the actors answer) have closed their windows."""
+    wait_until(lambda: len(_stage_files(tmp_path, db, "open.parquet")) == 2, timeout=30,
+               what="an open stage file on each owner")
+
+
 def test_the_owners_stage_the_only_sinks_rows_then_the_head_when_a_subscriber_comes(database, tmp_path):
     out = tmp_path / "out"
     db = database(checkpoint_interval="off")
@@ -38,7 +45,7 @@ def test_the_owners_stage_the_only_sinks_rows_then_the_head_when_a_subscriber_co
         db.insert("t", _batch(i))
         raw.append(_batch(i))
         if i == 4:  # closed windows wait in each owner's open file until the barrier
-            assert len(_stage_files(tmp_path, db, "open.parquet")) == 2
+            _wait_open_files(tmp_path, db)
         if i % 3 == 2:
             db.checkpoint()
     merges = _merges(db)
@@ -77,7 +84,7 @@ def test_an_actor_killed_with_staged_rows_loses_and_repeats_none(database, tmp_p
     db.checkpoint()
     for i in range(3, 5):
         db.insert("t", raw[i])
-    assert len(_stage_files(tmp_path, db, "open.parquet")) == 2
+    _wait_open_files(tmp_path, db)
     pid = db.metrics()["cluster"]["members"][1]["pid"]
     os.kill(pid, signal.SIGKILL)
     wait_until(lambda: not process_alive(pid), timeout=10, interval=0.05)
