@@ -8,6 +8,7 @@ rows to ``cfg["view_out"]`` (atomically) until the parent SIGKILLs it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -16,6 +17,10 @@ import laminardb
 
 
 def main() -> None:
+    # the source logs "streaming from <LSN>" when it makes its slot: the test's floor until a
+    # checkpoint holds the source's position (the snapshot covers every change before it)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stdout)
+    logging.getLogger("laminardb.source").setLevel(logging.INFO)
     cfg = json.loads(open(sys.argv[1]).read())
     db = laminardb.open(cfg["db"], config={"checkpoint_interval": cfg.get("interval", "200ms")})
     db.execute(cfg["source_ddl"])
