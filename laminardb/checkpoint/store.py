@@ -257,10 +257,23 @@ class CheckpointStore:
         for e in list(docs):
             if e in kept or e > newest:
                 continue
-            shutil.rmtree(self.dir_of(e), ignore_errors=True)
+            self._drop(e)
             del docs[e]
         self._prune_state(docs.values())
         return oldest_needed
+
+    def _drop(self, epoch: int) -> None:
+        """Delete checkpoint ``epoch``, its manifests first: a process killed halfway through
+        the rest leaves a partial checkpoint (skipped, and dropped by the next prune), never
+        a manifest that names files already gone."""
+        d = self.dir_of(epoch)
+        try:
+            for name in ("MANIFEST", _PENDING):
+                (d / name).unlink(missing_ok=True)
+            fsync_dir(d)
+        except OSError:  # gone meanwhile, or unwritable: rmtree does what it can
+            pass
+        shutil.rmtree(d, ignore_errors=True)
 
     def _manifest_doc(self, epoch: int) -> dict[str, Any]:
         """Checkpoint ``epoch``'s manifest, published or pending, unverified ({}: none)."""
