@@ -141,7 +141,7 @@ class CheckpointStore:
         """Drop a pending checkpoint (its epoch was aborted); a published one stays."""
         d = self.dir_of(epoch)
         if d.exists() and not (d / "MANIFEST").exists():
-            shutil.rmtree(d, ignore_errors=True)
+            self._drop(epoch)
 
     def pending(self) -> list[int]:
         return [e for e in self.epochs_on_disk()
@@ -265,7 +265,7 @@ class CheckpointStore:
     def _drop(self, epoch: int) -> None:
         """Delete checkpoint ``epoch``, its manifests first: a process killed halfway through
         the rest leaves a partial checkpoint (skipped, and dropped by the next prune), never
-        a manifest that names files already gone."""
+        a manifest — published or pending — that names files already gone."""
         d = self.dir_of(epoch)
         try:
             for name in ("MANIFEST", _PENDING):
