@@ -36,7 +36,9 @@ Workloads (``--workloads``, comma-separated):
   is ingested, then ``flush()`` + ``finish()``.
 - ``kafka-nexmark``: ``laminardb.nexmark.generate`` events as JSON in three topics (2
   partitions each) → Nexmark ``--queries`` (q3, q5, q8, q20 plan trees) → FILE sink,
-  checkpoints every 10 s; timed as kafka-agg.
+  checkpoints every 10 s; timed as kafka-agg. With ``--global-phases actors,owners`` each
+  tree runs twice: its root's rows staged by the actors for the sink (the default), and sent
+  to the head, which stages them (``actor_stages=False``, label ``+head-stage``).
 - ``ckpt-q20``: Nexmark events by ``insert()`` → q20 (join, filter) → FILE sink, checkpoints
   every 1 s and off (``checkpoint_interval = "off"``: WAL, one checkpoint at ``finish()``).
 
@@ -521,12 +523,16 @@ class Bench:
         for q in a.queries:
             setup, drive = self._kafka_query(broker, prefix, events, q)
             emb = self._embedded_run(f"kafka-{q}", setup, drive, q, events, warm=lambda w, q=q: warm_nexmark(w, q))
-            m, sink = self._cluster_run(f"kafka-{q}", actors, {"checkpoint_interval": "10s", "coordinator": "spark"},
-                                        setup, drive, q)
-            same = _digest(_concat(sink)) == _digest(_concat(emb["sink"]))
-            assert same, f"kafka-nexmark {q}, {actors} actor(s): the sink differs from the embedded engine's"
-            self._record(f"kafka-nexmark {q}", actors, m, events, emb, checkpoints="10s", partitions=PARTITIONS,
-                         rows_out=sink.num_rows)
+            # a tree has no global phase: "actors" (they stage the root's rows for the sink)
+            # and "owners" (the head stages them) are the two places its output can go
+            for phase in (p for p in a.global_phases.split(",") if p != "head"):
+                label = f"kafka-nexmark {q}" + _PHASES[phase][0]
+                m, sink = self._cluster_run(f"kafka-{q}", actors, {"checkpoint_interval": "10s", "coordinator": "spark",
+                                                                   **_PHASES[phase][1]}, setup, drive, q)
+                same = _digest(_concat(sink)) == _digest(_concat(emb["sink"]))
+                assert same, f"{label}, {actors} actor(s): the sink differs from the embedded engine's"
+                self._record(label, actors, m, events, emb, checkpoints="10s", partitions=PARTITIONS,
+                             rows_out=sink.num_rows)
 
     # -- 4. q20 by inserts: checkpoints 1 s against off ---------------------------------------
     def ckpt_q20(self, actors: int) -> None:
@@ -676,7 +682,7 @@ def main() -> int:
     ap.add_argument("--insert-paths", default="direct",
                     help="insert-agg and ckpt-q20: direct (rows to the actors), head (through the head), or both: direct,head")
     ap.add_argument("--global-phases", default="actors",
-                    help="insert-agg and kafka-agg: where closed windows merge and their sink rows are staged: "
+                    help="insert-agg, kafka-agg (and kafka-nexmark: actors, owners): where closed windows merge and their sink rows are staged: "
                          "actors (owners merge and stage), owners (owners merge, the head stages), head (the head "
                          "merges and stages); comma-separated")
     ap.add_argument("--kafka-rows", type=_count, default=300_000, help="kafka-agg messages")

@@ -165,11 +165,8 @@ class ClusterBackend:
 
                 op.merger.route = spark_route(self.reactor, name, op.merger)
         op.owner_merge = self._owner_merge
-        if self.coordinated and op.mode == "local_global" and self._actor_stages and op.owner_merge:
-            from laminardb.checkpoint.staged_sink import stage_route
-
-            route = stage_route(self.reactor, name)
-            op.merger.stage_route = lambda: route() if all(map(self.writes_files, self.cluster.info)) else None
+        if op.mode == "local_global" and op.owner_merge and (route := self._actor_stage_route(name)) is not None:
+            op.merger.stage_route = route
             op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
         if self._max_in_flight > 0:
             op.deliver = lambda outs, late: self.reactor.deliver(name, outs, late)
@@ -184,7 +181,23 @@ class ClusterBackend:
 
         if _tree_reads_processing_time(plan):
             return PlanOperator(plan)
-        return DistributedPlanOperator(name, plan, self.cluster, ring=self.ring)
+        op = DistributedPlanOperator(name, plan, self.cluster, ring=self.ring)
+        if (route := self._actor_stage_route(name)) is not None:
+            op.stage_route = route
+            op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
+        return op
+
+    def _actor_stage_route(self, name: str):
+        """For query ``name`` of a coordinated database: a callable giving its only consumer
+        when that is a sink the actors may stage for themselves (``staged_sink.stage_route``)
+        and every actor can write the database's directory, else None; None when actors never
+        stage (``config={"actor_stages": False}``)."""
+        if not (self.coordinated and self._actor_stages):
+            return None
+        from laminardb.checkpoint.staged_sink import stage_route
+
+        route = stage_route(self.reactor, name)
+        return lambda: route() if all(map(self.writes_files, self.cluster.info)) else None
 
     def make_source(self, kind: str, node, options: dict[str, str], restore_state: dict | None = None):
         from laminardb.sql.changelog_kinds import native_kind
@@ -370,6 +383,13 @@ class ClusterBackend:
                    "staged_on_actors": op.merger.rows_staged_on_actors, "to_spark": op.merger.rows_routed}
             for name, node in self.reactor.nodes.items()
             if (op := node.op) is not None and hasattr(getattr(op, "merger", None), "rows_routed")}
+        # plan trees: the head's scheduling work, and where the root's rows went
+        from dataclasses import asdict
+
+        from laminardb.cluster.distributed_plan import DistributedPlanOperator
+
+        m["cluster"]["plan_exchange"] = {name: asdict(node.op.counts) for name, node in self.reactor.nodes.items()
+                                         if isinstance(node.op, DistributedPlanOperator)}
 
     def final_counters(self) -> dict[str, Any] | None:
         """The counters as this engine leaves them (``abandon``: set before it lets go),

@@ -13,7 +13,8 @@ Ray's object store itself and answers with their references.
 The head is only the scheduler of those messages: a step is one call per actor with work,
 carrying the (node, port, references) addressed to it; the answers name the next step's
 messages, until none is left. It never decodes, splits or ships a row between nodes — only
-the root's output comes back (for subscribers, views and sinks). Rows the client inserts go
+the root's output comes back (for subscribers, views and sinks), and not even that when the
+tree's only consumer is an exactly-once sink: then each actor stages its root rows for it. Rows the client inserts go
 to the actors once (each runs a contiguous share), Kafka rows (``RemoteRows``) start on the
 actors that read them. Why the head still schedules rather than the actors calling each
 other: the head then knows when a batch or a watermark has fully propagated, which the
@@ -30,10 +31,13 @@ and what a node closes has reached its parent before the parent sees the waterma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
+from laminardb.checkpoint.actor_stages import actor_stage_dir
 from laminardb.cluster.distributed_operator import CLUSTER_FORMAT, ClusterImage, ship
 from laminardb.cluster.exchange import stateful_nodes
 from laminardb.cluster.routing import range_slice
@@ -52,6 +56,7 @@ class ExchangeCounts:
     messages: int = 0  # (node, port, references) handed from one actor to another
     root_rows: int = 0  # rows the head decoded: the root's output only
     root_bytes: int = 0  # their Arrow IPC bytes
+    root_rows_staged: int = 0  # root rows the actors staged for the only sink themselves
 
 
 class _ActorsState:
@@ -108,6 +113,10 @@ class DistributedPlanOperator:
         #: the actor count of the last snapshot (None: none since the state was loaded); a
         #: delta is taken only against the same actors
         self._snapshot_actors: int | None = None
+        #: set by the backend: the query's only consumer when that is an exactly-once sink the
+        #: actors may stage for (``staged_sink.stage_route``), and how to count rows they staged
+        self.stage_route: Callable[[], Any] | None = None
+        self.emitted_elsewhere: Callable[[int], None] = lambda rows: None
 
     # ------------------------------------------------------------------ the operator contract
     def process(self, batch, wm_before: int = NO_WATERMARK, **_ignored):
@@ -153,17 +162,23 @@ class DistributedPlanOperator:
         """Run ``calls`` (actor, method, args), then hand each answer's messages to their
         target actors, step after step, until no rows are left between nodes. Each target
         takes its messages by node, port and sender (``exchange`` says why). Returns the
-        root's output."""
+        root's output — none when the actors stage it for the query's only sink themselves
+        (``checkpoint/actor_stages.py``): each step's root rows go to the stage file of the
+        actor that made them, and the head learns their count."""
         out: list[pa.RecordBatch] = []
+        sink = self.stage_route() if self.stage_route is not None else None
         while calls:
             targets = [a for a, _, _ in calls]
-            futures = [getattr(self.cluster.actors[a], method).remote(*args) for a, method, args in calls]
+            futures = [getattr(self.cluster.actors[a], method).remote(*args, stage=self._stage_of(sink, a))
+                       for a, method, args in calls]
             results = self.cluster.gather(targets, futures, calls[0][1])
             self.counts.steps += 1
             self.counts.calls += len(calls)
             inbox: dict[int, list] = {}
-            for sent, data, late in results:
+            staged = 0
+            for sent, data, late, rows_staged in results:
                 self.late_dropped += late
+                staged += rows_staged
                 if data is not None:
                     batch = from_ipc(data)
                     self.counts.root_rows += batch.num_rows
@@ -173,10 +188,20 @@ class DistributedPlanOperator:
                 for target, index, port, sender, payload in sent:
                     inbox.setdefault(target, []).append((index, port, sender, payload))
                 self.counts.messages += len(sent)
+            if staged:
+                self.counts.root_rows_staged += staged
+                sink.written_by_actors(staged)
+                self.emitted_elsewhere(staged)
             calls = [(a, "plan_deliver", (self.name, wm, [(i, p, load) for i, p, _, load in
                                                           sorted(msgs, key=lambda m: m[:3])]))
                      for a, msgs in sorted(inbox.items())]
         return out
+
+    def _stage_of(self, sink, actor: int) -> tuple[str, bytes] | None:
+        """Where ``actor`` stages the root's rows for ``sink`` (None: it sends them here)."""
+        if sink is None:
+            return None
+        return actor_stage_dir(sink.stage.dir, self.cluster.members[actor]), sink.schema_ipc
 
     def current_rows(self) -> pa.RecordBatch:
         if (len(self.tree.nodes) - 1) not in {i for i, _ in self.stateful}:  # the root holds no rows

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from laminardb.cluster.routing import split_by_owner
-from laminardb.cluster.wire import from_ipc, to_ipc_array, to_ipc_table
+from laminardb.cluster.wire import from_ipc, to_ipc_array
 from laminardb.operators.plan_operator import PlanOperator, _Join, _Node, _Stage, _TopN
 
 
@@ -112,11 +112,9 @@ class ActorExchange:
         node = self.tree.nodes[index]
         self._emit(node, node.on_watermark(wm), before)
 
-    def result(self) -> tuple[list[Message], bytes | None, int]:
-        """(messages for the next step, the root's rows as one IPC stream, rows dropped late)."""
-        outs = [b for b in self.out if b.num_rows]
-        data = to_ipc_table(pa.Table.from_batches(outs)) if outs else None
-        return self.sent, data, self.tree.late_dropped - self.late_before
+    def result(self) -> tuple[list[Message], list[pa.RecordBatch], int]:
+        """(messages for the next step, the rows the root emitted, rows dropped late)."""
+        return self.sent, [b for b in self.out if b.num_rows], self.tree.late_dropped - self.late_before
 
     # ------------------------------------------------------------------ moving rows
     def _route(self, node: _Node, port: int, batch: pa.RecordBatch, wm: int) -> None:

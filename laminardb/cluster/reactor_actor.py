@@ -20,7 +20,14 @@ import pyarrow as pa
 from laminardb.checkpoint.actor_stages import ActorStages
 from laminardb.cluster.routing import range_slice, route_rows
 from laminardb.cluster.shm_ring import ShmReader, ShmSlice
-from laminardb.cluster.wire import from_ipc, resolved, schema_from_ipc, to_ipc, to_ipc_array
+from laminardb.cluster.wire import (
+    from_ipc,
+    resolved,
+    schema_from_ipc,
+    to_ipc,
+    to_ipc_array,
+    to_ipc_table,
+)
 from laminardb.sql.expressions import evaluate_mask
 
 
@@ -248,12 +255,15 @@ class ReactorActorImpl:
         return self.stages.seal(directory, epoch)
 
     # -- plan trees: each actor runs the whole tree over its rows (exchange.py) --------
-    def plan_input(self, query: str, name: str, wm: int, mode: str, data) -> tuple[list, bytes | None, int]:
+    def plan_input(self, query: str, name: str, wm: int, mode: str, data,
+                   stage: tuple[str, bytes] | None = None) -> tuple[list, bytes | None, int, int]:
         """Rows of input ``name`` into this actor's copy of ``query``'s tree: ``range`` — its
         contiguous share of a batch the client inserted; ``refs`` — the object references of
         the Kafka rows it read itself. Returns (messages for other actors — references to rows
         it put in the object store, and its own parts kept here — the root's output as IPC,
-        rows dropped as late)."""
+        rows dropped as late, rows staged). With ``stage`` (this actor's stage directory for the
+        query's only sink, and the sink's schema) the root's output goes to this actor's stage
+        file for that sink instead of back to the head (``checkpoint/actor_stages.py``)."""
         import ray
 
         with self._busy():
@@ -268,17 +278,19 @@ class ReactorActorImpl:
             for batch in batches:
                 self.rows_in += batch.num_rows
                 ex.enter(name, batch, wm)
-            return ex.result()
+            return self._answer(ex, stage)
 
-    def plan_deliver(self, query: str, wm: int, messages: list) -> tuple[list, bytes | None, int]:
+    def plan_deliver(self, query: str, wm: int, messages: list,
+                     stage: tuple[str, bytes] | None = None) -> tuple[list, bytes | None, int, int]:
         """Rows other actors (and this one) routed here, as (node, port, payload): run them
         on up the tree; returns as ``plan_input``."""
         with self._busy():
             ex = self._exchange(query)
             self.rows_in += ex.deliver(messages, wm)
-            return ex.result()
+            return self._answer(ex, stage)
 
-    def plan_watermark(self, query: str, index: int | None, wm: int, before: int) -> tuple[list, bytes | None, int]:
+    def plan_watermark(self, query: str, index: int | None, wm: int, before: int,
+                       stage: tuple[str, bytes] | None = None) -> tuple[list, bytes | None, int, int]:
         """Node ``index`` (None: every stateful node, children first — one actor) advances to
         ``wm``; what it closes moves on up at ``before``. Returns as ``plan_input``."""
         from laminardb.cluster.exchange import stateful_nodes
@@ -288,7 +300,15 @@ class ReactorActorImpl:
             indexes = [i for i, _ in stateful_nodes(ex.tree)] if index is None else [index]
             for i in indexes:
                 ex.watermark(i, wm, before)
-            return ex.result()
+            return self._answer(ex, stage)
+
+    def _answer(self, ex, stage: tuple[str, bytes] | None) -> tuple[list, bytes | None, int, int]:
+        sent, outs, late = ex.result()
+        if stage is None:
+            data = to_ipc_table(pa.Table.from_batches(outs)) if outs else None
+            return sent, data, late, 0
+        directory, schema = stage
+        return sent, None, late, self.stages.append(directory, schema_from_ipc(schema), outs)
 
     def _exchange(self, query: str, *, first: bool = False):
         """``first``: the call starts a batch's or a watermark's propagation — parts kept from

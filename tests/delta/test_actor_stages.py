@@ -1,8 +1,11 @@
-"""Local-global aggregation merged on the key owners, who stage the only sink's rows
-themselves (``cluster/owner_merge.py``, ``checkpoint/actor_stages.py``), end to end: a durable
-database of two real Ray actors, the real Spark coordinator writing the exactly-once FILE
-sink from the head's and the actors' stage files. Rows are inserted so every key is on both
-actors (each takes a row range), and the head merges, decodes and stages no row.
+"""Sink rows staged by the actors that made them (``checkpoint/actor_stages.py``), end to end: a
+durable database of two real Ray actors, the real Spark coordinator writing the exactly-once
+FILE sink from the head's and the actors' stage files.
+- Local-global aggregation merged on the key owners, who stage the only sink's rows
+  (``cluster/owner_merge.py``). Rows are inserted so every key is on both actors (each takes
+  a row range), and the head merges, decodes and stages no row.
+- A plan tree (a join) whose root's rows each actor stages for the only sink
+  (``DistributedPlanOperator._steps``): the head decodes no row of it.
 Oracle: DuckDB over the same rows; an actor SIGKILLed between checkpoints loses nothing and
 duplicates nothing."""
 
@@ -96,3 +99,101 @@ def test_an_actor_killed_with_staged_rows_loses_and_repeats_none(database, tmp_p
     committed = _committed(out)
     _assert_equal(committed, pa.concat_tables(raw))  # every window once, each exact
     assert _merges(db)["merged_at_head"] == 0
+
+
+JOIN_DDL = """
+CREATE SOURCE l (k BIGINT, a BIGINT);
+CREATE SOURCE r (k BIGINT, b BIGINT);
+CREATE STREAM j AS SELECT l.k, l.a, r.b FROM l JOIN r ON l.k = r.k WHERE r.b % 3 <> 0;
+CREATE SINK out FROM j INTO FILE (path = '{out}', format = 'parquet');
+"""
+JOIN_ORACLE = "SELECT l.k, l.a, r.b FROM l JOIN r ON l.k = r.k WHERE r.b % 3 <> 0"
+JOIN_ROWS = 3000  # 48 KB a batch: sent to an actor, not through the head
+
+
+def _side(i: int, value: str) -> pa.Table:
+    """Keys 0..499 (and NULL, which joins nothing) with a unique value per row."""
+    import numpy as np
+
+    rng = np.random.default_rng(100 + i)
+    ids = np.arange(i * JOIN_ROWS, (i + 1) * JOIN_ROWS)
+    return pa.table({"k": pa.array(rng.integers(0, 500, JOIN_ROWS), mask=rng.random(JOIN_ROWS) < 0.02),
+                     value: pa.array(ids)})
+
+
+def _joined(sides: dict[str, list[pa.Table]]) -> list[tuple]:
+    import duckdb
+
+    con = duckdb.connect()
+    for name, tables in sides.items():
+        con.register(name, pa.concat_tables(tables))
+    return sorted(con.sql(JOIN_ORACLE).fetchall())
+
+
+def _rows_of(table: pa.Table) -> list[tuple]:
+    return sorted(zip(*(table[c].to_pylist() for c in ("k", "a", "b")), strict=True))
+
+
+def _exchange(db) -> dict:
+    return db.metrics()["cluster"]["plan_exchange"]["j"]
+
+
+def _insert_both(db, sides: dict[str, list[pa.Table]], i: int) -> None:
+    for name, value in (("l", "a"), ("r", "b")):
+        t = _side(i if name == "l" else 1000 + i, value)
+        db.insert(name, t)
+        sides[name].append(t)
+
+
+def test_a_trees_only_sink_is_staged_by_the_actors_then_by_the_head_when_a_subscriber_comes(database, tmp_path):
+    out = tmp_path / "out"
+    db = database(checkpoint_interval="off")
+    db.execute(JOIN_DDL.format(out=out))
+    sides: dict[str, list[pa.Table]] = {"l": [], "r": []}
+    for i in range(4):  # two checkpoints: rows staged in both epochs
+        _insert_both(db, sides, i)
+        if i % 2 == 1:
+            db.checkpoint()
+    counts = _exchange(db)
+    committed = _committed(out)
+    assert _rows_of(committed) == _joined(sides)
+    assert counts["root_rows"] == 0 and counts["root_rows_staged"] == committed.num_rows > 0, counts
+    assert counts["messages"] > 0, counts  # the join's inputs did cross between the actors
+    sink = db.metrics()["sinks"]["out"]
+    assert sink["rows_written"] == sink["rows_committed"] == committed.num_rows, sink
+    assert db.metrics()["queries"]["j"]["rows_out"] == committed.num_rows
+    assert _stage_files(tmp_path, db, "epoch-*.parquet") == []  # committed epochs are released
+
+    sub = db.subscribe_stream("j")  # a second consumer: the root's rows come to the head again
+    for i in range(4, 6):
+        _insert_both(db, sides, i)
+    db.checkpoint()
+    after = _exchange(db)
+    assert after["root_rows_staged"] == counts["root_rows_staged"], after
+    everything = _committed(out)
+    assert _rows_of(everything) == _joined(sides)
+    assert after["root_rows"] == sub.to_arrow().num_rows == everything.num_rows - committed.num_rows > 0, after
+
+
+def test_an_actor_killed_with_a_trees_staged_rows_loses_and_repeats_none(database, tmp_path):
+    """Join rows staged in both actors' open files since the last checkpoint, then actor 1
+    SIGKILLed: the database recovers from that checkpoint, the dead actor's open file is
+    dropped and the replay makes its rows again, so the FILE sink holds every joined row once."""
+    out = tmp_path / "out"
+    db = database(checkpoint_interval="off")
+    db.execute(JOIN_DDL.format(out=out))
+    sides: dict[str, list[pa.Table]] = {"l": [], "r": []}
+    for i in range(2):
+        _insert_both(db, sides, i)
+    db.checkpoint()
+    _insert_both(db, sides, 2)
+    wait_until(lambda: len(_stage_files(tmp_path, db, "open.parquet")) == 2, timeout=30,
+               what="an open stage file on each actor")
+    pid = db.metrics()["cluster"]["members"][1]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not process_alive(pid), timeout=10, interval=0.05)
+    for i in range(3, 5):
+        _insert_both(db, sides, i)
+    db.checkpoint()
+    assert db.metrics()["database"]["recoveries"], "the kill was recovered from"
+    assert _rows_of(_committed(out)) == _joined(sides)  # every joined row once
