@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from laminardb.checkpoint.actor_stages import actor_stage_dir
 from laminardb.cluster.distributed_operator import CLUSTER_FORMAT, ClusterImage, ship
-from laminardb.cluster.exchange import stateful_nodes
+from laminardb.cluster.exchange import stateful_nodes, watermark_inert
 from laminardb.cluster.routing import range_slice
 from laminardb.cluster.wire import from_ipc
 from laminardb.operators.plan_operator import PlanOperator
@@ -105,6 +105,8 @@ class DistributedPlanOperator:
         self.ring = ring  # the connection's shared-memory ring (None: Ray's object store)
         self.tree = PlanOperator(plan)  # the shape and schemas; the rows and state are on the actors
         self.stateful = stateful_nodes(self.tree)  # (node index, keyed), children first
+        #: the stateful nodes a watermark can change (the others get no watermark round)
+        self.advancing = [(i, keyed) for i, keyed in self.stateful if not watermark_inert(self.tree.nodes[i])]
         self.schema = self.tree.schema
         self.wm = NO_WATERMARK
         self.late_dropped = 0  # rows the nodes dropped as late, as the actors report them
@@ -146,13 +148,16 @@ class DistributedPlanOperator:
     def on_watermark(self, wm: int) -> list[pa.RecordBatch]:
         """The stateful nodes advance children first; what each closes moves on up (at the
         previous watermark, as embedded) before the next node advances. On one actor the
-        whole tree advances in one call."""
+        whole tree advances in one call. Nodes no watermark can change (``watermark_inert``)
+        are skipped, and a tree of only those gets no call at all."""
         before, out = self.wm, []
-        if self.cluster.n_actors == 1:
+        if not self.advancing:
+            pass  # no node a watermark can change: nothing to send
+        elif self.cluster.n_actors == 1:
             out = self._steps([(0, "plan_watermark", (self.name, None, wm, before))], before)
         else:
             everyone, single = list(range(self.cluster.n_actors)), [self.cluster.single_owner()]
-            for index, keyed in self.stateful:
+            for index, keyed in self.advancing:
                 calls = [(a, "plan_watermark", (self.name, index, wm, before)) for a in (everyone if keyed else single)]
                 out += self._steps(calls, before)
         self.wm = max(self.wm, wm)

@@ -52,6 +52,18 @@ def stateful_nodes(tree: PlanOperator) -> list[tuple[int, bool]]:
     return [(i, keys[1]) for i, node in enumerate(tree.nodes) if (keys := _keys_of(node)) is not None]
 
 
+def watermark_inert(node: _Node) -> bool:
+    """Whether no watermark can make ``node`` emit a row or drop state: a join with neither a
+    time interval nor a TTL (``JoinOperator.on_watermark`` returns at once). The head sends
+    such a node no watermark round: on Kafka → Nexmark q20 or q3 that was one call per actor
+    per poll, for nothing."""
+    from laminardb.operators.join import JoinOperator
+
+    if isinstance(node, _Join) and type(node.op) is JoinOperator:
+        return node.op.join.interval is None and node.op.join.ttl is None
+    return False
+
+
 #: a message between steps: (target actor, node index, port, sender, payload) — the payload
 #: Arrow IPC (an ObjectRef, or inline when small: ``INLINE_BYTES``), or (its own part) an int
 #: naming a batch in the target's ``kept``
@@ -169,4 +181,4 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return combined[0] if combined else batches[0]
 
 
-__all__ = ["ActorExchange", "Message", "payload_of", "stateful_nodes"]
+__all__ = ["ActorExchange", "Message", "payload_of", "stateful_nodes", "watermark_inert"]
