@@ -39,6 +39,8 @@ Workloads (``--workloads``, comma-separated):
   checkpoints every 10 s; timed as kafka-agg. With ``--global-phases actors,owners`` each
   tree runs twice: its root's rows staged by the actors for the sink (the default), and sent
   to the head, which stages them (``actor_stages=False``, label ``+head-stage``).
+  ``head-snapshots`` (any workload, label ``+head-snapshots``): the head collects and writes
+  the actors' checkpoint parts itself (``actor_snapshots=False``), as before they wrote them.
 - ``ckpt-q20``: Nexmark events by ``insert()`` → q20 (join, filter) → FILE sink, checkpoints
   every 1 s and off (``checkpoint_interval = "off"``: WAL, one checkpoint at ``finish()``).
 
@@ -93,7 +95,8 @@ from bench_nexmark_cluster import _count, _digest  # noqa: E402
 
 #: ``--global-phases``: label suffix and database config of each
 _PHASES = {"actors": ("", {}), "owners": ("+head-stage", {"actor_stages": False}),
-           "head": ("+head-merge", {"owner_merge": False})}
+           "head": ("+head-merge", {"owner_merge": False}),
+           "head-snapshots": ("+head-snapshots", {"actor_snapshots": False})}
 WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20", "kafka-subs")
 NEXMARK_TREES = ("q3", "q5", "q8", "q20")
 PARTITIONS = 2
@@ -497,9 +500,12 @@ class Bench:
             self._record(label, actors, m, rows, emb, checkpoints="1s", partitions=PARTITIONS)
 
     @staticmethod
-    def _kafka_query(broker: Broker, prefix: str, events: int, q: str) -> tuple[Callable, Callable]:
+    def _kafka_query(broker: Broker, prefix: str, events: int, q: str,
+                     exchanges: list | None = None) -> tuple[Callable, Callable]:
         """``(setup, drive)`` of Nexmark query ``q`` over the events in Kafka: the sources and
-        the query; then start, every event ingested, flush, finish."""
+        the query; then start, every event ingested, flush, finish. ``exchanges[0]``: the
+        run's ``plan_exchange`` counts (a cluster's plan tree), read before the finish."""
+        exchanges = exchanges if exchanges is not None else [None]
         from laminardb.nexmark import QUERIES
 
         def setup(db, cluster: bool) -> None:
@@ -510,6 +516,8 @@ class Bench:
             db.start()
             wait_ingested(db, events, f"kafka {q}")
             db.flush(timeout_s=120)
+            # a plan tree's scheduling by the head (before finish() ends the query)
+            exchanges[0] = db.metrics().get("cluster", {}).get("plan_exchange", {}).get(q)
             db.finish()
 
         return setup, drive
@@ -521,7 +529,8 @@ class Bench:
         broker = self.kafka()
         prefix, events = produce_nexmark(broker, a.events, a.batch_rows)
         for q in a.queries:
-            setup, drive = self._kafka_query(broker, prefix, events, q)
+            exchanges: list = [None]
+            setup, drive = self._kafka_query(broker, prefix, events, q, exchanges)
             emb = self._embedded_run(f"kafka-{q}", setup, drive, q, events, warm=lambda w, q=q: warm_nexmark(w, q))
             # a tree has no global phase: "actors" (they stage the root's rows for the sink)
             # and "owners" (the head stages them) are the two places its output can go
@@ -532,7 +541,12 @@ class Bench:
                 same = _digest(_concat(sink)) == _digest(_concat(emb["sink"]))
                 assert same, f"{label}, {actors} actor(s): the sink differs from the embedded engine's"
                 self._record(label, actors, m, events, emb, checkpoints="10s", partitions=PARTITIONS,
-                             rows_out=sink.num_rows)
+                             rows_out=sink.num_rows, exchange=exchanges[0])
+                if exchanges[0]:
+                    x = exchanges[0]
+                    print(f"      head scheduling: {x['steps']:,} steps, {x['calls']:,} calls "
+                          f"({x['calls'] / events * 1e6:,.0f} per M events), {x['messages']:,} messages, "
+                          f"root rows {x['root_rows']:,} decoded, {x['root_rows_staged']:,} staged by the actors")
 
     # -- 4. q20 by inserts: checkpoints 1 s against off ---------------------------------------
     def ckpt_q20(self, actors: int) -> None:

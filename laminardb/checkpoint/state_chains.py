@@ -34,14 +34,22 @@ class Chain:
     op: Any
     files: list[str] = field(default_factory=list)
     meta: dict[str, dict[str, int]] = field(default_factory=dict)  # file → {"bytes", "crc"}
+    #: file → the files the Delta mode's actors wrote beside it (``<file>.part-<actor>``)
+    parts: dict[str, list[str]] = field(default_factory=dict)
+
+    def with_parts(self, file: str) -> list[str]:
+        return [file, *self.parts.get(file, [])]
+
+    def _bytes(self, file: str) -> int:
+        return sum(self.meta[f]["bytes"] for f in self.with_parts(file))
 
     @property
     def base_bytes(self) -> int:
-        return self.meta[self.files[0]]["bytes"]
+        return self._bytes(self.files[0])
 
     @property
     def delta_bytes(self) -> int:
-        return sum(self.meta[f]["bytes"] for f in self.files[1:])
+        return sum(self._bytes(f) for f in self.files[1:])
 
 
 @dataclass
@@ -89,7 +97,9 @@ class StateChains:
         out: dict[str, dict[str, int]] = {}
         for p in self._planned.get(epoch, []):
             for f in p.earlier:
-                out[f] = self._chains[p.node].meta[f]
+                chain = self._chains[p.node]
+                for part in chain.with_parts(f):
+                    out[part] = chain.meta[part]
         return out
 
     def written(self, epoch: int, files: dict[str, dict[str, int]]) -> None:
@@ -101,6 +111,10 @@ class StateChains:
                 chain = self._chains[p.node] = Chain(p.op)
             chain.files.append(p.file)
             chain.meta[p.file] = files[p.file]
+            parts = [f for f in files if f.startswith(f"{p.file}.part-")]
+            if parts:
+                chain.parts[p.file] = parts
+                chain.meta.update((f, files[f]) for f in parts)
 
     def forget(self) -> None:
         """A checkpoint failed or was aborted: every operator writes a whole snapshot next."""

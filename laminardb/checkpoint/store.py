@@ -61,6 +61,20 @@ class Manifest:
                 "created": self.created, "files": self.files}
 
 
+def write_snapshot(path: str | os.PathLike[str], data: bytes) -> dict[str, int]:
+    """Write one snapshot file durably; returns what its manifest entry holds (size and CRC).
+    The head writes its own; in the Delta mode each reactor actor writes its part of a query's
+    state with it too (``ClusterImage.write_parts``)."""
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise write_error("snapshot file", path, exc) from exc
+    return {"bytes": len(data), "crc": crc32c(data)}
+
+
 def _canonical(body: dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
@@ -99,17 +113,9 @@ class CheckpointStore:
         return d
 
     def write_file(self, epoch: int, name: str, data: bytes) -> dict[str, int]:
-        path = self.dir_of(epoch) / name
-        try:
-            if name.startswith(STATE_PREFIX):
-                self.state_dir.mkdir(exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        except OSError as exc:
-            raise write_error("snapshot file", path, exc) from exc
-        return {"bytes": len(data), "crc": crc32c(data)}
+        if name.startswith(STATE_PREFIX):
+            self.state_dir.mkdir(exist_ok=True)
+        return write_snapshot(self.dir_of(epoch) / name, data)
 
     def commit(self, manifest: Manifest, *, pending: bool = False) -> Path:
         """Write the manifest: from here on the checkpoint is the one recovery uses — or,

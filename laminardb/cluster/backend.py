@@ -69,6 +69,8 @@ class ClusterBackend:
         #: the key owners of a local-global aggregate stage its only sink's rows themselves
         #: (``checkpoint/actor_stages.py``); config ``actor_stages=False``: the head stages them
         self._actor_stages = config_flag((config or {}).get("actor_stages", True))
+        #: each actor writes its own part of a checkpoint (False: the head collects the parts)
+        self._actor_snapshots = config_flag((config or {}).get("actor_snapshots", True))
         #: local-global aggregates merge on the key owners (``owner_merge.py``); False: here
         self._owner_merge = config_flag((config or {}).get("owner_merge", True))
         #: set by the database head when the Delta checkpoint coordinator drives this database:
@@ -164,6 +166,7 @@ class ClusterBackend:
                 from laminardb.checkpoint.partial_stage import spark_route
 
                 op.merger.route = spark_route(self.reactor, name, op.merger)
+        self._actors_write_snapshots(op)
         op.owner_merge = self._owner_merge
         if op.mode == "local_global" and op.owner_merge and (route := self._actor_stage_route(name)) is not None:
             op.merger.stage_route = route
@@ -182,10 +185,18 @@ class ClusterBackend:
         if _tree_reads_processing_time(plan):
             return PlanOperator(plan)
         op = DistributedPlanOperator(name, plan, self.cluster, ring=self.ring)
+        self._actors_write_snapshots(op)
         if (route := self._actor_stage_route(name)) is not None:
             op.stage_route = route
             op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
         return op
+
+    def _actors_write_snapshots(self, op) -> None:
+        """A durable database's actors write their own parts of ``op``'s checkpoints when
+        each of them can write its directory (``ClusterImage.write_parts``)."""
+        if self.engine.path != ":memory:" and self._actor_snapshots:
+            op.checkpoint_root = os.path.join(self.engine.path, "checkpoints")
+            op.parts_writable = lambda: all(map(self.writes_files, self.cluster.info))
 
     def _actor_stage_route(self, name: str):
         """For query ``name`` of a coordinated database: a callable giving its only consumer

@@ -27,9 +27,11 @@ for each round before ``process`` returns, exactly like the embedded engine.
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -73,7 +75,17 @@ class _Item:
     slots: list[int]
 
 
-class DistributedOperator:
+class SnapshotParts:
+    """Where a distributed query's actors write their own checkpoint parts (set by the
+    backend for a durable database: ``ClusterImage.write_parts``)."""
+
+    #: the database's checkpoints directory (None: the head collects the parts as bytes)
+    checkpoint_root: str | None = None
+    #: whether every actor can write (and read) that directory now
+    parts_writable: Callable[[], bool] = staticmethod(lambda: False)
+
+
+class DistributedOperator(SnapshotParts):
     """One query on the actors (an ``engine.contracts.Operator``); see the module docstring."""
 
     incremental = False  # checkpoints take the whole state (no snapshot_delta)
@@ -421,7 +433,7 @@ class DistributedOperator:
         if doc.get("format") != CLUSTER_FORMAT or doc.get("version") != 1:
             raise SnapshotFormatError(f"query {self.name!r}: not a cluster state snapshot (format "
                                       f"{doc.get('format')!r} v{doc.get('version')!r})")
-        parts = doc["actors"]
+        parts = actor_parts(self, doc)
         partial = self.merger is not None
         n = self.cluster.n_actors
         targets, futures = [], []
@@ -465,7 +477,9 @@ CLUSTER_FORMAT = "laminardb.cluster_state"
 
 class ClusterImage:
     """A distributed query's checkpoint copy: the actors hold their parts (taken in the
-    barrier); ``encode`` collects them as bytes, off the engine lock."""
+    barrier). Off the engine lock, either each actor writes its own part as a file of the
+    checkpoint (``write_parts``: the head handles no state byte) or ``encode`` collects the
+    parts into the head's file."""
 
     def __init__(self, op: DistributedOperator, actors: list[int], merger: dict | None) -> None:
         self.op = op
@@ -473,13 +487,45 @@ class ClusterImage:
         self.merger = merger
         self.late_dropped = op.late_dropped
 
-    def encode(self, vnodes=None) -> bytes:
+    def _doc(self, **parts) -> bytes:
         import msgpack
 
+        return msgpack.packb({"format": CLUSTER_FORMAT, "version": 1, "mode": self.op.mode, **parts,
+                              "merger": self.merger, "late_dropped": self.late_dropped}, use_bin_type=True)
+
+    def encode(self, vnodes=None) -> bytes:
         blobs = self.op.cluster.call_each(self.actors, "snapshot_encode", self.op.name) if self.actors else []
-        doc = {"format": CLUSTER_FORMAT, "version": 1, "mode": self.op.mode, "actors": blobs,
-               "merger": self.merger, "late_dropped": self.late_dropped}
-        return msgpack.packb(doc, use_bin_type=True)
+        return self._doc(actors=blobs)
+
+    def write_parts(self, epoch_dir: Path, name: str) -> tuple[bytes, dict[str, dict[str, int]]] | None:
+        """Each actor writes its part as ``<name>.part-<actor>`` beside the head's file
+        ``name`` in checkpoint directory ``epoch_dir``. Returns the head's file (which names
+        the parts, relative to the checkpoints root) and each part's manifest entry, so the
+        manifest verifies them and retention keeps them as long as a checkpoint names them;
+        None when an actor cannot write the database's directory (``encode`` then)."""
+        root = self.op.checkpoint_root
+        if root is None or not self.actors or not self.op.parts_writable():
+            return None
+        names = {a: f"{name}.part-{a}" for a in self.actors}
+        paths = {a: os.path.normpath(epoch_dir / names[a]) for a in self.actors}
+        futures = [self.op.cluster.actors[a].snapshot_write.remote(self.op.name, paths[a]) for a in self.actors]
+        metas = self.op.cluster.gather(self.actors, futures, "snapshot_write")
+        files = {names[a]: m for a, m in zip(self.actors, metas, strict=True) if m is not None}
+        rel = [None if m is None else os.path.relpath(paths[a], root) for a, m in zip(self.actors, metas, strict=True)]
+        return self._doc(actors=None, actor_files=rel), files
+
+
+def actor_parts(op, doc: dict) -> list:
+    """The actors' parts of a checkpoint envelope, as the actors take them: the bytes, or,
+    for parts the actors wrote themselves (``ClusterImage.write_parts``), their paths when
+    every actor can read the database's directory now (else the head reads them)."""
+    files = doc.get("actor_files")
+    if files is None:
+        return doc["actors"]
+    paths = [None if f is None else os.path.join(op.checkpoint_root, f) for f in files]
+    if op.parts_writable():
+        return paths
+    return [None if p is None else Path(p).read_bytes() for p in paths]
 
 
 def _merge(batches: list[pa.RecordBatch], schema: pa.Schema) -> list[pa.RecordBatch]:

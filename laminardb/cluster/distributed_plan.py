@@ -38,7 +38,13 @@ from typing import Any
 import pyarrow as pa
 
 from laminardb.checkpoint.actor_stages import actor_stage_dir
-from laminardb.cluster.distributed_operator import CLUSTER_FORMAT, ClusterImage, ship
+from laminardb.cluster.distributed_operator import (
+    CLUSTER_FORMAT,
+    ClusterImage,
+    SnapshotParts,
+    actor_parts,
+    ship,
+)
 from laminardb.cluster.exchange import stateful_nodes, watermark_inert
 from laminardb.cluster.routing import range_slice
 from laminardb.cluster.wire import from_ipc
@@ -88,7 +94,7 @@ class _ActorsState:
         return self._read()[1]
 
 
-class DistributedPlanOperator:
+class DistributedPlanOperator(SnapshotParts):
     """See the module docstring (an ``engine.contracts.Operator`` over a plan tree)."""
 
     accepts_next_watermark = False  # a tree takes the query's root watermark (``QueryPlan.tree``)
@@ -256,7 +262,7 @@ class DistributedPlanOperator:
             if doc.get("format") != CLUSTER_FORMAT or doc.get("version") != 1:
                 raise SnapshotFormatError(f"query {self.name!r}: not a cluster state snapshot (format "
                                           f"{doc.get('format')!r} v{doc.get('version')!r})")
-            pieces.append(doc["actors"])
+            pieces.append(actor_parts(self, doc))
         owner = self.cluster.routing.owner
         targets = list(range(self.cluster.n_actors))
         futures = [self.cluster.actors[a].restore_chain.remote(self.name, pieces,

@@ -353,6 +353,17 @@ class ReactorActorImpl:
         image = self.images.pop(node, None)
         return None if image is None else image.encode()
 
+    def snapshot_write(self, node: str, path: str) -> dict[str, int] | None:
+        """Write this actor's copy of ``node``'s state (``snapshot_take``) as the checkpoint
+        file ``path``; returns its manifest entry (size, CRC), or None when it has none."""
+        from laminardb.checkpoint.store import write_snapshot
+
+        image = self.images.pop(node, None)
+        if image is None:
+            return None
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return write_snapshot(path, image.encode())
+
     def restore_state(self, node: str, blobs: list, partial: bool, vnodes: list[int] | None) -> None:
         """Load checkpointed parts into the (freshly created) query ``node``: only the groups
         of ``vnodes`` when given (the vnodes this actor owns now); the parts add up."""
@@ -361,7 +372,7 @@ class ReactorActorImpl:
 
             self.partial[node] = PartialState(self._op(node).plan)
         loaded = 0
-        for blob in blobs:
+        for blob in map(_part_bytes, blobs):
             if blob is None:
                 continue
             if partial:  # several parts (a scale-in) add up per (window, key)
@@ -376,7 +387,7 @@ class ReactorActorImpl:
         writer's chain is replayed on its own, keeping the rows of ``vnodes``; they add up."""
         op = self._op(node)
         for s in range(max(len(p) for p in pieces)):
-            chain = [p[s] for p in pieces if s < len(p) and p[s] is not None]
+            chain = [_part_bytes(p[s]) for p in pieces if s < len(p) and p[s] is not None]
             if chain:
                 op.restore_chain(chain, vnodes=vnodes)
 
@@ -542,6 +553,15 @@ class ReactorActorImpl:
         m.update(index=self.index, core=self.core, pid=os.getpid(), rows_in=self.rows_in, busy_s=self.busy_s,
                  cpu_s=self.cpu_s)
         return m
+
+
+def _part_bytes(part: bytes | str | None) -> bytes | None:
+    """A checkpoint part as the head hands it over: its bytes, or the path of the file this
+    actor (or another) wrote (``ClusterImage.write_parts``)."""
+    if isinstance(part, str):
+        with open(part, "rb") as f:
+            return f.read()
+    return part
 
 
 def _type_text(t: pa.DataType) -> str:

@@ -213,11 +213,12 @@ def test_checkpoint_store_full_for_a_while(database, tmp_path):
             db.insert("t", batch(i))
         db.checkpoint()
         ballast = store / "ballast"
-        with open(ballast, "wb") as f:  # fill the store to the last byte
+        # fill the store to the last byte; unbuffered, so closing has nothing left to write
+        # (a buffered file raised ENOSPC again on close when the last write was partial)
+        with open(ballast, "wb", buffering=0) as f:
             try:
-                while True:
-                    f.write(b"\0" * 65536)
-                    f.flush()
+                while f.write(b"\0" * 65536):
+                    pass
             except OSError:
                 pass
         for i in range(10, 20):
