@@ -43,6 +43,8 @@ Workloads (``--workloads``, comma-separated):
   the actors' checkpoint parts itself (``actor_snapshots=False``), as before they wrote them.
 - ``ckpt-q20``: Nexmark events by ``insert()`` → q20 (join, filter) → FILE sink, checkpoints
   every 1 s and off (``checkpoint_interval = "off"``: WAL, one checkpoint at ``finish()``).
+  ``--global-phases actors,head-snapshots`` runs each twice: the actors write their state
+  parts into the checkpoint (the default), and the head collects and writes them.
 
 Each run is a fresh database, dropped after it; a warm-up database first starts the
 coordinator and its JVM (excluded). Before timing, the aggregate workloads warm every actor
@@ -572,12 +574,14 @@ class Bench:
         emb = self._embedded_run("insert-q20", setup, drive, "q20", events, subscribe=True,
                                  warm=lambda w: warm_nexmark(w, "q20"))
         want = _digest(_concat(emb["sink"]))
+        # where the state parts are written: by the actors (default), or by the head
+        phases = [p for p in a.global_phases.split(",") if p in ("actors", "head-snapshots")] or ["actors"]
         for path in a.insert_paths.split(","):  # rows through the actors, or through the head
-            for interval in ("1s", "off"):
-                label = "insert q20" if path == "direct" else f"insert q20 ({path})"
+            for phase, interval in [(p, i) for p in phases for i in ("1s", "off")]:
+                label = ("insert q20" if path == "direct" else f"insert q20 ({path})") + _PHASES[phase][0]
                 m, sink = self._cluster_run(f"q20-{interval}-{path}", actors, {
-                    "checkpoint_interval": interval, "coordinator": "spark", "direct_inserts": path == "direct"},
-                    setup, drive, "q20", subscribe=True)
+                    "checkpoint_interval": interval, "coordinator": "spark", "direct_inserts": path == "direct",
+                    **_PHASES[phase][1]}, setup, drive, "q20", subscribe=True)
                 assert _digest(_concat(sink)) == want, f"{label} {interval}, {actors} actor(s): output differs from embedded"
                 self._record(label, actors, m, events, emb, checkpoints=interval, rows_out=sink.num_rows)
 
