@@ -214,7 +214,7 @@ def read_any_sink(path: Path) -> pa.Table | None:
 def wait_ingested(db, rows: int, what: str) -> None:
     """Until ``rows`` are ingested, asking twice a second: a Delta head answers each
     ``metrics()`` with a few ms of CPU (it asks the actors), and at 10 reads a second that
-    was ≈ 0.2 of the 0.8–0.9 CPU s per M events the head spent on Kafka → q20 (py-spy)."""
+    was 0.06–0.1 of the 0.83–0.87 CPU s per M events the head spent on Kafka → q20."""
     deadline = time.monotonic() + _INGEST_TIMEOUT_S
     while (n := db.metrics()["events_ingested"]) < rows:
         if time.monotonic() > deadline:
