@@ -193,10 +193,12 @@ class ClusterBackend:
 
     def _actors_write_snapshots(self, op) -> None:
         """A durable database's actors write their own parts of ``op``'s checkpoints when
-        each of them can write its directory (``ClusterImage.write_parts``)."""
-        if self.engine.path != ":memory:" and self._actor_snapshots:
+        each of them can write its directory (``ClusterImage.write_parts``), and read them
+        back (whatever ``actor_snapshots`` says now: a checkpoint may hold parts)."""
+        if self.engine.path != ":memory:":
             op.checkpoint_root = os.path.join(self.engine.path, "checkpoints")
             op.parts_writable = lambda: all(map(self.writes_files, self.cluster.info))
+            op.actors_write_parts = self._actor_snapshots
 
     def _actor_stage_route(self, name: str):
         """For query ``name`` of a coordinated database: a callable giving its only consumer

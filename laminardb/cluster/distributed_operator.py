@@ -79,10 +79,12 @@ class SnapshotParts:
     """Where a distributed query's actors write their own checkpoint parts (set by the
     backend for a durable database: ``ClusterImage.write_parts``)."""
 
-    #: the database's checkpoints directory (None: the head collects the parts as bytes)
+    #: the database's checkpoints directory (None: not durable)
     checkpoint_root: str | None = None
     #: whether every actor can write (and read) that directory now
     parts_writable: Callable[[], bool] = staticmethod(lambda: False)
+    #: whether the actors write their parts themselves (config ``actor_snapshots``)
+    actors_write_parts = False
 
 
 class DistributedOperator(SnapshotParts):
@@ -504,7 +506,7 @@ class ClusterImage:
         manifest verifies them and retention keeps them as long as a checkpoint names them;
         None when an actor cannot write the database's directory (``encode`` then)."""
         root = self.op.checkpoint_root
-        if root is None or not self.actors or not self.op.parts_writable():
+        if root is None or not self.op.actors_write_parts or not self.actors or not self.op.parts_writable():
             return None
         names = {a: f"{name}.part-{a}" for a in self.actors}
         paths = {a: os.path.normpath(epoch_dir / names[a]) for a in self.actors}
@@ -522,6 +524,11 @@ def actor_parts(op, doc: dict) -> list:
     files = doc.get("actor_files")
     if files is None:
         return doc["actors"]
+    if op.checkpoint_root is None:
+        from laminardb.checkpoint.exceptions import SnapshotFormatError
+
+        raise SnapshotFormatError(f"query {op.name!r}: its checkpoint names files the actors wrote, "
+                                  "but this database has no directory to read them from")
     paths = [None if f is None else os.path.join(op.checkpoint_root, f) for f in files]
     if op.parts_writable():
         return paths
