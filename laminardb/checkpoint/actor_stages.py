@@ -46,10 +46,15 @@ class ActorStages:
     def __init__(self) -> None:
         self.stages: dict[str, EpochStage] = {}
 
-    def append(self, directory: str, schema: pa.Schema, batches: list[pa.RecordBatch]) -> int:
+    def append(self, directory: str, schema: pa.Schema | bytes, batches: list[pa.RecordBatch]) -> int:
+        """Stage ``batches`` in ``directory``'s open file; ``schema`` is the sink's, or its
+        IPC bytes as the head sends it with every call (read only when the file opens)."""
         stage = self.stages.get(directory)
         if stage is None:
+            if isinstance(schema, bytes):
+                schema = pa.ipc.read_schema(pa.py_buffer(schema))
             stage = self.stages[directory] = EpochStage(directory, schema, fmt="parquet")
+        schema = stage.schema
         rows = 0
         for batch in batches:
             if batch.num_rows:

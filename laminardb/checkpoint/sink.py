@@ -137,8 +137,8 @@ class EpochStage:
     def append(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        self._start()  # the open file exists as soon as the epoch holds a row
         if self.fmt == "parquet":
+            self._start()  # the open file exists as soon as the epoch holds a row
             self._held.append(batch)
             self._held_rows += batch.num_rows
             if self._held_rows >= ROW_GROUP_ROWS:

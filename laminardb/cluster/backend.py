@@ -197,7 +197,7 @@ class ClusterBackend:
         back (whatever ``actor_snapshots`` says now: a checkpoint may hold parts)."""
         if self.engine.path != ":memory:":
             op.checkpoint_root = os.path.join(self.engine.path, "checkpoints")
-            op.parts_writable = lambda: all(map(self.writes_files, self.cluster.info))
+            op.parts_writable = self._actors_write_files
             op.actors_write_parts = self._actor_snapshots
 
     def _actor_stage_route(self, name: str):
@@ -210,7 +210,11 @@ class ClusterBackend:
         from laminardb.checkpoint.staged_sink import stage_route
 
         route = stage_route(self.reactor, name)
-        return lambda: route() if all(map(self.writes_files, self.cluster.info)) else None
+        return lambda: route() if self._actors_write_files() else None
+
+    def _actors_write_files(self) -> bool:
+        """Whether every actor can write (and read) the database's directory now."""
+        return all(map(self.writes_files, self.cluster.info))
 
     def make_source(self, kind: str, node, options: dict[str, str], restore_state: dict | None = None):
         from laminardb.sql.changelog_kinds import native_kind

@@ -20,14 +20,7 @@ import pyarrow as pa
 from laminardb.checkpoint.actor_stages import ActorStages
 from laminardb.cluster.routing import range_slice, route_rows
 from laminardb.cluster.shm_ring import ShmReader, ShmSlice
-from laminardb.cluster.wire import (
-    from_ipc,
-    resolved,
-    schema_from_ipc,
-    to_ipc,
-    to_ipc_array,
-    to_ipc_table,
-)
+from laminardb.cluster.wire import from_ipc, resolved, to_ipc, to_ipc_array, to_ipc_table
 from laminardb.sql.expressions import evaluate_mask
 
 
@@ -247,8 +240,7 @@ class ReactorActorImpl:
             merged, windows = merge_closed(op.plan, op, list(payloads))
             if stage is None:
                 return merged, [(ws, to_ipc(b)) for ws, b in windows], 0
-            directory, schema = stage
-            return merged, [], self.stages.append(directory, schema_from_ipc(schema), [b for _, b in windows])
+            return merged, [], self.stages.append(*stage, [b for _, b in windows])
 
     def seal_stage(self, directory: str, epoch: int) -> tuple[str, int] | None:
         """The barrier of checkpoint ``epoch`` for the sink rows staged in ``directory``."""
@@ -307,8 +299,7 @@ class ReactorActorImpl:
         if stage is None:
             data = to_ipc_table(pa.Table.from_batches(outs)) if outs else None
             return sent, data, late, 0
-        directory, schema = stage
-        return sent, None, late, self.stages.append(directory, schema_from_ipc(schema), outs)
+        return sent, None, late, self.stages.append(*stage, outs)
 
     def _exchange(self, query: str, *, first: bool = False):
         """``first``: the call starts a batch's or a watermark's propagation — parts kept from
