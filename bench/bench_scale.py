@@ -45,6 +45,10 @@ Workloads (``--workloads``, comma-separated):
   every 1 s and off (``checkpoint_interval = "off"``: WAL, one checkpoint at ``finish()``).
   ``--global-phases actors,head-snapshots`` runs each twice: the actors write their state
   parts into the checkpoint (the default), and the head collects and writes them.
+- ``kafka-idle``: Kafka → ``--queries`` trees → FILE sink on empty topics, checkpoints every
+  10 s, sampled for ``--idle-s`` seconds once started: each process's CPU s per *second* with
+  nothing to read (the Kafka polls, the watchdog, the drainer, the checkpoints). A per-row
+  figure above is this divided by the run's rows per second, plus the work per row.
 
 Each run is a fresh database, dropped after it; a warm-up database first starts the
 coordinator and its JVM (excluded). Before timing, the aggregate workloads warm every actor
@@ -99,7 +103,7 @@ from bench_nexmark_cluster import _count, _digest  # noqa: E402
 _PHASES = {"actors": ("", {}), "owners": ("+head-stage", {"actor_stages": False}),
            "head": ("+head-merge", {"owner_merge": False}),
            "head-snapshots": ("+head-snapshots", {"actor_snapshots": False})}
-WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20", "kafka-subs")
+WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20", "kafka-subs", "kafka-idle")
 NEXMARK_TREES = ("q3", "q5", "q8", "q20")
 PARTITIONS = 2
 _WARM_EVENTS = 20_000
@@ -366,6 +370,7 @@ class Bench:
         self.args, self.root, self.nodes = args, root, nodes
         self.broker: Broker | None = None
         self.results: list[dict] = []
+        self.idle_pipelines: list[dict] = []  # kafka-idle: CPU s per second, nothing to read
         self._embedded: dict[str, dict] = {}
         self._n = 0
 
@@ -624,6 +629,40 @@ class Bench:
                           f"the client +{(c[proc_cpu.CLIENT] - base[proc_cpu.CLIENT]) / readers:.3f} per subscriber",
                           flush=True)
 
+    # -- 6. Kafka → Nexmark trees with nothing to read: what each process spends per second ----
+    def kafka_idle(self, actors: int) -> None:
+        """CPU s per second of each process while Kafka → ``--queries`` pipelines run on empty
+        topics, checkpoints every 10 s: the cost a pipeline pays per second, whatever its rows.
+        A figure per row above is this cost divided by the rows per second, plus the work per
+        row; this separates the two."""
+        from laminardb.nexmark import QUERIES
+
+        a = self.args
+        broker = self.kafka()
+        for q in a.queries:
+            prefix = f"nx-idle-{q}-{actors}-{time.monotonic_ns()}"
+            db = connect(self._name(f"idle-{q}"), self.root, actors,
+                         **{**KEEP_COORDINATOR, "checkpoint_interval": "10s", "coordinator": "spark"})
+            try:
+                db.execute(nexmark_kafka_ddl(broker.bootstrap, prefix))
+                db.execute(QUERIES[q].statement())
+                db.execute(sink_ddl("out", q, self.root / "sinks" / prefix))
+                db.start()
+                time.sleep(3.0)  # the readers' consumers connected, the first polls made
+                who = roles(db, broker.pid)
+                before = proc_cpu.sample()
+                time.sleep(a.idle_s)
+                procs = proc_cpu.used(before, proc_cpu.sample())
+            finally:
+                db.drop_database()
+            kinds = proc_cpu.classify(procs, who)
+            per_s = {k: 0.0 for k in proc_cpu.KINDS}
+            for p in procs:
+                per_s[kinds[p.pid]] += p.cpu_s / a.idle_s
+            print(f"    kafka-idle {q}, {actors} actor(s), {a.idle_s:.0f} s with nothing to read: CPU s per second "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in per_s.items()), flush=True)
+            self.idle_pipelines.append({"workload": f"kafka-idle {q}", "actors": actors, "cpu_s_per_s": per_s})
+
 
 def warm_nexmark(db, q: str) -> None:
     """Nexmark query ``q`` over a few generated events inserted into ``db`` (kernels loaded)."""
@@ -783,8 +822,11 @@ def main() -> int:
         print("\nCPU seconds per million rows, by node and kind:\n")
         print(markdown_by_node(bench.results))
     print("\nIdle, no database: CPU s per second " + ", ".join(f"{k} {v:.3f}" for k, v in idle.items() if v))
+    for r in bench.idle_pipelines:
+        print(f"Idle pipeline, {r['workload']}, {r['actors']} actor(s): CPU s per second "
+              + ", ".join(f"{k} {v:.3f}" for k, v in r["cpu_s_per_s"].items() if v))
     report = {"machine": info, "args": {k: v for k, v in vars(args).items()}, "idle_cpu_s_per_s": idle,
-              "results": bench.results,
+              "results": bench.results, "idle_pipelines": bench.idle_pipelines,
               "processes_left": len(left)}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1, default=str))

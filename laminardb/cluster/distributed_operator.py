@@ -121,6 +121,9 @@ class DistributedOperator(SnapshotParts):
         self.owner_merge = True
         #: set by the backend: counts rows the actors staged for a sink as emitted by the query
         self.emitted_elsewhere: Callable[[int], None] = lambda rows: None
+        #: set by the backend: wakes the thread that delivers deferred rounds (``_Drainer``),
+        #: which sleeps while no round is in flight
+        self.wake: Callable[[], None] = lambda: None
         self._wm_closing: int | None = None  # the last watermark sent to close windows (_no_window_ends)
         self.pending: deque[_Round] = deque()
         self.open: list[_Item] = []  # batches held back while the actors are busy
@@ -194,6 +197,7 @@ class DistributedOperator(SnapshotParts):
         futures = self.cluster.submit(targets, "process_many", self._method, self.name, payload)
         self.pending.append(_Round(self._method, targets, futures, None,
                                    [s for it in items for s in it.slots], [it.wm_next for it in items]))
+        self.wake()
 
     def _ship(self, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
         return ship(self.ring, batch, targets)
@@ -275,6 +279,7 @@ class DistributedOperator(SnapshotParts):
                 self._closed_at = (wm_next, closed)
             return outs, late
         self.pending.append(rnd)
+        self.wake()
         if wm_next is not None:
             self._closed_at = (wm_next, [])  # the round delivers the windows it closes
         while len(self.pending) > self.max_in_flight:

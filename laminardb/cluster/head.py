@@ -919,8 +919,6 @@ class DatabaseHead:
     def _watch(self) -> None:
         """Notice a lost actor nobody is calling (a Kafka pipeline with no client): Ray
         reports it dead, a source stops on it, or the drainer met it — then recover."""
-        from laminardb.cluster.actor_pool import _gcs_says_dead
-
         cause = "watchdog"
         while not self._stop.wait(_WATCH_S):
             conn = self.conn
@@ -934,7 +932,7 @@ class DatabaseHead:
                 log.warning("database %s: %s; replacing it", self.database, cause)
             lost = bool(conn.engine.backend.cluster.dead) or any(r.fatal is not None for r in conn.engine.runners.values()) \
                 or (conn.engine.backend.drainer is not None and conn.engine.backend.drainer.error is not None) \
-                or any(_gcs_says_dead(a) for a in conn.engine.backend.cluster.actors) \
+                or bool(self._heartbeats is not None and self._heartbeats.dead) \
                 or (bool(conn.engine.backend.cluster.slow) and self._unresponsive(conn))
             if lost:
                 try:

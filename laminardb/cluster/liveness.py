@@ -17,7 +17,8 @@ from typing import Any
 
 class Heartbeats:
     """One heartbeat in flight per actor of ``pool``; ``silent()`` names the actors whose
-    last answer is older than ``lost_after`` seconds."""
+    last answer is older than ``lost_after`` seconds, and ``dead`` the ones whose heartbeat
+    Ray failed because the actor died — so the watchdog needs no read of Ray's actor table."""
 
     def __init__(self, pool: Any, lost_after: float) -> None:
         self.pool = pool
@@ -25,16 +26,19 @@ class Heartbeats:
         now = time.monotonic()
         self.last_answer = dict.fromkeys(range(pool.n_actors), now)
         self._pending: dict[int, Any] = {}
+        self.dead: set[int] = set()
 
     def silent(self) -> dict[int, float]:
         """``{actor index: seconds silent}`` for the live actors silent too long; sends the
         next heartbeat to each actor that answered the last one."""
         import ray
 
+        from laminardb.cluster.actor_pool import _is_actor_death
+
         pool, now = self.pool, time.monotonic()
         out: dict[int, float] = {}
         for i, actor in enumerate(pool.actors):
-            if i in pool.dead or actor is None:
+            if i in pool.dead or i in self.dead or actor is None:
                 continue
             pending = self._pending.get(i)
             if pending is not None:
@@ -44,10 +48,15 @@ class Heartbeats:
                     if quiet > self.lost_after:
                         out[i] = quiet
                     continue
+                try:
+                    ray.get(pending, timeout=0)
+                except Exception as e:  # noqa: BLE001 - only a death matters; anything else: ask again
+                    if _is_actor_death(e):
+                        self.dead.add(i)
+                        continue
                 self.last_answer[i] = now
             self._pending[i] = actor.heartbeat.remote()
         return out
-
 
 
 def give_up(pool: Any, silent: dict[int, float]) -> str:

@@ -10,6 +10,7 @@ embedded engine would. Batches arrive and leave as Arrow IPC bytes.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,6 +48,10 @@ class ReactorActorImpl:
         self.polled_rows = 0  # Kafka records this actor read (the autoscaler's processed rows)
         self.poll_cpu_s = 0.0  # CPU seconds of fetching and decoding them (busy, for the autoscaler)
         self.kafka: dict = {}  # source → the connector this actor reads (Kafka partitions, a CDC log)
+        #: source → the lock its connector is used under: polls run on threads of their own
+        #: (concurrency group ``sources``), start/stop/lag on the main one
+        self._source_locks: dict[str, threading.Lock] = {}
+        self._counters = threading.Lock()  # the counters below the polls' threads add to
         self.changelog_seen: dict = {}  # source → (monotonic, its last changelog_metrics())
         self.partial: dict = {}  # node → PartialState (unkeyed aggregates)
         self.shm = ShmReader()  # batches the client wrote into shared memory (same machine)
@@ -166,8 +171,9 @@ class ReactorActorImpl:
         try:
             yield
         finally:
-            self.busy_s += time.perf_counter() - t0
-            self.cpu_s += time.thread_time() - c0
+            with self._counters:
+                self.busy_s += time.perf_counter() - t0
+                self.cpu_s += time.thread_time() - c0
 
     def can_read_shm(self, path: str) -> bool:
         return self.shm.can_read(path)
@@ -394,10 +400,18 @@ class ReactorActorImpl:
         partitions = json.loads(assignment_json).get(str(self.index), [])
         node = self.conn.engine.reactor.nodes[source]
         extra = {} if restore_json is None else {"restore_state": json.loads(restore_json)}
-        self.kafka[source] = KafkaSource(
+        src = KafkaSource(
             name=source, schema=node.schema, options=json.loads(options_json),
             time_col=node.time_col, delay_ticks=node.delay_ticks, partitions=partitions, **extra,
         )
+        with self._source_lock(source):
+            self.kafka[source] = src
+
+    def _source_lock(self, source: str) -> threading.Lock:
+        """The lock ``source`` 's connector is used under: a consumer is not thread-safe, and a
+        poll (on a ``sources`` thread) may meet a stop, a lag read or a restart."""
+        lock = self._source_locks.get(source)
+        return lock if lock is not None else self._source_locks.setdefault(source, threading.Lock())
 
     def poll_kafka(self, source: str, timeout_ms: int, routed_queries: list[str]) -> tuple[dict, dict, dict]:
         """Read this actor's partitions. The rows stay here, in Ray's object store: once
@@ -408,19 +422,26 @@ class ReactorActorImpl:
         The description's ``failing`` is ``KafkaSource.fetch_failure()``: (seconds, reason)
         while this actor's fetches keep failing, else None; ``warnings`` the messages of its
         ``take_warnings()`` (offset resets)."""
-        src = self.kafka[source]
-        c0 = time.thread_time()  # CPU only: a poll that waits for records is not busy
-        batch, _ = src.poll(timeout_ms)
-        self.poll_cpu_s += time.thread_time() - c0
-        states = src.partition_watermarks()
-        position = src.checkpoint_state()
-        # what the embedded engine's metrics read off its own consumer: lag from the last fetch
-        # responses (no broker request), messages dead-lettered, decoded bytes
-        health = {"lag": {str(p): n for p, n in src.partition_lag().items()},
-                  "dead_lettered": src.dead_lettered, "dead_letter_failures": src.dead_letter_failures,
-                  "failing": src.fetch_failure(),  # the broker unreachable: fetches retried quietly meanwhile
-                  "warnings": [w.message for w in src.take_warnings()]}  # offset resets, shown by the head's runner
+        with self._source_lock(source):
+            src = self.kafka[source]
+            c0 = time.thread_time()  # CPU only: a poll that waits for records is not busy
+            batch, _ = src.poll(timeout_ms)
+            cpu = time.thread_time() - c0
+            states = src.partition_watermarks()
+            position = src.checkpoint_state()
+            # what the embedded engine's metrics read off its own consumer: lag from the last fetch
+            # responses (no broker request), messages dead-lettered, decoded bytes
+            health = {"lag": {str(p): n for p, n in src.partition_lag().items()},
+                      "dead_lettered": src.dead_lettered, "dead_letter_failures": src.dead_letter_failures,
+                      "failing": src.fetch_failure(),  # the broker unreachable: fetches retried quietly meanwhile
+                      "warnings": [w.message for w in src.take_warnings()]}  # offset resets, shown by the head's runner
+        with self._counters:
+            self.poll_cpu_s += cpu
         return self._keep_rows(source, batch, routed_queries, health), states, position
+
+    # a poll waits up to timeout_ms for records: on a thread of its own, so a source with
+    # nothing to read never holds up the batches, steps and polls of the others on this actor
+    poll_kafka.__ray_concurrency_group__ = "sources"
 
     def _keep_rows(self, source: str, batch: pa.RecordBatch | None, routed_queries: list[str],
                    health: dict, *, whole: bytes | None = None, read: bool = True) -> dict:
@@ -436,7 +457,8 @@ class ReactorActorImpl:
         if batch is None or batch.num_rows == 0:
             return {"rows": 0, "bytes": 0, **health}
         if read:
-            self.polled_rows += batch.num_rows
+            with self._counters:
+                self.polled_rows += batch.num_rows
         with self._busy():
             time_col = self.conn.engine.reactor.nodes[source].time_col
             top = int(numeric_view(batch.column(time_col)).max()) if time_col is not None else None
@@ -475,23 +497,32 @@ class ReactorActorImpl:
         node = self.conn.engine.reactor.nodes[source]
         make = self.conn.engine.reactor.make_source_connector
         extra = () if restore_json is None else (json.loads(restore_json),)
-        self.kafka[source] = make(kind, node, json.loads(options_json), *extra)
+        src = make(kind, node, json.loads(options_json), *extra)
+        with self._source_lock(source):
+            self.kafka[source] = src
 
     def poll_source(self, source: str, timeout_ms: int, routed_queries: list[str]) -> tuple[dict, dict]:
         """One poll of a source read here: (the rows kept here, as ``poll_kafka`` keeps them,
         with the connector's health; its position right after this poll)."""
-        src = self.kafka[source]
-        c0 = time.thread_time()
-        batch, wm = src.poll(timeout_ms)
-        self.poll_cpu_s += time.thread_time() - c0
-        take = getattr(src, "take_warnings", None)
         from laminardb.connectors.polled import FROM_DATA
 
-        mark = "data" if wm is FROM_DATA else (wm if isinstance(wm, int) else None)
-        health = {"failing": src.fetch_failure(), "lag": src.lag(), "watermark": mark,
-                  "changelog": self._changelog_metrics(source, src),
-                  "warnings": [(getattr(w, "code", None), getattr(w, "message", str(w))) for w in (take() if take else ())]}
-        return self._keep_rows(source, batch, routed_queries, health), src.checkpoint_state()
+        with self._source_lock(source):
+            src = self.kafka[source]
+            c0 = time.thread_time()
+            batch, wm = src.poll(timeout_ms)
+            cpu = time.thread_time() - c0
+            take = getattr(src, "take_warnings", None)
+            mark = "data" if wm is FROM_DATA else (wm if isinstance(wm, int) else None)
+            health = {"failing": src.fetch_failure(), "lag": src.lag(), "watermark": mark,
+                      "changelog": self._changelog_metrics(source, src),
+                      "warnings": [(getattr(w, "code", None), getattr(w, "message", str(w)))
+                                   for w in (take() if take else ())]}
+            position = src.checkpoint_state()
+        with self._counters:
+            self.poll_cpu_s += cpu
+        return self._keep_rows(source, batch, routed_queries, health), position
+
+    poll_source.__ray_concurrency_group__ = "sources"  # as poll_kafka: its wait holds up nothing else
 
     def _changelog_metrics(self, source: str, src) -> dict | None:
         """The connector's own ``changelog_metrics()`` (a CDC source's slot, position, lag: it may
@@ -514,17 +545,20 @@ class ReactorActorImpl:
         a CDC source confirms its replication position only then)."""
         import json
 
-        hook = getattr(self.kafka.get(source), "checkpoint_committed", None)
-        if hook is not None:
-            hook(json.loads(state_json))
+        with self._source_lock(source):
+            hook = getattr(self.kafka.get(source), "checkpoint_committed", None)
+            if hook is not None:
+                hook(json.loads(state_json))
 
     def kafka_lag(self, source: str) -> int:
-        return self.kafka[source].lag()
+        with self._source_lock(source):
+            return self.kafka[source].lag()
 
     def stop_kafka(self, source: str) -> None:
-        src = self.kafka.pop(source, None)
-        if src is not None:
-            src.close()
+        with self._source_lock(source):
+            src = self.kafka.pop(source, None)
+            if src is not None:
+                src.close()
 
     def load_sample(self) -> dict:
         """The autoscaler's counters (cheap, unlike ``metrics``): seconds busy running batches
@@ -561,8 +595,13 @@ def _type_text(t: pa.DataType) -> str:
     return type_name(t)
 
 
+_SOURCE_THREADS = 8  # sources polled at once on one actor; more wait for a thread
+
+
 def actor_class():
     import ray
 
-    # every method but heartbeat runs in the default group: one thread, in submission order
-    return ray.remote(num_cpus=1, concurrency_groups={"liveness": 1})(ReactorActorImpl)
+    # every method but heartbeat and the source polls runs in the default group: one thread,
+    # in submission order; polls of different sources run side by side (one each: the head
+    # has one poller per source)
+    return ray.remote(num_cpus=1, concurrency_groups={"liveness": 1, "sources": _SOURCE_THREADS})(ReactorActorImpl)
