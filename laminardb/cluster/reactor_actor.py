@@ -563,8 +563,13 @@ class ReactorActorImpl:
     def load_sample(self) -> dict:
         """The autoscaler's counters (cheap, unlike ``metrics``): seconds busy running batches
         plus CPU seconds reading Kafka, and the rows read from Kafka and run in batches."""
-        return {"busy_s": self.busy_s + self.poll_cpu_s, "polled_rows": self.polled_rows,
-                "rows_in": self.rows_in}
+        with self._counters:
+            return {"busy_s": self.busy_s + self.poll_cpu_s, "polled_rows": self.polled_rows,
+                    "rows_in": self.rows_in}
+
+    # answered on the heartbeat's thread: a sample while batches queue on the main thread is
+    # what the autoscaler needs most (polls now run beside those batches and keep them coming)
+    load_sample.__ray_concurrency_group__ = "liveness"
 
     def metrics(self) -> dict:
         from laminardb.metrics.registry import state_size
@@ -601,7 +606,7 @@ _SOURCE_THREADS = 8  # sources polled at once on one actor; more wait for a thre
 def actor_class():
     import ray
 
-    # every method but heartbeat and the source polls runs in the default group: one thread,
+    # every method but heartbeat, load_sample and the source polls runs in the default group: one thread,
     # in submission order; polls of different sources run side by side (one each: the head
     # has one poller per source)
     return ray.remote(num_cpus=1, concurrency_groups={"liveness": 1, "sources": _SOURCE_THREADS})(ReactorActorImpl)
