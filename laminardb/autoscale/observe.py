@@ -135,6 +135,10 @@ class LoadObserver:
                 consumed.update({int(p): int(o) for p, o in (pos.get("offsets") or {}).items()})
             out["sources"].append(node.name)
             out["partitions"] = max(out["partitions"], len(parts))
+            # rows read but not yet run: the actors poll beside their batches, so up to
+            # max_in_flight polls of rows may wait in the queries' rounds, not in the broker
+            out["lag"] += max((op.queued_rows() for op in conn.engine.backend.operators()
+                               if op.plan.input == node.name), default=0)
             for p in parts:
                 end = ends.get(p, 0)
                 behind = max(0, end - consumed[p]) if p in consumed else 0  # not polled yet: unknown

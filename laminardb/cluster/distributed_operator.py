@@ -62,6 +62,7 @@ class _Round:
     wm_next: int | None
     slots: list[int] = field(default_factory=list)  # shared-memory slots its input occupies
     wm_nexts: list[int | None] | None = None  # a coalesced round: one entry per batch
+    rows: int = 0  # input rows it carries (``queued_rows``)
 
 
 @dataclass
@@ -73,6 +74,7 @@ class _Item:
     wm_next: int | None
     data: Any
     slots: list[int]
+    rows: int = 0
 
 
 class SnapshotParts:
@@ -124,6 +126,7 @@ class DistributedOperator(SnapshotParts):
         #: set by the backend: wakes the thread that delivers deferred rounds (``_Drainer``),
         #: which sleeps while no round is in flight
         self.wake: Callable[[], None] = lambda: None
+        self._rows_now = 0  # rows of the batch ``process`` is queueing (``queued_rows``)
         self._wm_closing: int | None = None  # the last watermark sent to close windows (_no_window_ends)
         self.pending: deque[_Round] = deque()
         self.open: list[_Item] = []  # batches held back while the actors are busy
@@ -148,7 +151,7 @@ class DistributedOperator(SnapshotParts):
                 wm_next: int | None = None):
         if batch.num_rows == 0:
             return [], None
-
+        self._rows_now = batch.num_rows  # the round this call queues carries them
         targets = self._targets()
         whole = not isinstance(batch, RemoteRows) and not (self.mode == "keyed" and len(targets) > 1)
         if whole and self.pending and self.deliver is not None and self.can_defer():
@@ -178,7 +181,7 @@ class DistributedOperator(SnapshotParts):
         commit — the actors process them one by one, as if sent apart)."""
         data, slots = self._ship(batch, targets)
         wm_next = self._closes(wm_next)
-        self.open.append(_Item(wm_before, self._whole_mode, wm_next, data, slots))
+        self.open.append(_Item(wm_before, self._whole_mode, wm_next, data, slots, self._rows_now))
         self.batches_held += 1
         if wm_next is not None:
             self._closed_at = (wm_next, [])  # the round delivers the windows it closes
@@ -196,7 +199,8 @@ class DistributedOperator(SnapshotParts):
         payload = [(it.wm_before, it.mode, it.wm_next, it.data) for it in items]
         futures = self.cluster.submit(targets, "process_many", self._method, self.name, payload)
         self.pending.append(_Round(self._method, targets, futures, None,
-                                   [s for it in items for s in it.slots], [it.wm_next for it in items]))
+                                   [s for it in items for s in it.slots], [it.wm_next for it in items],
+                                   sum(it.rows for it in items)))
         self.wake()
 
     def _ship(self, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
@@ -278,6 +282,7 @@ class DistributedOperator(SnapshotParts):
             if wm_next is not None:
                 self._closed_at = (wm_next, closed)
             return outs, late
+        rnd.rows = self._rows_now
         self.pending.append(rnd)
         self.wake()
         if wm_next is not None:
@@ -384,6 +389,12 @@ class DistributedOperator(SnapshotParts):
             self._deliver_oldest()
         if not self.pending:
             self._submit_open()
+
+    def queued_rows(self) -> int:
+        """Input rows handed to this query and not yet run by the actors: its deferred rounds
+        and the batches held back. Rows a source read wait here, not in the broker, so the
+        autoscaler counts them as lag."""
+        return sum(r.rows for r in list(self.pending)) + sum(it.rows for it in list(self.open))
 
     def oldest_futures(self) -> list[Any]:
         return list(self.pending[0].futures) if self.pending else []
