@@ -514,8 +514,11 @@ class Bench:
                      exchanges: list | None = None) -> tuple[Callable, Callable]:
         """``(setup, drive)`` of Nexmark query ``q`` over the events in Kafka: the sources and
         the query; then start, every event ingested, flush, finish. ``exchanges[0]``: the
-        run's ``plan_exchange`` counts (a cluster's plan tree), read before the finish."""
-        exchanges = exchanges if exchanges is not None else [None]
+        run's ``plan_exchange`` counts (a cluster's plan tree), read before the finish;
+        ``exchanges[1]``: seconds from ``start()`` until every event was ingested (to 0.5 s:
+        ``wait_ingested`` asks twice a second) — the rows/s of the table also count the flush
+        and the finish's checkpoint."""
+        exchanges = exchanges if exchanges is not None else [None, None]
         from laminardb.nexmark import QUERIES
 
         def setup(db, cluster: bool) -> None:
@@ -523,8 +526,10 @@ class Bench:
             db.execute(QUERIES[q].statement())
 
         def drive(db) -> None:
+            t0 = time.perf_counter()
             db.start()
             wait_ingested(db, events, f"kafka {q}")
+            exchanges[1] = time.perf_counter() - t0
             db.flush(timeout_s=120)
             # a plan tree's scheduling by the head (before finish() ends the query)
             exchanges[0] = db.metrics().get("cluster", {}).get("plan_exchange", {}).get(q)
@@ -539,9 +544,12 @@ class Bench:
         broker = self.kafka()
         prefix, events = produce_nexmark(broker, a.events, a.batch_rows)
         for q in a.queries:
-            exchanges: list = [None]
+            exchanges: list = [None, None]
             setup, drive = self._kafka_query(broker, prefix, events, q, exchanges)
             emb = self._embedded_run(f"kafka-{q}", setup, drive, q, events, warm=lambda w, q=q: warm_nexmark(w, q))
+            if exchanges[1]:
+                print(f"      embedded: every event ingested {exchanges[1]:.1f} s after start(): "
+                      f"{events / exchanges[1]:,.0f} events/s", flush=True)
             # a tree has no global phase: "actors" (they stage the root's rows for the sink)
             # and "owners" (the head stages them) are the two places its output can go
             for phase in (p for p in a.global_phases.split(",") if p != "head"):
@@ -551,7 +559,9 @@ class Bench:
                 same = _digest(_concat(sink)) == _digest(_concat(emb["sink"]))
                 assert same, f"{label}, {actors} actor(s): the sink differs from the embedded engine's"
                 self._record(label, actors, m, events, emb, checkpoints="10s", partitions=PARTITIONS,
-                             rows_out=sink.num_rows, exchange=exchanges[0])
+                             rows_out=sink.num_rows, exchange=exchanges[0], ingest_s=exchanges[1])
+                print(f"      every event ingested {exchanges[1]:.1f} s after start(): "
+                      f"{events / exchanges[1]:,.0f} events/s", flush=True)
                 if exchanges[0]:
                     x = exchanges[0]
                     print(f"      head scheduling: {x['steps']:,} steps, {x['calls']:,} calls "
