@@ -186,10 +186,11 @@ def _pids(who: dict[int, str], kind: str) -> set[int]:
     return {pid for pid, k in who.items() if k == kind}
 
 
-def idle_baseline(seconds: float) -> dict[str, float]:
-    """CPU s per second of each kind with no database running (Ray, the coordinator's JVM):
-    the fixed cost a run pays per second of wall time, whatever its rows."""
-    who = roles(None, None)
+def idle_baseline(seconds: float, db=None, broker_pid: int | None = None) -> dict[str, float]:
+    """CPU s per second of each kind over ``seconds``: with no database running (Ray, the
+    coordinator's JVM), the fixed cost a run pays per second of wall time, whatever its rows;
+    with ``db``, also what that database's processes spend meanwhile (``kafka-idle``)."""
+    who = roles(db, broker_pid)
     before = proc_cpu.sample()
     time.sleep(seconds)
     procs = proc_cpu.used(before, proc_cpu.sample())
@@ -659,16 +660,9 @@ class Bench:
                 db.execute(sink_ddl("out", q, self.root / "sinks" / prefix))
                 db.start()
                 time.sleep(3.0)  # the readers' consumers connected, the first polls made
-                who = roles(db, broker.pid)
-                before = proc_cpu.sample()
-                time.sleep(a.idle_s)
-                procs = proc_cpu.used(before, proc_cpu.sample())
+                per_s = idle_baseline(a.idle_s, db, broker.pid)
             finally:
                 db.drop_database()
-            kinds = proc_cpu.classify(procs, who)
-            per_s = {k: 0.0 for k in proc_cpu.KINDS}
-            for p in procs:
-                per_s[kinds[p.pid]] += p.cpu_s / a.idle_s
             print(f"    kafka-idle {q}, {actors} actor(s), {a.idle_s:.0f} s with nothing to read: CPU s per second "
                   + ", ".join(f"{k} {v:.3f}" for k, v in per_s.items()), flush=True)
             self.idle_pipelines.append({"workload": f"kafka-idle {q}", "actors": actors, "cpu_s_per_s": per_s})

@@ -81,7 +81,8 @@ class Observation:
 
     ``busy[i]`` is actor i's busy fraction of the last ``window`` seconds and ``processed[i]``
     the rows it processed in them; ``lag`` is Σ over partitions of (end offset − consumed
-    offset), plus the rows read and still queued for the actors; ``arrival_rate`` is the growth of the end offsets over the window, in rows/s.
+    offset), plus the rows read and still queued for the actors; ``arrival_rate`` is the
+    growth of the end offsets over the window, in rows/s.
     ``partitions``: the source's Kafka partition count (None: no Kafka source); ``free_cpus``:
     CPUs the cluster could still give actors, one each (None: unknown, no cap); ``vnodes``: the
     vnode count (no actor beyond it owns anything). ``partition_lag`` (per partition) and

@@ -424,9 +424,7 @@ class ReactorActorImpl:
         ``take_warnings()`` (offset resets)."""
         with self._source_lock(source):
             src = self.kafka[source]
-            c0 = time.thread_time()  # CPU only: a poll that waits for records is not busy
-            batch, _ = src.poll(timeout_ms)
-            cpu = time.thread_time() - c0
+            batch, _ = self._timed_poll(src, timeout_ms)
             states = src.partition_watermarks()
             position = src.checkpoint_state()
             # what the embedded engine's metrics read off its own consumer: lag from the last fetch
@@ -435,13 +433,20 @@ class ReactorActorImpl:
                       "dead_lettered": src.dead_lettered, "dead_letter_failures": src.dead_letter_failures,
                       "failing": src.fetch_failure(),  # the broker unreachable: fetches retried quietly meanwhile
                       "warnings": [w.message for w in src.take_warnings()]}  # offset resets, shown by the head's runner
-        with self._counters:
-            self.poll_cpu_s += cpu
         return self._keep_rows(source, batch, routed_queries, health), states, position
 
     # a poll waits up to timeout_ms for records: on a thread of its own, so a source with
     # nothing to read never holds up the batches, steps and polls of the others on this actor
     poll_kafka.__ray_concurrency_group__ = "sources"
+
+    def _timed_poll(self, src, timeout_ms: int):
+        """``src.poll(timeout_ms)``, its CPU seconds added to ``poll_cpu_s`` (CPU only: a poll
+        that waits for records is not busy)."""
+        c0 = time.thread_time()
+        out = src.poll(timeout_ms)
+        with self._counters:
+            self.poll_cpu_s += time.thread_time() - c0
+        return out
 
     def _keep_rows(self, source: str, batch: pa.RecordBatch | None, routed_queries: list[str],
                    health: dict, *, whole: bytes | None = None, read: bool = True) -> dict:
@@ -508,9 +513,7 @@ class ReactorActorImpl:
 
         with self._source_lock(source):
             src = self.kafka[source]
-            c0 = time.thread_time()
-            batch, wm = src.poll(timeout_ms)
-            cpu = time.thread_time() - c0
+            batch, wm = self._timed_poll(src, timeout_ms)
             take = getattr(src, "take_warnings", None)
             mark = "data" if wm is FROM_DATA else (wm if isinstance(wm, int) else None)
             health = {"failing": src.fetch_failure(), "lag": src.lag(), "watermark": mark,
@@ -518,8 +521,6 @@ class ReactorActorImpl:
                       "warnings": [(getattr(w, "code", None), getattr(w, "message", str(w)))
                                    for w in (take() if take else ())]}
             position = src.checkpoint_state()
-        with self._counters:
-            self.poll_cpu_s += cpu
         return self._keep_rows(source, batch, routed_queries, health), position
 
     poll_source.__ray_concurrency_group__ = "sources"  # as poll_kafka: its wait holds up nothing else
@@ -606,7 +607,7 @@ _SOURCE_THREADS = 8  # sources polled at once on one actor; more wait for a thre
 def actor_class():
     import ray
 
-    # every method but heartbeat, load_sample and the source polls runs in the default group: one thread,
-    # in submission order; polls of different sources run side by side (one each: the head
-    # has one poller per source)
+    # every method but heartbeat, load_sample and the source polls runs in the default group:
+    # one thread, in submission order; polls of different sources run side by side (one each:
+    # the head has one poller per source)
     return ray.remote(num_cpus=1, concurrency_groups={"liveness": 1, "sources": _SOURCE_THREADS})(ReactorActorImpl)
