@@ -238,6 +238,7 @@ class MySqlCdcSource:
             self._drop_snapshot()
             self._segments[-1] = Segment(None, snap.position)
             self._position = min((g.at for g in self._segments), key=lambda p: (p.file or "", p.pos or 0))
+            _log.info("source %s: snapshot of %s complete, the binlog follows", self.name, self._where)
             if len(self._segments) > 1:
                 self._filter = SegmentFilter(self._segments, self._plans, self._key_idx)
             else:

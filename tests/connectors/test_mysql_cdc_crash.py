@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,26 @@ def _spawn(cfg: Path, log: Path) -> subprocess.Popen:
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def _wait_started(log: Path, before: int, proc: subprocess.Popen) -> None:
+def _wait_child(done: Callable[[], bool], proc: subprocess.Popen, log: Path, what: str) -> None:
+    """Wait (bounded) until ``done()``; fail with the child's log if it exits first."""
     deadline = time.monotonic() + _CHILD_TIMEOUT_S
-    while log.read_text(errors="replace").count("started") <= before:
+    while not done():
         assert proc.poll() is None, f"the child exited: {log.read_text(errors='replace')[-3000:]}"
-        assert time.monotonic() < deadline, "the child did not start"
+        assert time.monotonic() < deadline, f"the child did not {what}"
         time.sleep(0.02)
+
+
+def _committed_epoch(db_dir: Path) -> int:
+    """The newest checkpoint of the durable database with its MANIFEST (its commit point)."""
+    done = [int(m.parent.name.rsplit("-", 1)[-1]) for m in db_dir.glob("**/MANIFEST")
+            if m.parent.name.rsplit("-", 1)[-1].isdigit()]
+    return max(done, default=0)
+
+
+def _wait_checkpoint_after(db_dir: Path, epoch: int, proc: subprocess.Popen, log: Path) -> None:
+    """Wait until the child commits a checkpoint newer than ``epoch``: the next restart then
+    has something of this run's to resume from, however slowly a loaded machine runs it."""
+    _wait_child(lambda: _committed_epoch(db_dir) > epoch, proc, log, f"commit a checkpoint after {epoch}")
 
 
 def test_sigkilled_durable_pipeline_ends_equal_to_mariadbs_group_by(mariadb_server: Any, tmp_path: Path) -> None:
@@ -70,9 +85,16 @@ def test_sigkilled_durable_pipeline_ends_equal_to_mariadbs_group_by(mariadb_serv
     rng = random.Random(13)
     try:
         for kill in range(KILLS):
+            before = _committed_epoch(tmp_path / "db")
             proc = _spawn(cfg_path, log)
             try:
-                _wait_started(log, kill, proc)
+                _wait_child(lambda k=kill: log.read_text(errors="replace").count("started") > k, proc, log, "start")
+                _wait_checkpoint_after(tmp_path / "db", before, proc, log)
+                if kill == KILLS - 1:  # the last run checkpoints the binlog: the final run resumes there
+                    _wait_child(lambda: "complete, the binlog follows" in log.read_text(errors="replace"),
+                                proc, log, "finish the snapshot")
+                    # +1: a checkpoint in flight may hold the state from before the snapshot ended
+                    _wait_checkpoint_after(tmp_path / "db", _committed_epoch(tmp_path / "db") + 1, proc, log)
                 time.sleep(rng.uniform(0.05, 0.4) if kill == 0 else rng.uniform(0.2, 1.2))
             finally:
                 kill_proc(proc, hard=True)
