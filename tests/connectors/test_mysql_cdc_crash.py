@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from laminardb.checkpoint.store import CheckpointStore
 from tests._services.procs import kill_proc
 from tests.connectors._mysql_cdc_util import TABLE_DDL, group_by, random_changes
 
@@ -35,7 +36,8 @@ def _spawn(cfg: Path, log: Path) -> subprocess.Popen:
 
 
 def _wait_child(done: Callable[[], bool], proc: subprocess.Popen, log: Path, what: str) -> None:
-    """Wait (bounded) until ``done()``; fail with the child's log if it exits first."""
+    """Wait (bounded) until ``done()``; fail at once with the child's log if it exits first
+    (``wait_until`` would take an exit for "not yet" and wait out its timeout)."""
     deadline = time.monotonic() + _CHILD_TIMEOUT_S
     while not done():
         assert proc.poll() is None, f"the child exited: {log.read_text(errors='replace')[-3000:]}"
@@ -45,9 +47,9 @@ def _wait_child(done: Callable[[], bool], proc: subprocess.Popen, log: Path, wha
 
 def _committed_epoch(db_dir: Path) -> int:
     """The newest checkpoint of the durable database with its MANIFEST (its commit point)."""
-    done = [int(m.parent.name.rsplit("-", 1)[-1]) for m in db_dir.glob("**/MANIFEST")
-            if m.parent.name.rsplit("-", 1)[-1].isdigit()]
-    return max(done, default=0)
+    if not (db_dir / "checkpoints").is_dir():  # not created yet (CheckpointStore would make it)
+        return 0
+    return max(CheckpointStore(db_dir).complete(), default=0)
 
 
 def _wait_checkpoint_after(db_dir: Path, epoch: int, proc: subprocess.Popen, log: Path) -> None:
