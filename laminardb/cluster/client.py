@@ -30,6 +30,7 @@ import pyarrow as pa
 from laminardb.cluster.direct_insert import DirectInserts
 from laminardb.cluster.exceptions import ClusterStartError, HeadUnavailableError
 from laminardb.cluster.ray_env import init_ray
+from laminardb.cluster.subscription_pump import SubscriptionPump
 from laminardb.cluster.wire import encode_rows, from_ipc, from_ipc_table, schema_from_ipc
 from laminardb.engine.insert_batch import InsertResult, OnError, check_on_error
 from laminardb.engine.subscriptions import _HISTORY_ROWS, CallbackSubscription, Subscription
@@ -93,6 +94,8 @@ class RemoteConnection:
         self._insert_lock = threading.Lock()  # one numbered insert at a time (the head dedups by number)
         self._insert_seq = 0
         self._direct = DirectInserts(self)
+        self._pump: SubscriptionPump | None = None
+        self._pump_lock = threading.Lock()
         # a Connection dropped without close() still detaches (its subscriptions end)
         self._finalizer = weakref.finalize(self, _detach, head, self._client)
 
@@ -290,12 +293,20 @@ class RemoteConnection:
         """The web dashboard the head serves (``config["dashboard_port"]``), or None."""
         return self._call("urls")["dashboard"]
 
+    def _subscription_pump(self) -> SubscriptionPump:
+        with self._pump_lock:
+            if self._pump is None:
+                self._pump = SubscriptionPump(self, _SUB_POLL_MS)
+            return self._pump
+
     def close(self) -> None:
         """Detach: the database and its pipelines keep running (``drop_database`` stops them)."""
         if self._closed:
             return
         self._finalizer()
         self._closed = True
+        if self._pump is not None:
+            self._pump.join(timeout=2 * _SUB_POLL_MS / 1000.0 + 5.0)
 
     def drop_database(self) -> None:
         """Stop this database's actors and remove its checkpoints and state."""
@@ -382,28 +393,35 @@ class RemoteSubscription(Subscription):
         #: died before this client read them, and before the checkpoint it restarted from
         self.rows_lost = 0
         self._pull_lock = threading.Lock()
-        self._pump: threading.Thread | None = None
+        self._pumped = False  # read by the connection's SubscriptionPump, not by next_timeout
 
     def _pull(self, timeout_ms: float) -> None:
         """Move what the head has queued (waiting up to ``timeout_ms`` for it) into the queue."""
         if self._cancelled or self._ended or self._conn._closed:
             return
         with self._pull_lock:  # delivered under it too: two readers never reorder batches
-            got = self._conn._call("sub_read", self._sid, timeout_ms, self._next)
-            if got.get("lost"):
-                self.rows_lost += got["lost"]
-                log.warning("subscription to %s: %d rows were lost with the head's process (queued there, "
-                            "not yet read, before the checkpoint it restarted from); read subscriptions "
-                            "continuously (subscribe_callback) to keep this window small", self.name, got["lost"])
-            if self._next is not None and got.get("position") is not None:
-                self._next = got["position"]  # past a gap: the first row of this answer
-            for data in got["batches"]:
-                batch = from_ipc(data)
-                if self._next is not None:
-                    self._next += batch.num_rows
-                self._deliver(batch)
-            if got["ended"]:
-                self._end()
+            self._apply(self._conn._call("sub_read", self._sid, timeout_ms, self._next))
+
+    def _apply(self, got: dict) -> None:
+        """Deliver one read's answer (under ``_pull_lock``)."""
+        if got.get("error"):
+            log.warning("subscription to %s ended: the head could not read it: %s", self.name, got["error"])
+            self._end()
+            return
+        if got.get("lost"):
+            self.rows_lost += got["lost"]
+            log.warning("subscription to %s: %d rows were lost with the head's process (queued there, "
+                        "not yet read, before the checkpoint it restarted from); read subscriptions "
+                        "continuously (subscribe_callback) to keep this window small", self.name, got["lost"])
+        if self._next is not None and got.get("position") is not None:
+            self._next = got["position"]  # past a gap: the first row of this answer
+        for data in got["batches"]:
+            batch = from_ipc(data)
+            if self._next is not None:
+                self._next += batch.num_rows
+            self._deliver(batch)
+        if got["ended"]:
+            self._end()
 
     def _sync(self) -> None:
         self._pull(0)
@@ -418,7 +436,7 @@ class RemoteSubscription(Subscription):
             left = (deadline - time.monotonic()) * 1000.0
             if left <= 0:
                 return None
-            if self._pump is None:
+            if not self._pumped:
                 self._pull(min(left, _SUB_POLL_MS))
             else:
                 with self._cond:
@@ -433,17 +451,10 @@ class RemoteSubscription(Subscription):
                 return
 
     def start_pump(self) -> None:
-        """Pull continuously on a thread (callback subscriptions wait on the local queue)."""
-        def run() -> None:
-            while not (self._cancelled or self._ended or self._conn._closed):
-                try:
-                    self._pull(_SUB_POLL_MS)
-                except Exception:  # noqa: BLE001 - the connection closed or the head is gone
-                    self._end()
-                    return
-
-        self._pump = threading.Thread(target=run, name=f"laminardb-sub-{self.name}", daemon=True)
-        self._pump.start()
+        """Pull continuously (callback subscriptions wait on the local queue): the connection's
+        one pump thread reads every such subscription with one head call (``SubscriptionPump``)."""
+        self._pumped = True
+        self._conn._subscription_pump().add(self)
 
 
 def connect(address: str = "ray://auto", *, database: str = "default", actors: int | None = None,

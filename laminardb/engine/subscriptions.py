@@ -47,6 +47,8 @@ class Subscription:
         #: called before every read: a cluster connection delivers the outputs of batches
         #: still on its actors here, so a read after insert() sees them as embedded
         self.before_read: Callable[[], None] | None = None
+        #: events set on every delivery, end and cancel: ``wait_any`` waits on one for many
+        self._wakers: set[threading.Event] = set()
 
     # engine side --------------------------------------------------------------
     def _deliver(self, batch: pa.RecordBatch) -> None:
@@ -64,12 +66,20 @@ class Subscription:
                         log.warning("subscription to %r: to_arrow() history over %d rows; oldest "
                                     "batches released (subscribe with history_rows=0 to keep none)",
                                     self.name, self.history_rows)
-            self._cond.notify_all()
+            self._notify()
 
     def _end(self) -> None:
         with self._cond:
             self._ended = True
-            self._cond.notify_all()
+            self._notify()
+
+    def _notify(self) -> None:  # under _cond
+        self._cond.notify_all()
+        for waker in self._wakers:
+            waker.set()
+
+    def _ready(self) -> bool:
+        return bool(self._queue) or self._ended or self._cancelled
 
     # user side ----------------------------------------------------------------
     def _take(self) -> pa.RecordBatch | None:
@@ -110,7 +120,7 @@ class Subscription:
         with self._cond:
             self._cancelled = True
             self._queue.clear()
-            self._cond.notify_all()
+            self._notify()
         self._on_cancel(self)
 
     @property
@@ -127,6 +137,24 @@ class Subscription:
 
     def __repr__(self) -> str:
         return f"Subscription({self.name!r}, pending={len(self._queue)}, ended={self._ended})"
+
+
+def wait_any(subs: list[Subscription], timeout_s: float) -> None:
+    """Block until one of ``subs`` has a batch, has ended or was cancelled, or ``timeout_s``
+    passed. Why: a cluster head answers one client's several subscriptions with one long-poll
+    call (``sub_read_many``), so it waits for many queues on one thread."""
+    waker = threading.Event()
+    for sub in subs:
+        sub._sync()
+        with sub._cond:
+            sub._wakers.add(waker)
+    try:
+        if not any(sub._ready() for sub in subs):
+            waker.wait(timeout_s)
+    finally:
+        for sub in subs:
+            with sub._cond:
+                sub._wakers.discard(waker)
 
 
 class CallbackSubscription:

@@ -1,0 +1,96 @@
+"""A client's callback subscriptions are read by one thread with one head call per read
+(``SubscriptionPump`` → ``DatabaseHead.sub_read_many``), against real Ray: every callback
+ends with exactly the embedded engine's rows, a cancelled one stops alone, the pump goes on
+through a SIGKILLed head, and ``close()`` ends its thread."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from tests._services.procs import process_alive, wait_until
+from tests.delta.workload import DDL, ROWS, batch, reference, rows
+
+pytestmark = pytest.mark.integration
+
+BATCHES = 8
+_PUMP = "laminardb-subscriptions"
+
+
+def _threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == name and t.is_alive()]
+
+
+def _table(batches: list):
+    import pyarrow as pa
+
+    return pa.Table.from_batches(batches) if batches else None
+
+
+def test_callbacks_share_one_reader_and_get_the_embedded_rows(database):
+    db = database(checkpoint_interval="off")
+    db.execute(DDL)
+    got: dict[str, list] = {f"{s}-{i}": [] for s in ("passthru", "per_key", "per_window") for i in (0, 1)}
+    callbacks = {key: db.subscribe_callback(key.rsplit("-", 1)[0], got[key].append) for key in got}
+    cancelled: list = []
+    dropped = db.subscribe_callback("passthru", cancelled.append)
+    # six callback subscriptions, one reader thread (before: a thread and a head call each)
+    assert len(_threads(_PUMP)) == 1, [t.name for t in threading.enumerate()]
+    for i in range(BATCHES):
+        db.insert("t", batch(i))
+        if i == 2:
+            wait_until(lambda: sum(b.num_rows for b in cancelled) == 3 * ROWS, timeout=60,
+                       what="the soon-cancelled callback's first rows")
+            dropped.cancel()
+            dropped.wait(30)
+    db.finish()
+    expected, _ = reference(BATCHES)
+    for key, batches in got.items():
+        name = key.rsplit("-", 1)[0]
+        wait_until(lambda b=batches, n=name: sum(x.num_rows for x in b) >= expected[n].num_rows, timeout=60,
+                   what=f"{key}'s rows")
+        assert rows(_table(batches)) == rows(expected[name]), key
+        assert callbacks[key].error is None
+    assert sum(b.num_rows for b in cancelled) == 3 * ROWS  # nothing after its cancel
+    db.close()
+    wait_until(lambda: not _threads(_PUMP), timeout=10, what="the pump thread to end after close()")
+
+
+def test_the_pump_reads_on_through_a_sigkilled_head(database):
+    """All rows read before the kill (a flush, then the callbacks caught up with an iterated
+    subscription of the same streams): after Ray restarts the head and it replays its WAL, the
+    pump's repeated read skips what its subscriptions have, and the rows end exact, none lost."""
+    db = database(checkpoint_interval="off")
+    db.execute(DDL)
+    names = ("passthru", "per_key")
+    got: dict[str, list] = {n: [] for n in names}
+    callbacks = [db.subscribe_callback(n, got[n].append) for n in names]
+    control = {n: db.subscribe_stream(n) for n in names}
+    half = BATCHES // 2
+    for i in range(half):
+        db.insert("t", batch(i))
+    db.flush()
+    for n in names:
+        while control[n].try_next() is not None:
+            pass
+        want = control[n].to_arrow().num_rows
+        wait_until(lambda n=n, w=want: sum(b.num_rows for b in got[n]) == w, timeout=60,
+                   what=f"{n}'s callback to catch up before the kill")
+    pid = db.metrics()["database"]["head_pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: not process_alive(pid), timeout=10, interval=0.05)
+    for i in range(half, BATCHES):
+        db.insert("t", batch(i))
+    assert len(_threads(_PUMP)) == 1  # its read failed with the head, waited for it, went on
+    db.finish()
+    expected, _ = reference(BATCHES)
+    for n in names:
+        wait_until(lambda n=n: sum(b.num_rows for b in got[n]) >= expected[n].num_rows, timeout=90,
+                   what=f"{n}'s rows after the head restarted")
+        assert rows(_table(got[n])) == rows(expected[n]), n
+    assert db.metrics()["database"]["head_pid"] != pid
+    assert all(cb._sub.rows_lost == 0 and cb.error is None for cb in callbacks)
+    wait_until(lambda: not _threads(_PUMP), timeout=10, what="the pump to end with the streams (finish())")
