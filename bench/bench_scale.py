@@ -391,23 +391,31 @@ class Bench:
         return r
 
     def _cluster_run(self, label: str, actors: int, config: dict, setup: Callable, drive: Callable,
-                     stream: str, subscribe: bool = False, readers: int = 0) -> tuple[Metered, pa.Table]:
+                     stream: str, subscribe: bool = False, readers: int = 0,
+                     own_connections: bool = False) -> tuple[Metered, pa.Table]:
         """A fresh database: ``setup(db)`` (DDL, warm-up), a FILE sink on ``stream`` (or with
         ``subscribe`` a subscriber), then ``drive(db)`` metered; the committed sink's (or the
         subscriber's) rows; the database dropped. ``readers``: that many more subscribers of
         ``stream``, read continuously by callbacks in this process while the run is metered;
-        each must end with the sink's rows (``self.reader_rows``)."""
+        each must end with the sink's rows (``self.reader_rows``). They share ``db``'s one
+        reader (a head call per read for all), or with ``own_connections`` each has a
+        connection of its own (a head call per read each, as separate client processes do)."""
+        import laminardb
+
         name = self._name(label)
         out = self.root / "sinks" / name
         db = connect(name, self.root, actors, **{**KEEP_COORDINATOR, **config})
         got: list[list[pa.RecordBatch]] = [[] for _ in range(readers)]
         callbacks = []
+        conns = []
         try:
             setup(db, True)
             sub = db.subscribe_stream(stream, history_rows=None) if subscribe else None
             if sub is None:
                 db.execute(sink_ddl("out", stream, out))
-            callbacks = [db.subscribe_callback(stream, got[i].append) for i in range(readers)]
+            if own_connections:
+                conns = [laminardb.connect("ray://auto", database=name) for _ in range(readers)]
+            callbacks = [(conns[i] if conns else db).subscribe_callback(stream, got[i].append) for i in range(readers)]
             with Metered(db, self.broker.pid if self.broker else None, self.nodes) as m:
                 drive(db)
                 sink = read_any_sink(out) if sub is None else sub.to_arrow()
@@ -418,6 +426,8 @@ class Bench:
         finally:
             for cb in callbacks:
                 cb.cancel()
+            for conn in conns:
+                conn.close()
             db.drop_database()
             shutil.rmtree(out, ignore_errors=True)
         assert sink is not None, f"{label}, {actors} actor(s): the FILE sink committed nothing"
@@ -619,24 +629,30 @@ class Bench:
         want = _digest(_concat(emb["sink"]))
         runs = {}
         for readers in a.subscribers:
-            m, sink = self._cluster_run(f"kafka-subs-{readers}", actors, {"checkpoint_interval": "10s",
-                                        "coordinator": "spark"}, setup, drive, "q20", readers=readers)
-            assert _digest(_concat(sink)) == want, f"kafka-subs {readers}: the sink differs from the embedded engine's"
-            for i, t in enumerate(self.reader_rows):
-                assert t.num_rows == sink.num_rows and _digest(_concat(t)) == want, \
-                    f"kafka-subs {readers}: subscriber {i} has {t.num_rows} of {sink.num_rows} rows"
-            runs[readers] = self._record(f"kafka-subs q20, {readers} sub", actors, m, events, emb, checkpoints="10s",
-                                         partitions=PARTITIONS, rows_out=sink.num_rows, subscribers=readers)
-        if 0 in runs:
-            base = runs[0]["cpu_s_per_mrow"]
-            for readers, r in runs.items():
+            for own in (False, True) if readers > 1 else (False,):
+                how = "own connections" if own else "one connection"
+                m, sink = self._cluster_run(f"kafka-subs-{readers}{'-own' if own else ''}", actors,
+                                            {"checkpoint_interval": "10s", "coordinator": "spark"}, setup, drive,
+                                            "q20", readers=readers, own_connections=own)
+                assert _digest(_concat(sink)) == want, f"kafka-subs {readers}: the sink differs from the embedded engine's"
+                for i, t in enumerate(self.reader_rows):
+                    assert t.num_rows == sink.num_rows and _digest(_concat(t)) == want, \
+                        f"kafka-subs {readers}, {how}: subscriber {i} has {t.num_rows} of {sink.num_rows} rows"
+                runs[(readers, own)] = self._record(
+                    f"kafka-subs q20, {readers} sub{', own conns' if own else ''}", actors, m, events, emb,
+                    checkpoints="10s", partitions=PARTITIONS, rows_out=sink.num_rows, subscribers=readers,
+                    own_connections=own)
+        if (0, False) in runs:
+            base = runs[(0, False)]["cpu_s_per_mrow"]
+            for (readers, own), r in runs.items():
                 if readers:
                     c = r["cpu_s_per_mrow"]
                     per_sub = (c[proc_cpu.HEAD] - base[proc_cpu.HEAD]) / readers
                     r["head_per_subscriber"] = per_sub
                     r["head_per_subscriber_over_actors"] = per_sub / c[proc_cpu.ACTOR]
-                    print(f"    fan-out, {readers} subscriber(s): the head +{per_sub:.3f} CPU s per M events per "
-                          f"subscriber = {100 * per_sub / c[proc_cpu.ACTOR]:.1f} % of the actors' {c[proc_cpu.ACTOR]:.3f}; "
+                    print(f"    fan-out, {readers} subscriber(s) on {'own connections' if own else 'one connection'}: "
+                          f"the head +{per_sub:.3f} CPU s per M events per subscriber = "
+                          f"{100 * per_sub / c[proc_cpu.ACTOR]:.1f} % of the actors' {c[proc_cpu.ACTOR]:.3f}; "
                           f"the client +{(c[proc_cpu.CLIENT] - base[proc_cpu.CLIENT]) / readers:.3f} per subscriber",
                           flush=True)
 

@@ -878,20 +878,17 @@ class DatabaseHead:
         if timeout_ms > 0:
             engines = [sub.engine for sid, _ in reads if (sub := self.subs.get(sid)) is not None]
             if len(engines) == len(reads):  # else one has ended: answer at once
-                try:
-                    wait_any(engines, timeout_ms / 1000.0)
-                except Exception:  # noqa: BLE001 - a lost actor: the reads below recover from it
-                    pass
+                wait_any(engines, timeout_ms / 1000.0)
         out: dict[str, dict] = {}
         for sid, position in reads:
             try:
-                out[sid] = self._sub_read(sid, 0, position)
+                out[sid] = self._sub_read(sid, 0, position, settle=False)
             except Exception as exc:  # noqa: BLE001 - reported to that subscription only
                 log.exception("database head: a read of subscription %s failed", sid)
                 out[sid] = {"error": f"{type(exc).__name__}: {exc}"}
         return out
 
-    def _sub_read(self, sid: str, timeout_ms: float, position: int | None) -> dict:
+    def _sub_read(self, sid: str, timeout_ms: float, position: int | None, *, settle: bool = True) -> dict:
         from laminardb.cluster.exceptions import ActorLostError
 
         sub = self.subs.get(sid)
@@ -899,7 +896,7 @@ class DatabaseHead:
             return {"batches": [], "ended": True}
         generation = self.generation
         try:
-            return sub.read(timeout_ms, position)
+            return sub.read(timeout_ms, position, settle=settle)
         except ActorLostError:
             # the read delivered batches still on the actors and one had died: recover as a data
             # call would (the subscription is attached to the new engine and skips what its
@@ -1108,12 +1105,12 @@ class HeadSubscription:
         self.old_skip = self.skip
         self.skip = max(0, self.position - self.emitted)
 
-    def _take(self, engine, batch) -> list:
+    def _take(self, engine, batch, settle: bool = True) -> list:
         """``batch`` and what else ``engine`` has queued, less the rows to skip; counted."""
         out = []
         while batch is not None:
             out += self._counted(batch)
-            batch = engine.try_next()
+            batch = engine.try_next() if settle else engine._take_queued()
         return out
 
     def _counted(self, batch) -> list:
@@ -1147,15 +1144,21 @@ class HeadSubscription:
                 self.position = position
             return lost
 
-    def read(self, timeout_ms: float, position: int | None = None) -> dict:
+    def read(self, timeout_ms: float, position: int | None = None, *, settle: bool = True) -> dict:
+        """What is queued for the client (waiting up to ``timeout_ms``). ``settle``: first
+        deliver the outputs of batches still on the actors (``before_read``), so a read right
+        after ``insert()`` sees them; a long-polling reader takes rows as they come instead."""
         lost = self.catch_up(position) if position is not None else 0
         engine = self.engine
-        batch = engine.next_timeout(timeout_ms) if timeout_ms > 0 else engine.try_next()
+        if timeout_ms > 0:
+            batch = engine.next_timeout(timeout_ms)
+        else:
+            batch = engine.try_next() if settle else engine._take_queued()
         with self._lock:
             if engine is not self.engine:  # recovered meanwhile
                 self._keep_late(batch)
                 return {"batches": [], "ended": False}
-            out = self.carry + self._take(engine, batch)
+            out = self.carry + self._take(engine, batch, settle)
             self.carry = []
             return {"batches": [_SUBSCRIBER_IPC(b) for b in out], "ended": engine.ended and not engine._queue,
                     "lost": lost, "position": self.position - sum(b.num_rows for b in out)}

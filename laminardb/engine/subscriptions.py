@@ -92,6 +92,13 @@ class Subscription:
             self._check()
             return self._take()
 
+    def _take_queued(self) -> pa.RecordBatch | None:
+        """``try_next`` without ``before_read``, and None once cancelled: for a cluster head's
+        long-poll, which takes rows as they come (it must not drain the actors' rounds on every
+        read) and may read a subscription a recovery has just replaced (and cancelled)."""
+        with self._cond:
+            return self._take()
+
     def next_timeout(self, timeout_ms: float) -> pa.RecordBatch | None:
         """The next batch, waiting at most ``timeout_ms``; None on timeout or end of stream."""
         self._sync()
@@ -141,11 +148,11 @@ class Subscription:
 
 def wait_any(subs: list[Subscription], timeout_s: float) -> None:
     """Block until one of ``subs`` has a batch, has ended or was cancelled, or ``timeout_s``
-    passed. Why: a cluster head answers one client's several subscriptions with one long-poll
-    call (``sub_read_many``), so it waits for many queues on one thread."""
+    passed (without ``before_read``: rows come as they are delivered). Why: a cluster head
+    answers one client's several subscriptions with one long-poll call (``sub_read_many``),
+    so it waits for many queues on one thread."""
     waker = threading.Event()
     for sub in subs:
-        sub._sync()
         with sub._cond:
             sub._wakers.add(waker)
     try:

@@ -1,7 +1,7 @@
 """A client's callback subscriptions are read by one thread with one head call per read
 (``SubscriptionPump`` → ``DatabaseHead.sub_read_many``), against real Ray: every callback
 ends with exactly the embedded engine's rows, a cancelled one stops alone, the pump goes on
-through a SIGKILLed head, and ``close()`` ends its thread."""
+through a SIGKILLed head and a SIGKILLed actor, and ``close()`` ends its thread."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from tests._services.procs import process_alive, wait_until
-from tests.delta.workload import DDL, ROWS, batch, reference, rows
+from tests.delta.workload import DDL, ROWS, STREAMS, assert_exactly_once, batch, reference, rows
 
 pytestmark = pytest.mark.integration
 
@@ -94,3 +94,29 @@ def test_the_pump_reads_on_through_a_sigkilled_head(database):
     assert db.metrics()["database"]["head_pid"] != pid
     assert all(cb._sub.rows_lost == 0 and cb.error is None for cb in callbacks)
     wait_until(lambda: not _threads(_PUMP), timeout=10, what="the pump to end with the streams (finish())")
+
+
+def test_callbacks_hold_every_row_once_through_an_actor_kill(database):
+    """An actor SIGKILLed mid-stream: the head recovers in its process and attaches the
+    subscriptions to the recovered engine while the pump's long-poll may be reading the old
+    one (which the recovery cancels): no callback ends or errs, and every stream holds every
+    row once, as the embedded engine's."""
+    db = database(checkpoint_interval="off")
+    db.execute(DDL)
+    got: dict[str, list] = {s: [] for s in STREAMS}
+    callbacks = [db.subscribe_callback(s, got[s].append) for s in STREAMS]
+    for i in range(BATCHES):
+        if i == BATCHES // 2:
+            victim = db.metrics()["cluster"]["members"][0]["pid"]
+            os.kill(victim, signal.SIGKILL)
+            wait_until(lambda v=victim: not process_alive(v), timeout=10, interval=0.02)
+        db.insert("t", batch(i))
+    db.finish()
+    expected, _ = reference(BATCHES)
+    for s in STREAMS:
+        wait_until(lambda s=s: sum(b.num_rows for b in got[s]) >= expected[s].num_rows, timeout=90,
+                   what=f"{s}'s rows after the recovery")
+    assert_exactly_once({s: _table(got[s]) for s in STREAMS}, db.query("SELECT * FROM per_key_total").to_arrow(),
+                        BATCHES)
+    assert all(cb._sub.rows_lost == 0 and cb.error is None for cb in callbacks)
+    assert len(db.metrics()["database"]["recoveries"]) == 1
