@@ -8,7 +8,8 @@ errors re-raised as the same ``LaminarError`` class and code. ``close()`` only d
 
 Subscriptions pull: the head queues a stream's batches for each subscription, and the
 client takes them on ``try_next``/``next_timeout``/iteration/``to_arrow`` (it keeps the
-``to_arrow`` history, as the embedded ``Subscription`` does).
+``to_arrow`` history, as the embedded ``Subscription`` does). Callback subscriptions are read
+by the connection's one pump thread, all with one long-poll per read (``subscription_pump.py``).
 
 Both connections satisfy ``laminardb.api.ConnectionAPI``; mypy checks it
 (``tests/typing_checks/connection_api.py``), so a method added to one and not the other fails

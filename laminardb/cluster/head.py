@@ -42,6 +42,9 @@ _PREPARE_ATTEMPTS = 3  # a checkpoint the head refused to prepare, asked for aga
 _COORD_LINGER_S = 30.0  # an idle coordinator (no database left) stops this long after the last drop
 _COORD_TIMEOUT_S = 120.0  # a checkpoint the coordinator runs for a client (JVM start on the first)
 _STATUS_TIMEOUT_S = 2.0
+# threads for subscription reads: each long-poll holds one up to 200 ms (a client's callback
+# subscriptions share one read: cluster/subscription_pump.py); more readers wait for a thread
+_READ_THREADS = 128
 _LOST_AFTER_S = 10.0  # config "actor_lost_after": a slow actor silent this long more is replaced
 
 
@@ -888,6 +891,12 @@ class DatabaseHead:
                 out[sid] = {"error": f"{type(exc).__name__}: {exc}"}
         return out
 
+    # a read is a long-poll that holds a thread up to 200 ms: reads have threads of their own,
+    # so however many subscriptions wait, inserts, DDL and metrics() never queue behind them
+    # (what @ray.method(concurrency_group=…) sets; Ray reads it off the function _answer wraps)
+    sub_read.__wrapped__.__ray_concurrency_group__ = "reads"  # type: ignore[attr-defined]
+    sub_read_many.__wrapped__.__ray_concurrency_group__ = "reads"  # type: ignore[attr-defined]
+
     def _sub_read(self, sid: str, timeout_ms: float, position: int | None, *, settle: bool = True) -> dict:
         from laminardb.cluster.exceptions import ActorLostError
 
@@ -1174,8 +1183,9 @@ def head_class():
     import ray
 
     # num_cpus=0: the head coordinates; the cores belong to the reactor actors. Threaded, so a
-    # subscriber's blocking read or metrics() never waits behind a long insert.
-    return ray.remote(num_cpus=0, max_concurrency=32)(DatabaseHead)
+    # subscriber's blocking read or metrics() never waits behind a long insert; subscription
+    # reads (long-polls) in a group of their own (_READ_THREADS)
+    return ray.remote(num_cpus=0, max_concurrency=32, concurrency_groups={"reads": _READ_THREADS})(DatabaseHead)
 
 
 def get_or_create_head(database: str, *, directory: str | None, n_actors: int, vnodes: int,
