@@ -876,8 +876,16 @@ class DatabaseHead:
         per subscriber per read made each subscriber cost the head 3 % of the actors' CPU
         (bench_scale kafka-subs); the client's pump reads all its callback subscriptions at once.
         A subscription whose read fails answers ``{"error": …}`` and the others go on."""
+        from laminardb.cluster.exceptions import ActorLostError
         from laminardb.engine.subscriptions import wait_any
 
+        conn, generation = self.conn, self.generation
+        if conn is not None:  # these reads drain nothing, so they would not meet a lost actor
+            try:
+                conn.engine.backend.check_alive("a subscription read")
+            except ActorLostError as lost:
+                self._recover_for_read(generation, lost)
+                return {sid: {"batches": [], "ended": False} for sid, _ in reads}
         if timeout_ms > 0:
             engines = [sub.engine for sid, _ in reads if (sub := self.subs.get(sid)) is not None]
             if len(engines) == len(reads):  # else one has ended: answer at once
@@ -906,17 +914,21 @@ class DatabaseHead:
         generation = self.generation
         try:
             return sub.read(timeout_ms, position, settle=settle)
-        except ActorLostError:
-            # the read delivered batches still on the actors and one had died: recover as a data
-            # call would (the subscription is attached to the new engine and skips what its
-            # client has), unless another call recovered meanwhile; the client reads again
-            with self._lock:
-                conn = self.conn
-                if conn is None or conn.engine.durable is None:
-                    raise
-                if self.generation == generation:
-                    self._recover("ActorLostError")
+        except ActorLostError as lost:
+            # the read delivered batches still on the actors and one had died
+            self._recover_for_read(generation, lost)
             return {"batches": [], "ended": False}
+
+    def _recover_for_read(self, generation: int, lost: Exception) -> None:
+        """A read met a lost actor: recover as a data call would (the subscriptions are attached
+        to the new engine and skip what their client has), unless another call recovered since
+        ``generation``; the client reads again. Not durable: raised to the client."""
+        with self._lock:
+            conn = self.conn
+            if conn is None or conn.engine.durable is None:
+                raise lost
+            if self.generation == generation:
+                self._recover("ActorLostError")
 
     @_answer
     def sub_cancel(self, sid: str) -> None:
@@ -1158,19 +1170,25 @@ class HeadSubscription:
         deliver the outputs of batches still on the actors (``before_read``), so a read right
         after ``insert()`` sees them; a long-polling reader takes rows as they come instead."""
         lost = self.catch_up(position) if position is not None else 0
+        if timeout_ms <= 0 and not settle:  # never blocks: taken under the lock, so a recovery
+            with self._lock:                # cannot slip between this read and its carry
+                engine = self.engine
+                out = self.carry + self._take(engine, engine._take_queued(), settle)
+                self.carry = []
+                return self._answer(engine, out, lost)
         engine = self.engine
-        if timeout_ms > 0:
-            batch = engine.next_timeout(timeout_ms)
-        else:
-            batch = engine.try_next() if settle else engine._take_queued()
+        batch = engine.next_timeout(timeout_ms) if timeout_ms > 0 else engine.try_next()
         with self._lock:
             if engine is not self.engine:  # recovered meanwhile
                 self._keep_late(batch)
                 return {"batches": [], "ended": False}
-            out = self.carry + self._take(engine, batch, settle)
+            out = self.carry + self._take(engine, batch)
             self.carry = []
-            return {"batches": [_SUBSCRIBER_IPC(b) for b in out], "ended": engine.ended and not engine._queue,
-                    "lost": lost, "position": self.position - sum(b.num_rows for b in out)}
+            return self._answer(engine, out, lost)
+
+    def _answer(self, engine, out: list, lost: int) -> dict:  # under _lock
+        return {"batches": [_SUBSCRIBER_IPC(b) for b in out], "ended": engine.ended and not engine._queue,
+                "lost": lost, "position": self.position - sum(b.num_rows for b in out)}
 
     def cancel(self) -> None:
         try:

@@ -50,15 +50,26 @@ class SubscriptionPump:
             thread.join(timeout)
 
     def _live(self) -> list[RemoteSubscription]:
-        """The subscriptions to read now; none (and the thread ends) once the connection closed."""
+        """The subscriptions to read now; none (and the thread ends) once the connection
+        closed, which ends them: their callbacks hand over what is queued, then stop."""
         with self._lock:
             self._subs = [s for s in self._subs if not (s._cancelled or s._ended)]
-            if not self._subs or self._conn._closed:
-                self._thread = None
-                return []
-            return list(self._subs)
+            if self._subs and not self._conn._closed:
+                return list(self._subs)
+            closed, self._subs, self._thread = self._subs, [], None
+        for sub in closed:
+            sub._end()
+        return []
 
     def _run(self) -> None:
+        try:
+            self._pump()
+        finally:  # also when a bug raised: a later add() must start a new thread
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _pump(self) -> None:
         while subs := self._live():
             with contextlib.ExitStack() as held:
                 for sub in subs:  # one reader at a time per subscription: batches stay in order
@@ -75,5 +86,9 @@ class SubscriptionPump:
                     continue
                 for sub in subs:
                     answer = got.get(sub._sid)
-                    if answer is not None:
-                        sub._apply(answer)
+                    try:
+                        if answer is not None:
+                            sub._apply(answer)
+                    except Exception:  # noqa: BLE001 - this subscription ends; the others go on
+                        log.exception("subscription to %s ended: its read could not be delivered", sub.name)
+                        sub._end()

@@ -31,21 +31,22 @@ def _table(batches: list):
 
 
 def test_callbacks_share_one_reader_and_get_the_embedded_rows(database):
+    before = len(_threads(_PUMP))
     db = database(checkpoint_interval="off")
     db.execute(DDL)
     got: dict[str, list] = {f"{s}-{i}": [] for s in ("passthru", "per_key", "per_window") for i in (0, 1)}
     callbacks = {key: db.subscribe_callback(key.rsplit("-", 1)[0], got[key].append) for key in got}
     cancelled: list = []
     dropped = db.subscribe_callback("passthru", cancelled.append)
-    # six callback subscriptions, one reader thread (before: a thread and a head call each)
-    assert len(_threads(_PUMP)) == 1, [t.name for t in threading.enumerate()]
+    # seven callback subscriptions, one reader thread (before: a thread and a head call each)
+    assert len(_threads(_PUMP)) == before + 1, [t.name for t in threading.enumerate()]
     for i in range(BATCHES):
         db.insert("t", batch(i))
         if i == 2:
             wait_until(lambda: sum(b.num_rows for b in cancelled) == 3 * ROWS, timeout=60,
                        what="the soon-cancelled callback's first rows")
             dropped.cancel()
-            dropped.wait(30)
+            assert dropped.wait(30)
     db.finish()
     expected, _ = reference(BATCHES)
     for key, batches in got.items():
@@ -55,14 +56,49 @@ def test_callbacks_share_one_reader_and_get_the_embedded_rows(database):
         assert rows(_table(batches)) == rows(expected[name]), key
         assert callbacks[key].error is None
     assert sum(b.num_rows for b in cancelled) == 3 * ROWS  # nothing after its cancel
+    wait_until(lambda: len(_threads(_PUMP)) == before, timeout=10, what="the pump to end with the streams")
+
+
+def test_close_ends_the_callbacks_and_the_pump(database):
+    """``close()`` (no ``finish()``: the streams go on in the cluster) ends this client's
+    callback subscriptions after what they hold, and its reader thread."""
+    before = len(_threads(_PUMP))
+    db = database(checkpoint_interval="off")
+    db.execute(DDL)
+    got: list = []
+    callbacks = [db.subscribe_callback("passthru", got.append), db.subscribe_callback("per_key", lambda b: None)]
+    db.insert("t", batch(0))
+    wait_until(lambda: sum(b.num_rows for b in got) == ROWS, timeout=60, what="the first batch's rows")
     db.close()
-    wait_until(lambda: not _threads(_PUMP), timeout=10, what="the pump thread to end after close()")
+    assert all(cb.wait(30) for cb in callbacks)
+    assert all(cb.error is None for cb in callbacks)
+    wait_until(lambda: len(_threads(_PUMP)) == before, timeout=10, what="the pump thread to end after close()")
+
+
+def test_an_actor_lost_by_a_database_in_memory_ends_its_callbacks(database):
+    """Not durable, so nothing to recover: once the head knows an actor died (the next insert
+    fails on it), the pumped reads, which drain nothing themselves, end every callback
+    subscription instead of polling a dead pipeline for ever."""
+    from laminardb.errors import LaminarError
+
+    db = database(checkpoint_interval="off", checkpoint_dir=":memory:")
+    db.execute(DDL)
+    callbacks = [db.subscribe_callback(s, lambda b: None) for s in ("passthru", "per_key")]
+    db.insert("t", batch(0))
+    victim = db.metrics()["cluster"]["members"][0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: not process_alive(victim), timeout=10, interval=0.02)
+    with pytest.raises(LaminarError):
+        for i in range(1, BATCHES):
+            db.insert("t", batch(i))
+    assert all(cb.wait(60) for cb in callbacks), "the callbacks still run on a lost pipeline"
 
 
 def test_the_pump_reads_on_through_a_sigkilled_head(database):
     """All rows read before the kill (a flush, then the callbacks caught up with an iterated
     subscription of the same streams): after Ray restarts the head and it replays its WAL, the
     pump's repeated read skips what its subscriptions have, and the rows end exact, none lost."""
+    before = len(_threads(_PUMP))
     db = database(checkpoint_interval="off")
     db.execute(DDL)
     names = ("passthru", "per_key")
@@ -84,7 +120,7 @@ def test_the_pump_reads_on_through_a_sigkilled_head(database):
     wait_until(lambda: not process_alive(pid), timeout=10, interval=0.05)
     for i in range(half, BATCHES):
         db.insert("t", batch(i))
-    assert len(_threads(_PUMP)) == 1  # its read failed with the head, waited for it, went on
+    assert len(_threads(_PUMP)) == before + 1  # its read failed with the head, waited for it, went on
     db.finish()
     expected, _ = reference(BATCHES)
     for n in names:
@@ -93,7 +129,7 @@ def test_the_pump_reads_on_through_a_sigkilled_head(database):
         assert rows(_table(got[n])) == rows(expected[n]), n
     assert db.metrics()["database"]["head_pid"] != pid
     assert all(cb._sub.rows_lost == 0 and cb.error is None for cb in callbacks)
-    wait_until(lambda: not _threads(_PUMP), timeout=10, what="the pump to end with the streams (finish())")
+    wait_until(lambda: len(_threads(_PUMP)) == before, timeout=10, what="the pump to end with the streams")
 
 
 def test_callbacks_hold_every_row_once_through_an_actor_kill(database):
