@@ -4,7 +4,8 @@ When a local-global aggregate's only consumer is an exactly-once sink the coordi
 (``staged_sink.py``), the owners that merge the closed windows (``cluster/owner_merge.py``)
 append the final rows to their own stage file for that sink,
 ``<sink stage>/actors/<member>/open.parquet``, instead of sending them to the head; so does
-every actor with the rows a plan tree's root emits there (``distributed_plan.py``). At the
+every actor with the rows a plan tree's root emits there (``distributed_plan.py``; also when
+subscribers read the tree: the actors then send the rows to the head as well, for them). At the
 barrier the head's ``StagedSink.pre_commit`` asks every actor to seal its open file as the
 epoch (``ActorStages.seal``): the epoch is then the head's file (rows the head still wrote)
 plus one file per actor, and the coordinator's Spark job reads them all on its executors.

@@ -128,14 +128,17 @@ class StagedSink(TwoPhaseSink):
         self.stage.close()
 
 
-def stage_route(reactor: Any, name: str):
+def stage_route(reactor: Any, name: str, *, beside_subscribers: bool = False):
     """For query ``name``: its only consumer when that is a sink whose rows the coordinator
     writes from stage files (no subscriber, view, query or second sink reads it), else None
-    (``ReactorActorImpl.merge_closed`` then stages the rows on the key owners)."""
+    (``ReactorActorImpl.merge_closed`` then stages the rows on the key owners).
+    ``beside_subscribers``: subscribers may read it too — the actors stage the sink's rows and
+    send them to the head for the subscribers alone (a plan tree's root: ``DistributedPlanOperator``)."""
 
     def route() -> StagedSink | None:
         node = reactor.nodes.get(name)
-        if node is None or node.downstream or node.subscribers or node.view is not None or len(node.sinks) != 1:
+        if node is None or node.downstream or node.view is not None or len(node.sinks) != 1 or (
+                node.subscribers and not beside_subscribers):
             return None
         sink = node.sinks[0]
         return sink if type(sink) is StagedSink and sink.seal_actors is not None else None

@@ -187,9 +187,11 @@ class ClusterBackend:
             return PlanOperator(plan)
         op = DistributedPlanOperator(name, plan, self.cluster, ring=self.ring)
         self._actors_write_snapshots(op)
-        if (route := self._actor_stage_route(name)) is not None:
+        if (route := self._actor_stage_route(name, beside_subscribers=True)) is not None:
             op.stage_route = route
             op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
+            op.has_subscribers = lambda: bool(self.reactor.nodes[name].subscribers)
+            op.emit_to_subscribers = lambda batches: self.reactor.emitted_to_subscribers(name, batches)
         return op
 
     def _actors_write_snapshots(self, op) -> None:
@@ -201,7 +203,7 @@ class ClusterBackend:
             op.parts_writable = self._actors_write_files
             op.actors_write_parts = self._actor_snapshots
 
-    def _actor_stage_route(self, name: str):
+    def _actor_stage_route(self, name: str, *, beside_subscribers: bool = False):
         """For query ``name`` of a coordinated database: a callable giving its only consumer
         when that is a sink the actors may stage for themselves (``staged_sink.stage_route``)
         and every actor can write the database's directory, else None; None when actors never
@@ -210,7 +212,7 @@ class ClusterBackend:
             return None
         from laminardb.checkpoint.staged_sink import stage_route
 
-        route = stage_route(self.reactor, name)
+        route = stage_route(self.reactor, name, beside_subscribers=beside_subscribers)
         return lambda: route() if self._actors_write_files() else None
 
     def _actors_write_files(self) -> bool:

@@ -125,6 +125,10 @@ class DistributedPlanOperator(SnapshotParts):
         #: actors may stage for (``staged_sink.stage_route``), and how to count rows they staged
         self.stage_route: Callable[[], Any] | None = None
         self.emitted_elsewhere: Callable[[int], None] = lambda rows: None
+        #: set by the backend with ``stage_route``: whether the query has subscribers, and how
+        #: to hand them the root's rows (the actors staged the sink's copy themselves)
+        self.has_subscribers: Callable[[], bool] = lambda: False
+        self.emit_to_subscribers: Callable[[list[pa.RecordBatch]], None] = lambda batches: None
 
     # ------------------------------------------------------------------ the operator contract
     def process(self, batch, wm_before: int = NO_WATERMARK, **_ignored):
@@ -175,12 +179,15 @@ class DistributedPlanOperator(SnapshotParts):
         takes its messages by node, port and sender (``exchange`` says why). Returns the
         root's output — none when the actors stage it for the query's only sink themselves
         (``checkpoint/actor_stages.py``): each step's root rows go to the stage file of the
-        actor that made them, and the head learns their count."""
+        actor that made them, and the head learns their count. With subscribers beside that
+        sink the actors send the rows too, and the head hands them to the subscribers alone."""
         out: list[pa.RecordBatch] = []
         sink = self.stage_route() if self.stage_route is not None else None
+        back = sink is not None and self.has_subscribers()  # staged, and also sent for the subscribers
         while calls:
             targets = [a for a, _, _ in calls]
-            futures = [getattr(self.cluster.actors[a], method).remote(*args, stage=self._stage_of(sink, a))
+            futures = [getattr(self.cluster.actors[a], method).remote(*args, stage=self._stage_of(sink, a),
+                                                                      rows_back=back)
                        for a, method, args in calls]
             results = self.cluster.gather(targets, futures, calls[0][1])
             self.counts.steps += 1
@@ -202,10 +209,14 @@ class DistributedPlanOperator(SnapshotParts):
             if staged:
                 self.counts.root_rows_staged += staged
                 sink.written_by_actors(staged)
-                self.emitted_elsewhere(staged)
+                if not back:  # else counted as the subscribers get them
+                    self.emitted_elsewhere(staged)
             calls = [(a, "plan_deliver", (self.name, wm, [(i, p, load) for i, p, _, load in
                                                           sorted(msgs, key=lambda m: m[:3])]))
                      for a, msgs in sorted(inbox.items())]
+        if back:
+            self.emit_to_subscribers(out)
+            return []
         return out
 
     def _stage_of(self, sink, actor: int) -> tuple[str, bytes] | None:

@@ -254,7 +254,7 @@ class ReactorActorImpl:
 
     # -- plan trees: each actor runs the whole tree over its rows (exchange.py) --------
     def plan_input(self, query: str, name: str, wm: int, mode: str, data,
-                   stage: tuple[str, bytes] | None = None) -> tuple[list, bytes | None, int, int]:
+                   stage: tuple[str, bytes] | None = None, rows_back: bool = False) -> tuple[list, bytes | None, int, int]:
         """Rows of input ``name`` into this actor's copy of ``query``'s tree: ``range`` — its
         contiguous share of a batch the client inserted; ``refs`` — the object references of
         the Kafka rows it read itself. Returns (messages for other actors — references to rows
@@ -276,19 +276,19 @@ class ReactorActorImpl:
             for batch in batches:
                 self.rows_in += batch.num_rows
                 ex.enter(name, batch, wm)
-            return self._answer(ex, stage)
+            return self._answer(ex, stage, rows_back)
 
     def plan_deliver(self, query: str, wm: int, messages: list,
-                     stage: tuple[str, bytes] | None = None) -> tuple[list, bytes | None, int, int]:
+                     stage: tuple[str, bytes] | None = None, rows_back: bool = False) -> tuple[list, bytes | None, int, int]:
         """Rows other actors (and this one) routed here, as (node, port, payload): run them
         on up the tree; returns as ``plan_input``."""
         with self._busy():
             ex = self._exchange(query)
             self.rows_in += ex.deliver(messages, wm)
-            return self._answer(ex, stage)
+            return self._answer(ex, stage, rows_back)
 
     def plan_watermark(self, query: str, index: int | None, wm: int, before: int,
-                       stage: tuple[str, bytes] | None = None) -> tuple[list, bytes | None, int, int]:
+                       stage: tuple[str, bytes] | None = None, rows_back: bool = False) -> tuple[list, bytes | None, int, int]:
         """Node ``index`` (None: every stateful node, children first — one actor) advances to
         ``wm``; what it closes moves on up at ``before``. Returns as ``plan_input``."""
         from laminardb.cluster.exchange import stateful_nodes
@@ -298,14 +298,14 @@ class ReactorActorImpl:
             indexes = [i for i, _ in stateful_nodes(ex.tree)] if index is None else [index]
             for i in indexes:
                 ex.watermark(i, wm, before)
-            return self._answer(ex, stage)
+            return self._answer(ex, stage, rows_back)
 
-    def _answer(self, ex, stage: tuple[str, bytes] | None) -> tuple[list, bytes | None, int, int]:
+    def _answer(self, ex, stage: tuple[str, bytes] | None, rows_back: bool = False) -> tuple[list, bytes | None, int, int]:
+        """``rows_back`` with ``stage``: the root's rows are staged for the sink *and* sent to
+        the head, whose subscribers read them (the sink does not get them again there)."""
         sent, outs, late = ex.result()
-        if stage is None:
-            data = to_ipc_table(pa.Table.from_batches(outs)) if outs else None
-            return sent, data, late, 0
-        return sent, None, late, self.stages.append(*stage, outs)
+        data = to_ipc_table(pa.Table.from_batches(outs)) if outs and (stage is None or rows_back) else None
+        return sent, data, late, 0 if stage is None else self.stages.append(*stage, outs)
 
     def _exchange(self, query: str, *, first: bool = False):
         """``first``: the call starts a batch's or a watermark's propagation — parts kept from

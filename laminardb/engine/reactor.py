@@ -599,7 +599,12 @@ class Reactor:
         late = self.nodes.get(node.late_target) if node.late_target else None
         return late is None or not late.downstream
 
-    def _emit(self, node: Node, batches: list[pa.RecordBatch]) -> None:
+    def emitted_to_subscribers(self, name: str, batches: list[pa.RecordBatch]) -> None:
+        """Hand ``batches`` of query ``name`` to its subscribers, not to its only sink, which
+        has them already (the Delta mode's actors staged them), counted as ``_emit`` counts."""
+        self._emit(self.nodes[name], batches, to_sinks=False)
+
+    def _emit(self, node: Node, batches: list[pa.RecordBatch], *, to_sinks: bool = True) -> None:
         for b in batches:
             if b.num_rows == 0:
                 continue
@@ -609,7 +614,7 @@ class Reactor:
                 sub._deliver(b)
             if node.view is not None:
                 node.view.append(b)
-            for s in node.sinks:
+            for s in node.sinks if to_sinks else ():
                 try:
                     s.write(b)
                 except Exception as exc:  # counted for metrics(), then raised to the caller

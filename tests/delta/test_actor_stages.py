@@ -145,7 +145,11 @@ def _insert_both(db, sides: dict[str, list[pa.Table]], i: int) -> None:
         sides[name].append(t)
 
 
-def test_a_trees_only_sink_is_staged_by_the_actors_then_by_the_head_when_a_subscriber_comes(database, tmp_path):
+def test_a_trees_sink_is_staged_by_the_actors_beside_subscribers_and_by_the_head_for_a_query(database, tmp_path):
+    """The tree's only sink staged by the actors (the head decodes no root row); a subscriber
+    comes: the actors still stage the sink's rows and send them for the subscriber alone (the
+    head writes none of them); a query on the stream comes: the rows go to the head, which
+    stages the sink's from then on. Every joined row is committed once throughout."""
     out = tmp_path / "out"
     db = database(checkpoint_interval="off")
     db.execute(JOIN_DDL.format(out=out))
@@ -164,15 +168,31 @@ def test_a_trees_only_sink_is_staged_by_the_actors_then_by_the_head_when_a_subsc
     assert db.metrics()["queries"]["j"]["rows_out"] == committed.num_rows
     assert _stage_files(tmp_path, db, "epoch-*.parquet") == []  # committed epochs are released
 
-    sub = db.subscribe_stream("j")  # a second consumer: the root's rows come to the head again
+    sub = db.subscribe_stream("j")  # the actors stage on, and send the rows for the subscriber
     for i in range(4, 6):
         _insert_both(db, sides, i)
     db.checkpoint()
     after = _exchange(db)
-    assert after["root_rows_staged"] == counts["root_rows_staged"], after
+    with_sub = _committed(out)
+    assert _rows_of(with_sub) == _joined(sides)
+    new_rows = with_sub.num_rows - committed.num_rows
+    assert after["root_rows_staged"] - counts["root_rows_staged"] == new_rows > 0, after
+    assert after["root_rows"] == sub.to_arrow().num_rows == new_rows, after
+    assert _rows_of(sub.to_arrow()) == sorted(set(_rows_of(with_sub)) - set(_rows_of(committed)))
+    sink = db.metrics()["sinks"]["out"]
+    assert sink["rows_committed"] == with_sub.num_rows, sink
+    assert db.metrics()["queries"]["j"]["rows_out"] == with_sub.num_rows
+
+    db.execute("CREATE STREAM j_pos AS SELECT k, a FROM j WHERE a >= 0")  # a query reads it too
+    for i in range(6, 8):
+        _insert_both(db, sides, i)
+    db.checkpoint()
+    last = _exchange(db)
     everything = _committed(out)
     assert _rows_of(everything) == _joined(sides)
-    assert after["root_rows"] == sub.to_arrow().num_rows == everything.num_rows - committed.num_rows > 0, after
+    assert last["root_rows_staged"] == after["root_rows_staged"], last  # the head stages them now
+    assert last["root_rows"] - after["root_rows"] == everything.num_rows - with_sub.num_rows > 0, last
+    assert sub.to_arrow().num_rows == everything.num_rows - committed.num_rows
 
 
 def test_an_actor_killed_with_a_trees_staged_rows_loses_and_repeats_none(database, tmp_path):
