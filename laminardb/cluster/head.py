@@ -872,9 +872,8 @@ class DatabaseHead:
     @_answer
     def sub_read_many(self, reads: list[tuple[str, int | None]], timeout_ms: float) -> dict[str, dict]:
         """``sub_read`` for several subscriptions of one client in one call, waiting up to
-        ``timeout_ms`` until any of them has a batch. Why: a read is one Ray call, and a call
-        per subscriber per read made each subscriber cost the head 3 % of the actors' CPU
-        (bench_scale kafka-subs); the client's pump reads all its callback subscriptions at once.
+        ``timeout_ms`` until any of them has a batch. Why: each long-poll holds a head thread;
+        the client's pump reads all its callback subscriptions with one (subscription_pump.py).
         A subscription whose read fails answers ``{"error": …}`` and the others go on."""
         from laminardb.cluster.exceptions import ActorLostError
         from laminardb.engine.subscriptions import wait_any
@@ -1175,7 +1174,7 @@ class HeadSubscription:
                 engine = self.engine
                 out = self.carry + self._take(engine, engine._take_queued(), settle)
                 self.carry = []
-                return self._answer(engine, out, lost)
+                return self._reply(engine, out, lost)
         engine = self.engine
         batch = engine.next_timeout(timeout_ms) if timeout_ms > 0 else engine.try_next()
         with self._lock:
@@ -1184,9 +1183,9 @@ class HeadSubscription:
                 return {"batches": [], "ended": False}
             out = self.carry + self._take(engine, batch)
             self.carry = []
-            return self._answer(engine, out, lost)
+            return self._reply(engine, out, lost)
 
-    def _answer(self, engine, out: list, lost: int) -> dict:  # under _lock
+    def _reply(self, engine, out: list, lost: int) -> dict:  # under _lock
         return {"batches": [_SUBSCRIBER_IPC(b) for b in out], "ended": engine.ended and not engine._queue,
                 "lost": lost, "position": self.position - sum(b.num_rows for b in out)}
 

@@ -1,11 +1,12 @@
 """One thread per client connection that reads all its callback subscriptions at once.
 
-Why: every read of a subscription is a Ray call the head answers. With a call per
-subscription per read, each subscriber of a stream cost the head about 3 % of the actors'
-CPU (bench/bench_scale.py ``kafka-subs``, 4 subscribers). The pump sends one long-poll
-``sub_read_many`` for every subscription it serves, so the head's cost per read is shared
-by all of them. Iterated subscriptions (``next_timeout``, ``for batch in sub``) still read
-on the caller's thread, one call each.
+Why: every read is a long-poll that holds one of the head's threads for up to 200 ms. With
+a thread and a call per subscription, 40 callback subscriptions held all 32 of the head's
+threads, and every other call waited for one (bench/bench_subscribers.py: ``list_streams()``
+p50 40 ms against 1 ms). The pump sends one ``sub_read_many`` for every subscription it
+serves. (The head's CPU per row does not change measurably: bench_scale ``kafka-subs``.)
+Iterated subscriptions (``next_timeout``, ``for batch in sub``) still read on the caller's
+thread, one call each.
 """
 
 from __future__ import annotations
