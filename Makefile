@@ -1,7 +1,10 @@
 # laminardb developer entry points.
 #   make demo      live market-data demo in the terminal (core dependencies, pandas and polars)
-#   make test      the whole test suite on both cores (installs the dev extras once; how the
-#                  tests share the two pytest-xdist workers: tests/conftest.py)
+#   make test      the test suite on both cores, under 20 minutes (installs the dev extras once;
+#                  how the tests share the two pytest-xdist workers: tests/conftest.py)
+#   make test-long the long tier `make test` leaves out: fault-injection matrices, `ray up`, the
+#                  autoscalers, multi-node clusters, dependency floors (tests/conftest.py: _LONG).
+#                  CI (.ci/run) runs both.
 #   make fuzz      the SQL differential test with many more random expressions (minutes)
 #   make lint      ruff over the package and the tests, mypy (both connections against
 #                  laminardb.api.ConnectionAPI: [tool.mypy]) and the import contracts (.importlinter)
@@ -20,7 +23,7 @@ BIN        := $(VENV)/bin
 # --locked: refuse to run when uv.lock no longer matches pyproject.toml (run `make upgrade` or `uv lock`)
 SYNC       := UV_PROJECT_ENVIRONMENT=$(VENV) $(UV) sync --locked --quiet --python $(PYTHON)
 
-.PHONY: demo test fuzz lint upgrade clean-stamps
+.PHONY: demo test test-long fuzz lint upgrade clean-stamps
 
 $(UV):
 	$(PYTHON) -m venv $(TOOLS)
@@ -39,7 +42,10 @@ demo: $(VENV)/.stamp-core
 	$(BIN)/laminardb demo --seconds 15
 
 test: $(VENV)/.stamp-dev
-	UV=$(abspath $(UV)) $(BIN)/python -m pytest -q -p no:cacheprovider -n 2
+	UV=$(abspath $(UV)) $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "not long"
+
+test-long: $(VENV)/.stamp-dev
+	UV=$(abspath $(UV)) $(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m long
 
 fuzz: $(VENV)/.stamp-dev
 	LAMINARDB_FUZZ_EXAMPLES=5000 LAMINARDB_FUZZ_RANDOM=1 $(BIN)/python -m pytest -q -p no:cacheprovider -o timeout=1800 tests/sql_functions/test_differential.py

@@ -53,6 +53,27 @@ def unit_of(nodeid: str) -> str | None:
     return None
 
 
+# The long tier (``make test-long``; ``make test`` leaves it out, CI runs both): the fault-injection
+# matrices and the cluster-operations scenarios — kills of actors, heads, coordinators and CDC
+# readers in many places, `ray up`, the autoscalers, multi-node clusters, the dependency floors.
+# Why two tiers: the whole suite is CPU-bound on two cores (about 3,700 CPU s in 31-40 minutes,
+# the Ray tests alone 27 minutes in one process), so `make test` can stay under 20 minutes only
+# without them. The quick tier still has a killed actor, a killed head and a rescale that must
+# stay exactly once (tests/delta/test_subscription_pump.py, test_actor_snapshots.py,
+# test_database.py), so a change that breaks recovery fails there too.
+_LONG = (
+    "tests/cluster/test_ray_up.py", "tests/cluster/test_ray_autoscaler.py", "tests/cluster/test_ray_auth.py",
+    "tests/delta/test_autoscale.py", "tests/delta/test_faults.py", "tests/delta/test_operator_findings.py",
+    "tests/delta/test_head_kill.py", "tests/delta/test_cluster_metrics.py",
+    "tests/delta/test_database_connectors.py", "tests/delta_coordinator/", "tests/delta_nodes/",
+    "tests/cluster_backend/test_three_nodes.py", "tests/cluster_backend/test_operator_failures.py",
+    "tests/bench/test_bench_scale_nodes.py",
+    "tests/test_dependency_floors.py", "tests/spark/test_standalone.py", "tests/coordinator/test_native_epoch.py",
+    "tests/coordinator/test_crash.py", "tests/checkpoint/test_crash_loop.py",
+    "tests/connectors/test_mysql_cdc_crash.py", "tests/lookup/test_lookup_crash.py",
+)
+
+
 # Ray tests whose bounded waits or timings suffer most from the other worker's load: last in
 # the ray unit, by when the other worker has usually run out of tests.
 _RAY_LAST = ("tests/delta/test_autoscale.py", "tests/cluster/test_ray_autoscaler.py",
@@ -66,6 +87,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"{', '.join(stray)} use a session service (kafka_broker, postgres_server, "
                                 "mariadb_server, spark): add them to _SERVICES in tests/conftest.py, so "
                                 "that `make test -n 2` starts each service once")
+    for item in items:
+        if item.nodeid.startswith(_LONG):
+            item.add_marker(pytest.mark.long)
     if hasattr(config, "workerinput"):  # an xdist worker (make test)
         items.sort(key=lambda item: item.nodeid.startswith(_RAY_LAST))  # stable: modules stay whole
 
