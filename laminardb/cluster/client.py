@@ -31,8 +31,9 @@ import pyarrow as pa
 from laminardb.cluster.direct_insert import DirectInserts
 from laminardb.cluster.exceptions import ClusterStartError, HeadUnavailableError
 from laminardb.cluster.ray_env import init_ray
+from laminardb.cluster.remote_rows import fetch_batches
 from laminardb.cluster.subscription_pump import SubscriptionPump
-from laminardb.cluster.wire import encode_rows, from_ipc, from_ipc_table, schema_from_ipc
+from laminardb.cluster.wire import encode_rows, from_ipc_table, schema_from_ipc
 from laminardb.engine.insert_batch import InsertResult, OnError, check_on_error
 from laminardb.engine.subscriptions import _HISTORY_ROWS, CallbackSubscription, Subscription
 from laminardb.errors import ConnectionClosedError, LaminarError
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 _CALL_TIMEOUT_S = 600.0  # a call may wait while the head recovers a lost actor: bounded, generous
 _READY_TIMEOUT_S = 300.0  # a new head starts its actors (numba kernels load, Raft commits)
 _SUB_POLL_MS = 200.0  # how long one blocking subscription read waits inside the head
+_READ_ATTEMPTS = 3  # a subscription read whose rows were lost before they were fetched: repeated
 # how often a client asks a restarting head whether it is back: a refused call costs the
 # head nothing and the restart itself takes about a second, so a short poll is most of the win
 _RESTART_POLL_S = 0.05
@@ -133,6 +135,30 @@ class RemoteConnection:
                         f"database {self.database!r}: the head restarted during {method}(); the statement may or "
                         "may not have taken effect (it is not repeated by itself): check with SHOW ALL, then "
                         "run it again if it did not") from None
+
+    def _read_subscriptions(self, method: str, *args) -> Any:
+        """``_call`` of a subscription read (``sub_read``, ``sub_read_many``), each answer's
+        rows decoded. A plan tree's root rows come by reference (``RemoteBatch``: the head
+        never decodes them) and are fetched here, with one ``ray.get`` for the whole read. If
+        they are gone — the head that owned them died after answering, or the node that held
+        them — the read is repeated: no subscription's position moved, so the head (restarted,
+        or still alive) answers from there, and counts rows it can no longer give as lost."""
+        from ray.exceptions import ObjectLostError
+
+        for _ in range(_READ_ATTEMPTS):
+            got = self._call(method, *args)
+            answers = [got] if method == "sub_read" else list(got.values())
+            try:
+                rows = iter(fetch_batches([b for a in answers for b in a.get("batches", ())]))
+            except ObjectLostError as exc:  # OwnerDiedError is one
+                log.warning("database %s: rows of a subscription read are gone (%s); reading again",
+                            self.database, type(exc).__name__)
+                continue
+            for a in answers:
+                a["batches"] = [next(rows) for _ in a.get("batches", ())]
+            return got
+        raise HeadUnavailableError(f"database {self.database!r}: {_READ_ATTEMPTS} subscription reads in a row "
+                                   "lost their rows before this client could fetch them; check `ray status`")
 
     # ------------------------------------------------------------------ SQL
     def execute(self, sql: str) -> ExecuteResult:
@@ -401,10 +427,10 @@ class RemoteSubscription(Subscription):
         if self._cancelled or self._ended or self._conn._closed:
             return
         with self._pull_lock:  # delivered under it too: two readers never reorder batches
-            self._apply(self._conn._call("sub_read", self._sid, timeout_ms, self._next))
+            self._apply(self._conn._read_subscriptions("sub_read", self._sid, timeout_ms, self._next))
 
     def _apply(self, got: dict) -> None:
-        """Deliver one read's answer (under ``_pull_lock``)."""
+        """Deliver one read's answer, its rows decoded (under ``_pull_lock``)."""
         if got.get("error"):
             log.warning("subscription to %s ended: the head could not read it: %s", self.name, got["error"])
             self._end()
@@ -416,8 +442,7 @@ class RemoteSubscription(Subscription):
                         "continuously (subscribe_callback) to keep this window small", self.name, got["lost"])
         if self._next is not None and got.get("position") is not None:
             self._next = got["position"]  # past a gap: the first row of this answer
-        for data in got["batches"]:
-            batch = from_ipc(data)
+        for batch in got["batches"]:  # decoded by _read_subscriptions
             if self._next is not None:
                 self._next += batch.num_rows
             self._deliver(batch)

@@ -46,6 +46,7 @@ from laminardb.cluster.distributed_operator import (
     ship,
 )
 from laminardb.cluster.exchange import stateful_nodes, watermark_inert
+from laminardb.cluster.remote_rows import RemoteBatch
 from laminardb.cluster.routing import range_slice
 from laminardb.cluster.wire import from_ipc
 from laminardb.operators.plan_operator import PlanOperator
@@ -63,6 +64,7 @@ class ExchangeCounts:
     root_rows: int = 0  # rows the head decoded: the root's output only
     root_bytes: int = 0  # their Arrow IPC bytes
     root_rows_staged: int = 0  # root rows the actors staged for the only sink themselves
+    root_rows_by_ref: int = 0  # root rows handed to subscribers by reference, not decoded here
 
 
 class _ActorsState:
@@ -128,7 +130,7 @@ class DistributedPlanOperator(SnapshotParts):
         #: set by the backend with ``stage_route``: whether the query has subscribers, and how
         #: to hand them the root's rows (the actors staged the sink's copy themselves)
         self.has_subscribers: Callable[[], bool] = lambda: False
-        self.emit_to_subscribers: Callable[[list[pa.RecordBatch]], None] = lambda batches: None
+        self.emit_to_subscribers: Callable[[list[Any]], None] = lambda batches: None  # RemoteBatch
 
     # ------------------------------------------------------------------ the operator contract
     def process(self, batch, wm_before: int = NO_WATERMARK, **_ignored):
@@ -180,24 +182,30 @@ class DistributedPlanOperator(SnapshotParts):
         root's output — none when the actors stage it for the query's only sink themselves
         (``checkpoint/actor_stages.py``): each step's root rows go to the stage file of the
         actor that made them, and the head learns their count. With subscribers beside that
-        sink the actors send the rows too, and the head hands them to the subscribers alone."""
-        out: list[pa.RecordBatch] = []
+        sink the actors also return the rows as a value of their own, which the head hands to
+        the subscribers alone, by reference (``RemoteBatch``): it never decodes them."""
+        out: list[Any] = []
         sink = self.stage_route() if self.stage_route is not None else None
         back = sink is not None and self.has_subscribers()  # staged, and also sent for the subscribers
         while calls:
             targets = [a for a, _, _ in calls]
-            futures = [getattr(self.cluster.actors[a], method).remote(*args, stage=self._stage_of(sink, a),
-                                                                      rows_back=back)
+            futures = [self._call(getattr(self.cluster.actors[a], method), back).remote(
+                           *args, stage=self._stage_of(sink, a), rows_back=back)
                        for a, method, args in calls]
-            results = self.cluster.gather(targets, futures, calls[0][1])
+            rows_refs = [f[1] for f in futures] if back else [None] * len(futures)
+            results = self.cluster.gather(targets, [f[0] for f in futures] if back else futures, calls[0][1])
             self.counts.steps += 1
             self.counts.calls += len(calls)
             inbox: dict[int, list] = {}
             staged = 0
-            for sent, data, late, rows_staged in results:
+            for (sent, data, late, rows_staged), rows_ref in zip(results, rows_refs, strict=True):
                 self.late_dropped += late
                 staged += rows_staged
-                if data is not None:
+                if rows_ref is not None:  # data: the root's row count; the rows stay in rows_ref
+                    if data:
+                        self.counts.root_rows_by_ref += data
+                        out.append(RemoteBatch(rows_ref, data))
+                elif data is not None:
                     batch = from_ipc(data)
                     self.counts.root_rows += batch.num_rows
                     self.counts.root_bytes += len(data)
@@ -218,6 +226,12 @@ class DistributedPlanOperator(SnapshotParts):
             self.emit_to_subscribers(out)
             return []
         return out
+
+    @staticmethod
+    def _call(method, rows_back: bool):
+        """``method``, returning the root's rows as an object of their own with ``rows_back``:
+        the head owns it (an actor call's return value), so it outlives the actor."""
+        return method.options(num_returns=2) if rows_back else method
 
     def _stage_of(self, sink, actor: int) -> tuple[str, bytes] | None:
         """Where ``actor`` stages the root's rows for ``sink`` (None: it sends them here)."""

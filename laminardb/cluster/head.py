@@ -31,6 +31,7 @@ import uuid
 from typing import Any
 
 from laminardb.cluster.actor_pool import NAMESPACE
+from laminardb.cluster.remote_rows import RemoteBatch
 from laminardb.cluster.wire import SharedIpc
 
 log = logging.getLogger(__name__)
@@ -1088,7 +1089,9 @@ _SUBSCRIBER_IPC = SharedIpc()  # subscribers of one stream take the same batches
 class HeadSubscription:
     """One client's subscription, kept by the head across recoveries: it knows the absolute
     position (rows the stream emitted before it) of every row it handed out, so after a
-    recovery it skips the replayed rows its client already has."""
+    recovery it skips the replayed rows its client already has. A plan tree's root rows come
+    as ``RemoteBatch``es (references to the actors' output): counted and sliced as batches
+    are, and handed on as they are, for the client to fetch."""
 
     def __init__(self, name: str, engine, start: int) -> None:
         self.name = name
@@ -1186,7 +1189,8 @@ class HeadSubscription:
             return self._reply(engine, out, lost)
 
     def _reply(self, engine, out: list, lost: int) -> dict:  # under _lock
-        return {"batches": [_SUBSCRIBER_IPC(b) for b in out], "ended": engine.ended and not engine._queue,
+        return {"batches": [b if isinstance(b, RemoteBatch) else _SUBSCRIBER_IPC(b) for b in out],
+                "ended": engine.ended and not engine._queue,
                 "lost": lost, "position": self.position - sum(b.num_rows for b in out)}
 
     def cancel(self) -> None:

@@ -254,14 +254,15 @@ class ReactorActorImpl:
 
     # -- plan trees: each actor runs the whole tree over its rows (exchange.py) --------
     def plan_input(self, query: str, name: str, wm: int, mode: str, data,
-                   stage: tuple[str, bytes] | None = None, rows_back: bool = False) -> tuple[list, bytes | None, int, int]:
+                   stage: tuple[str, bytes] | None = None, rows_back: bool = False):
         """Rows of input ``name`` into this actor's copy of ``query``'s tree: ``range`` — its
         contiguous share of a batch the client inserted; ``refs`` — the object references of
         the Kafka rows it read itself. Returns (messages for other actors — references to rows
         it put in the object store, and its own parts kept here — the root's output as IPC,
         rows dropped as late, rows staged). With ``stage`` (this actor's stage directory for the
         query's only sink, and the sink's schema) the root's output goes to this actor's stage
-        file for that sink instead of back to the head (``checkpoint/actor_stages.py``)."""
+        file for that sink instead of back to the head (``checkpoint/actor_stages.py``); with
+        ``rows_back`` too, as ``_answer`` says."""
         import ray
 
         with self._busy():
@@ -279,7 +280,7 @@ class ReactorActorImpl:
             return self._answer(ex, stage, rows_back)
 
     def plan_deliver(self, query: str, wm: int, messages: list,
-                     stage: tuple[str, bytes] | None = None, rows_back: bool = False) -> tuple[list, bytes | None, int, int]:
+                     stage: tuple[str, bytes] | None = None, rows_back: bool = False):
         """Rows other actors (and this one) routed here, as (node, port, payload): run them
         on up the tree; returns as ``plan_input``."""
         with self._busy():
@@ -288,7 +289,7 @@ class ReactorActorImpl:
             return self._answer(ex, stage, rows_back)
 
     def plan_watermark(self, query: str, index: int | None, wm: int, before: int,
-                       stage: tuple[str, bytes] | None = None, rows_back: bool = False) -> tuple[list, bytes | None, int, int]:
+                       stage: tuple[str, bytes] | None = None, rows_back: bool = False):
         """Node ``index`` (None: every stateful node, children first — one actor) advances to
         ``wm``; what it closes moves on up at ``before``. Returns as ``plan_input``."""
         from laminardb.cluster.exchange import stateful_nodes
@@ -300,12 +301,19 @@ class ReactorActorImpl:
                 ex.watermark(i, wm, before)
             return self._answer(ex, stage, rows_back)
 
-    def _answer(self, ex, stage: tuple[str, bytes] | None, rows_back: bool = False) -> tuple[list, bytes | None, int, int]:
-        """``rows_back`` with ``stage``: the root's rows are staged for the sink *and* sent to
-        the head, whose subscribers read them (the sink does not get them again there)."""
+    def _answer(self, ex, stage: tuple[str, bytes] | None, rows_back: bool = False):
+        """(messages, the root's rows as IPC, rows dropped as late, rows staged). ``rows_back``
+        with ``stage``: the root's rows are staged for the sink *and* kept for the subscribers
+        as a second return value (the head calls with ``num_returns=2``), which the head hands
+        on by reference: ((messages, root row count, late, staged), IPC or None)."""
         sent, outs, late = ex.result()
-        data = to_ipc_table(pa.Table.from_batches(outs)) if outs and (stage is None or rows_back) else None
-        return sent, data, late, 0 if stage is None else self.stages.append(*stage, outs)
+        if stage is None:
+            return sent, to_ipc_table(pa.Table.from_batches(outs)) if outs else None, late, 0
+        staged = self.stages.append(*stage, outs)
+        if not rows_back:
+            return sent, None, late, staged
+        rows = sum(b.num_rows for b in outs)
+        return (sent, rows, late, staged), to_ipc_table(pa.Table.from_batches(outs)) if rows else None
 
     def _exchange(self, query: str, *, first: bool = False):
         """``first``: the call starts a batch's or a watermark's propagation — parts kept from

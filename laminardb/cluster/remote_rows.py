@@ -1,4 +1,6 @@
-"""``RemoteRows``: a batch that stays on the actors that read it (Kafka partitions).
+"""Rows the head hands on by reference, without holding them.
+
+``RemoteRows``: a batch that stays on the actors that read it (Kafka partitions).
 
 The client's reactor handles it like a RecordBatch (row count, max event time) but never
 holds the rows: each reading actor put its rows in Ray's object store once (``wholes``),
@@ -7,6 +9,11 @@ row's vnode (``routed[query][owner]``). ``DistributedOperator`` hands those obje
 references to the owners, so rows go actor → actor, never through the client.
 ``materialize()`` fetches the rows (for subscribers of the source itself, and for a query
 created after the rows were read).
+
+``RemoteBatch``: a plan tree's root rows for subscribers (``DistributedPlanOperator``). The
+head queues and counts it like a RecordBatch and hands its reference to the clients, who
+fetch and decode the rows themselves (``fetch_batches``), so the head never decodes or
+encodes them.
 """
 
 from __future__ import annotations
@@ -57,3 +64,36 @@ class RemoteRows:
                         per_owner[owner].append(ref)
         return RemoteRows(schema, sum(p["rows"] for _, p in polls), max(tops) if tops else None,
                           [(a, p["whole"]) for a, p in polls], routed, sum(int(p.get("bytes", 0)) for _, p in polls))
+
+
+@dataclass(frozen=True)
+class RemoteBatch:
+    """``num_rows`` rows from ``offset`` of the Arrow IPC in Ray object ``ref``. The object is
+    an actor call's return value, so the head owns it: it outlives the actor that made it."""
+
+    ref: Any
+    num_rows: int
+    offset: int = 0
+
+    def slice(self, offset: int = 0, length: int | None = None) -> RemoteBatch:
+        """As ``RecordBatch.slice``: the subscription skips and trims rows without them."""
+        offset = min(offset, self.num_rows)
+        rest = self.num_rows - offset
+        return RemoteBatch(self.ref, rest if length is None else min(length, rest), self.offset + offset)
+
+
+def fetch_batches(items: list) -> list[pa.RecordBatch]:
+    """Decoded batches for a read's items — IPC bytes, or ``RemoteBatch``es fetched with one
+    ``ray.get`` for all of them. Raises what ``ray.get`` raises (an owner that died)."""
+    refs = [item.ref for item in items if isinstance(item, RemoteBatch)]
+    if refs:
+        import ray
+
+        fetched = iter(ray.get(refs))
+    out = []
+    for item in items:
+        if isinstance(item, RemoteBatch):
+            out.append(from_ipc(next(fetched)).slice(item.offset, item.num_rows))
+        else:
+            out.append(from_ipc(item))
+    return out

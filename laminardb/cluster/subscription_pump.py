@@ -76,7 +76,7 @@ class SubscriptionPump:
                 for sub in subs:  # one reader at a time per subscription: batches stay in order
                     held.enter_context(sub._pull_lock)
                 try:
-                    got: dict[str, Any] = self._conn._call(
+                    got: dict[str, Any] = self._conn._read_subscriptions(
                         "sub_read_many", [(s._sid, s._next) for s in subs], self._poll_ms)
                 except Exception as exc:  # noqa: BLE001 - the connection closed or the head is gone
                     if not self._conn._closed:

@@ -601,7 +601,9 @@ class Reactor:
 
     def emitted_to_subscribers(self, name: str, batches: list[pa.RecordBatch]) -> None:
         """Hand ``batches`` of query ``name`` to its subscribers, not to its only sink, which
-        has them already (the Delta mode's actors staged them), counted as ``_emit`` counts."""
+        has them already (the Delta mode's actors staged them), counted as ``_emit`` counts.
+        The batches need only ``num_rows`` and ``slice``: the Delta mode's are references to
+        rows its actors hold, which the subscribers' clients fetch."""
         self._emit(self.nodes[name], batches, to_sinks=False)
 
     def _emit(self, node: Node, batches: list[pa.RecordBatch], *, to_sinks: bool = True) -> None:

@@ -147,9 +147,10 @@ def _insert_both(db, sides: dict[str, list[pa.Table]], i: int) -> None:
 
 def test_a_trees_sink_is_staged_by_the_actors_beside_subscribers_and_by_the_head_for_a_query(database, tmp_path):
     """The tree's only sink staged by the actors (the head decodes no root row); a subscriber
-    comes: the actors still stage the sink's rows and send them for the subscriber alone (the
-    head writes none of them); a query on the stream comes: the rows go to the head, which
-    stages the sink's from then on. Every joined row is committed once throughout."""
+    comes: the actors still stage the sink's rows and keep them for the subscriber alone, whose
+    client fetches them by reference (the head decodes none and writes none); a query on the
+    stream comes: the rows go to the head, which stages the sink's from then on. Every joined
+    row is committed once throughout."""
     out = tmp_path / "out"
     db = database(checkpoint_interval="off")
     db.execute(JOIN_DDL.format(out=out))
@@ -177,7 +178,7 @@ def test_a_trees_sink_is_staged_by_the_actors_beside_subscribers_and_by_the_head
     assert _rows_of(with_sub) == _joined(sides)
     new_rows = with_sub.num_rows - committed.num_rows
     assert after["root_rows_staged"] - counts["root_rows_staged"] == new_rows > 0, after
-    assert after["root_rows"] == sub.to_arrow().num_rows == new_rows, after
+    assert after["root_rows"] == 0 and after["root_rows_by_ref"] == sub.to_arrow().num_rows == new_rows, after
     assert _rows_of(sub.to_arrow()) == sorted(set(_rows_of(with_sub)) - set(_rows_of(committed)))
     sink = db.metrics()["sinks"]["out"]
     assert sink["rows_committed"] == with_sub.num_rows, sink
@@ -191,6 +192,7 @@ def test_a_trees_sink_is_staged_by_the_actors_beside_subscribers_and_by_the_head
     everything = _committed(out)
     assert _rows_of(everything) == _joined(sides)
     assert last["root_rows_staged"] == after["root_rows_staged"], last  # the head stages them now
+    assert last["root_rows_by_ref"] == after["root_rows_by_ref"], last
     assert last["root_rows"] - after["root_rows"] == everything.num_rows - with_sub.num_rows > 0, last
     assert sub.to_arrow().num_rows == everything.num_rows - committed.num_rows
 
@@ -198,10 +200,14 @@ def test_a_trees_sink_is_staged_by_the_actors_beside_subscribers_and_by_the_head
 def test_an_actor_killed_with_a_trees_staged_rows_loses_and_repeats_none(database, tmp_path):
     """Join rows staged in both actors' open files since the last checkpoint, then actor 1
     SIGKILLed: the database recovers from that checkpoint, the dead actor's open file is
-    dropped and the replay makes its rows again, so the FILE sink holds every joined row once."""
+    dropped and the replay makes its rows again, so the FILE sink holds every joined row once.
+    A subscriber that has read nothing yet holds references to rows the dead actor made: the
+    head owns those objects (the actors' return values), so the subscriber still gets every
+    joined row once, none lost."""
     out = tmp_path / "out"
     db = database(checkpoint_interval="off")
     db.execute(JOIN_DDL.format(out=out))
+    sub = db.subscribe_stream("j")  # read only after the kill
     sides: dict[str, list[pa.Table]] = {"l": [], "r": []}
     for i in range(2):
         _insert_both(db, sides, i)
@@ -217,3 +223,5 @@ def test_an_actor_killed_with_a_trees_staged_rows_loses_and_repeats_none(databas
     db.checkpoint()
     assert db.metrics()["database"]["recoveries"], "the kill was recovered from"
     assert _rows_of(_committed(out)) == _joined(sides)  # every joined row once
+    assert _exchange(db)["root_rows_by_ref"] > 0 and _exchange(db)["root_rows"] == 0
+    assert _rows_of(sub.to_arrow()) == _joined(sides) and sub.rows_lost == 0
