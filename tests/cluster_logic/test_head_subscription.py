@@ -10,6 +10,7 @@ from collections import deque
 import pyarrow as pa
 
 from laminardb.cluster.head import HeadSubscription
+from laminardb.cluster.remote_rows import RemoteBatch
 from laminardb.cluster.wire import from_ipc
 
 
@@ -78,3 +79,32 @@ def test_rows_after_the_checkpoint_taken_by_a_racing_read_come_once():
     old.during_read = lambda: sub.reattach(new, emitted=2)
     rest, position = _read_all(sub, position)
     assert got + rest == [0, 1, 2, 3, 4] and position == 5
+
+
+def test_remote_batches_slice_as_record_batches_do():
+    """A plan tree's root rows reach the head as ``RemoteBatch``es (a reference and a row
+    count): every (offset, length) the subscription's skip and catch-up may cut gives the
+    rows ``RecordBatch.slice`` gives, also sliced twice."""
+    rows = _rows(0, 7)
+    whole = RemoteBatch("ref", rows.num_rows)
+    for offset in range(9):
+        for length in (None, *range(9)):
+            cut = whole.slice(offset, length)
+            want = rows.slice(offset, length)
+            assert (cut.offset, cut.num_rows) == (min(offset, 7), want.num_rows)
+            for again in range(4):
+                twice = cut.slice(again)
+                assert rows.slice(twice.offset, twice.num_rows).to_pylist() == want.slice(again).to_pylist()
+
+
+def test_replayed_remote_rows_are_skipped_and_the_rest_handed_on_by_reference():
+    """After a recovery the new engine replays rows the client has: the head cuts them off
+    the references it hands on (offset, count) without fetching any row."""
+    old = _Queue(RemoteBatch("a", 4))
+    sub = HeadSubscription("s", old, 0)
+    first = sub.read(10, 0)
+    assert first["batches"] == [RemoteBatch("a", 4)]
+    sub.reattach(_Queue(RemoteBatch("b", 6)), emitted=1)  # the checkpoint was at row 1
+    second = sub.read(10, 4)
+    assert second["batches"] == [RemoteBatch("b", 3, offset=3)] and not second.get("lost")
+    assert second["position"] == 4 and sub.position == 7
