@@ -31,7 +31,7 @@ import pyarrow as pa
 from laminardb.cluster.direct_insert import DirectInserts
 from laminardb.cluster.exceptions import ClusterStartError, HeadUnavailableError
 from laminardb.cluster.ray_env import init_ray
-from laminardb.cluster.remote_rows import fetch_batches
+from laminardb.cluster.remote_rows import decode_batches, fetch_remote
 from laminardb.cluster.subscription_pump import SubscriptionPump
 from laminardb.cluster.wire import encode_rows, from_ipc_table, schema_from_ipc
 from laminardb.engine.insert_batch import InsertResult, OnError, check_on_error
@@ -48,6 +48,7 @@ _CALL_TIMEOUT_S = 600.0  # a call may wait while the head recovers a lost actor:
 _READY_TIMEOUT_S = 300.0  # a new head starts its actors (numba kernels load, Raft commits)
 _SUB_POLL_MS = 200.0  # how long one blocking subscription read waits inside the head
 _READ_ATTEMPTS = 3  # a subscription read whose rows were lost before they were fetched: repeated
+_FETCH_TIMEOUT_S = 120.0  # fetching a read's rows from the object store (spilled ones included)
 # how often a client asks a restarting head whether it is back: a refused call costs the
 # head nothing and the restart itself takes about a second, so a short poll is most of the win
 _RESTART_POLL_S = 0.05
@@ -141,24 +142,35 @@ class RemoteConnection:
         rows decoded. A plan tree's root rows come by reference (``RemoteBatch``: the head
         never decodes them) and are fetched here, with one ``ray.get`` for the whole read. If
         they are gone — the head that owned them died after answering, or the node that held
-        them — the read is repeated: no subscription's position moved, so the head (restarted,
-        or still alive) answers from there, and counts rows it can no longer give as lost."""
-        from ray.exceptions import ObjectLostError
+        them — the read is repeated: no subscription's position moved, and the head keeps
+        what it handed out until a read's position shows the client has it, so it answers
+        again from there (a restarted head counts what it no longer has in ``rows_lost``).
+        An answer that does not decode ends only its own subscription."""
+        from ray.exceptions import GetTimeoutError, ObjectLostError
 
         for _ in range(_READ_ATTEMPTS):
             got = self._call(method, *args)
             answers = [got] if method == "sub_read" else list(got.values())
             try:
-                rows = iter(fetch_batches([b for a in answers for b in a.get("batches", ())]))
+                fetched = fetch_remote([b for a in answers for b in a.get("batches", ())], _FETCH_TIMEOUT_S)
             except ObjectLostError as exc:  # OwnerDiedError is one
                 log.warning("database %s: rows of a subscription read are gone (%s); reading again",
                             self.database, type(exc).__name__)
                 continue
-            for a in answers:
-                a["batches"] = [next(rows) for _ in a.get("batches", ())]
+            except GetTimeoutError:
+                raise HeadUnavailableError(
+                    f"database {self.database!r}: a subscription's rows could not be fetched within "
+                    f"{_FETCH_TIMEOUT_S:.0f} s; check `ray status`") from None
+            for answer in answers:
+                try:
+                    answer["batches"] = decode_batches(answer.get("batches", []), fetched)
+                except Exception as exc:  # noqa: BLE001 - reported by _apply, which ends this one
+                    answer.clear()
+                    answer["error"] = f"its rows did not decode: {type(exc).__name__}: {exc}"
             return got
         raise HeadUnavailableError(f"database {self.database!r}: {_READ_ATTEMPTS} subscription reads in a row "
-                                   "lost their rows before this client could fetch them; check `ray status`")
+                                   "lost their rows before this client could fetch them (a node died?); "
+                                   "check `ray status`")
 
     # ------------------------------------------------------------------ SQL
     def execute(self, sql: str) -> ExecuteResult:

@@ -1099,6 +1099,9 @@ class HeadSubscription:
         self.position = start  # absolute index of the next row to hand out
         self.skip = 0  # replayed rows to drop before handing out more
         self.carry: list = []  # rows the lost engine delivered that the client has not taken yet
+        #: the last answer's rows, kept until a read's position shows the client has them: a
+        #: client that could not fetch rows it got by reference reads again from before them
+        self.handed: list = []
         self.engine_of = None  # the recovered ``Engine`` this subscription is attached to
         self.emitted = 0  # the row the engine attached last starts at
         self.old_skip = 0  # what the engine given up then still had to skip
@@ -1149,19 +1152,21 @@ class HeadSubscription:
 
     def catch_up(self, position: int) -> int:
         """The client has every row before absolute index ``position``: drop those still
-        carried, and skip those the engine has yet to deliver (a restarted head restores a
-        subscription at the checkpoint, behind its client). Returns the rows the client can
-        no longer get: those before the restored checkpoint that it had not read when the
-        head's process died (they were queued in that process only)."""
+        held (handed out, or carried), hand out again those it has not got, and skip those
+        the engine has yet to deliver (a restarted head restores a subscription at the
+        checkpoint, behind its client). Returns the rows the client can no longer get: those
+        before the restored checkpoint that it had not read when the head's process died
+        (they were held in that process only)."""
         with self._lock:
-            carried = sum(b.num_rows for b in self.carry)
-            drop = position - (self.position - carried)
+            held, self.handed = self.handed + self.carry, []
+            drop = position - (self.position - sum(b.num_rows for b in held))
             lost = max(0, -drop)
-            while drop > 0 and self.carry:
-                cut = min(drop, self.carry[0].num_rows)
+            while drop > 0 and held:
+                cut = min(drop, held[0].num_rows)
                 drop -= cut
-                rest = self.carry[0].slice(cut)
-                self.carry = ([rest] if rest.num_rows else []) + self.carry[1:]
+                rest = held[0].slice(cut)
+                held = ([rest] if rest.num_rows else []) + held[1:]
+            self.carry = held
             if position > self.position:
                 self.skip += position - self.position
                 self.position = position
@@ -1189,6 +1194,7 @@ class HeadSubscription:
             return self._reply(engine, out, lost)
 
     def _reply(self, engine, out: list, lost: int) -> dict:  # under _lock
+        self.handed = out
         return {"batches": [b if isinstance(b, RemoteBatch) else _SUBSCRIBER_IPC(b) for b in out],
                 "ended": engine.ended and not engine._queue,
                 "lost": lost, "position": self.position - sum(b.num_rows for b in out)}

@@ -12,7 +12,7 @@ created after the rows were read).
 
 ``RemoteBatch``: a plan tree's root rows for subscribers (``DistributedPlanOperator``). The
 head queues and counts it like a RecordBatch and hands its reference to the clients, who
-fetch and decode the rows themselves (``fetch_batches``), so the head never decodes or
+fetch and decode the rows themselves (``fetch_remote``, ``decode_batches``), so the head never decodes or
 encodes them.
 """
 
@@ -82,18 +82,20 @@ class RemoteBatch:
         return RemoteBatch(self.ref, rest if length is None else min(length, rest), self.offset + offset)
 
 
-def fetch_batches(items: list) -> list[pa.RecordBatch]:
-    """Decoded batches for a read's items — IPC bytes, or ``RemoteBatch``es fetched with one
-    ``ray.get`` for all of them. Raises what ``ray.get`` raises (an owner that died)."""
-    refs = [item.ref for item in items if isinstance(item, RemoteBatch)]
-    if refs:
-        import ray
+def fetch_remote(items: list, timeout_s: float) -> dict:
+    """The Arrow IPC of every ``RemoteBatch`` among ``items``, by reference, fetched with one
+    ``ray.get``. Raises what ``ray.get`` raises: ``ObjectLostError`` when the owner (the head)
+    or the node holding them died, ``GetTimeoutError`` after ``timeout_s``."""
+    refs = list({item.ref: None for item in items if isinstance(item, RemoteBatch)})
+    if not refs:
+        return {}
+    import ray
 
-        fetched = iter(ray.get(refs))
-    out = []
-    for item in items:
-        if isinstance(item, RemoteBatch):
-            out.append(from_ipc(next(fetched)).slice(item.offset, item.num_rows))
-        else:
-            out.append(from_ipc(item))
-    return out
+    return dict(zip(refs, ray.get(refs, timeout=timeout_s), strict=True))
+
+
+def decode_batches(items: list, fetched: dict) -> list[pa.RecordBatch]:
+    """A read's items — IPC bytes, or ``RemoteBatch``es whose IPC ``fetch_remote`` got — as
+    batches, in order."""
+    return [from_ipc(fetched[item.ref]).slice(item.offset, item.num_rows) if isinstance(item, RemoteBatch)
+            else from_ipc(item) for item in items]

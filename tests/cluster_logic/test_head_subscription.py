@@ -108,3 +108,19 @@ def test_replayed_remote_rows_are_skipped_and_the_rest_handed_on_by_reference():
     second = sub.read(10, 4)
     assert second["batches"] == [RemoteBatch("b", 3, offset=3)] and not second.get("lost")
     assert second["position"] == 4 and sub.position == 7
+
+
+def test_rows_the_client_did_not_get_are_handed_out_again():
+    """A client that could not fetch the rows of an answer (the node holding them died) reads
+    again from the same position: the head hands out the same rows again, and forgets them
+    once a read's position shows the client has them."""
+    engine = _Queue(RemoteBatch("a", 4), RemoteBatch("b", 2))
+    sub = HeadSubscription("s", engine, 10)
+    first = sub.read(10, 10)
+    assert first["batches"] == [RemoteBatch("a", 4), RemoteBatch("b", 2)] and first["position"] == 10
+    again = sub.read(10, 10)  # nothing applied: the same rows, from the same position
+    assert again["batches"] == first["batches"] and again["position"] == 10 and not again["lost"]
+    part = sub.read(10, 13)  # three rows applied, then the read failed
+    assert part["batches"] == [RemoteBatch("a", 1, offset=3), RemoteBatch("b", 2)] and part["position"] == 13
+    done = sub.read(10, 16)
+    assert done["batches"] == [] and not done["lost"] and sub.handed == [] and sub.carry == []
