@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import pytest
 
+from tests._services.ray_local import start_local_ray
+
 ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
 def ray_local(request):
     """A local Ray for one module; the module may set ``RAY_CPUS`` (default 3)."""
-    ray.init(num_cpus=getattr(request.module, "RAY_CPUS", 3), include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    start_local_ray(num_cpus=getattr(request.module, "RAY_CPUS", 3), include_dashboard=False,
+                    log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests._services.procs import REPO_ROOT, wait_until
+from tests._services.ray_local import start_local_ray
 
 ray = pytest.importorskip("ray")
 
@@ -38,9 +39,8 @@ class EmptyHead:
 def local_ray():
     # workers import this test package (the head class) from the checkout
     # address="local": a fresh instance of our own, never a cluster another process started
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
-             configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+    start_local_ray(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                    runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
     try:
         yield
     finally:

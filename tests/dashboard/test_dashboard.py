@@ -21,6 +21,7 @@ from laminardb.dashboard import (
     run_dashboard,
 )
 from laminardb.errors import ConfigError
+from tests._services.ray_local import start_local_ray
 
 TOKEN = "s3cret-token-of-32-bytes-exactly!"
 
@@ -246,7 +247,7 @@ def test_screenshot_is_a_png_of_the_page(browser, live_pipeline, tmp_path):
 @pytest.fixture
 def ray_one_cpu():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_local_ray(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 

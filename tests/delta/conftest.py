@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._services.ray_local import start_local_ray
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests._services
 
 ray = pytest.importorskip("ray")
@@ -16,7 +18,7 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="package")
 def ray_cluster():
     """Two CPUs: one database of two reactor actors at a time (heads take no CPU)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
 

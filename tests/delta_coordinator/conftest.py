@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._services.ray_local import start_local_ray
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # tests._services
 
 ray = pytest.importorskip("ray")
@@ -18,8 +20,8 @@ def ray_with_env():
     started = []
 
     def start(**env: str) -> None:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-                 runtime_env={"env_vars": dict(env)} if env else None)
+        start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
+                        runtime_env={"env_vars": dict(env)} if env else None)
         started.append(True)
 
     yield start

@@ -24,6 +24,7 @@ from laminardb.cli.commands import main
 from laminardb.nexmark import QUERIES, SOURCES_DDL, UDFS, NexmarkConfig, generate, run_query, tables
 from laminardb.nexmark.runner import SIDE_INPUT_ROWS, write_side_input
 from laminardb.nexmark.udfs import count_char
+from tests._services.ray_local import start_local_ray
 from tests.engine.oracle import duck
 from tests.nexmark.test_nexmark import ORACLE, _fold, _normalize
 
@@ -102,7 +103,7 @@ def pool():
     ray = pytest.importorskip("ray")
     from laminardb.cluster.actor_pool import ActorPool
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    start_local_ray(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     actors = None
     try:
         actors = ActorPool(2, 64)
