@@ -60,9 +60,10 @@ def unit_of(nodeid: str) -> str | None:
 # CPU s over the two tiers, 13.5 + 17.5 minutes; as one tier it took 31-40 minutes, the Ray
 # tests alone 27 in one process), so `make test` can stay under 20 minutes only without them.
 # The machine's speed varies by the hour: the quick tier took 13:30 and 19:22 on the same code,
-# so three more Delta files (plan trees, direct inserts, the Spark merge) moved here for margin. The quick tier still has a killed actor, a killed head and a rescale that must
-# stay exactly once (tests/delta/test_subscription_pump.py, test_actor_snapshots.py,
-# test_database.py), so a change that breaks recovery fails there too.
+# so three more Delta files (plan trees, direct inserts, the Spark merge) moved here for margin.
+# The quick tier still has a killed actor, a killed head and a rescale that must stay exactly
+# once (tests/delta/test_subscription_pump.py, test_actor_stages.py, test_database.py), so a
+# change that breaks recovery fails there too.
 _LONG = (
     "tests/cluster/test_ray_up.py", "tests/cluster/test_ray_autoscaler.py", "tests/cluster/test_ray_auth.py",
     "tests/delta/test_autoscale.py", "tests/delta/test_faults.py", "tests/delta/test_operator_findings.py",

@@ -192,8 +192,10 @@ class DistributedPlanOperator(SnapshotParts):
             futures = [self._call(getattr(self.cluster.actors[a], method), back).remote(
                            *args, stage=self._stage_of(sink, a), rows_back=back)
                        for a, method, args in calls]
-            rows_refs = [f[1] for f in futures] if back else [None] * len(futures)
-            results = self.cluster.gather(targets, [f[0] for f in futures] if back else futures, calls[0][1])
+            rows_refs = [None] * len(futures)
+            if back:  # (metadata, rows) per call: only the metadata is fetched here
+                futures, rows_refs = [f[0] for f in futures], [f[1] for f in futures]
+            results = self.cluster.gather(targets, futures, calls[0][1])
             self.counts.steps += 1
             self.counts.calls += len(calls)
             inbox: dict[int, list] = {}

@@ -307,13 +307,13 @@ class ReactorActorImpl:
         as a second return value (the head calls with ``num_returns=2``), which the head hands
         on by reference: ((messages, root row count, late, staged), IPC or None)."""
         sent, outs, late = ex.result()
+        data = to_ipc_table(pa.Table.from_batches(outs)) if outs and (stage is None or rows_back) else None
         if stage is None:
-            return sent, to_ipc_table(pa.Table.from_batches(outs)) if outs else None, late, 0
+            return sent, data, late, 0
         staged = self.stages.append(*stage, outs)
         if not rows_back:
             return sent, None, late, staged
-        rows = sum(b.num_rows for b in outs)
-        return (sent, rows, late, staged), to_ipc_table(pa.Table.from_batches(outs)) if rows else None
+        return (sent, sum(b.num_rows for b in outs), late, staged), data
 
     def _exchange(self, query: str, *, first: bool = False):
         """``first``: the call starts a batch's or a watermark's propagation — parts kept from

@@ -96,6 +96,15 @@ def fetch_remote(items: list, timeout_s: float) -> dict:
 
 def decode_batches(items: list, fetched: dict) -> list[pa.RecordBatch]:
     """A read's items — IPC bytes, or ``RemoteBatch``es whose IPC ``fetch_remote`` got — as
-    batches, in order."""
-    return [from_ipc(fetched[item.ref]).slice(item.offset, item.num_rows) if isinstance(item, RemoteBatch)
-            else from_ipc(item) for item in items]
+    batches, in order. Each reference is decoded once per read (``fetched`` keeps the batch):
+    subscribers of one stream on one connection get the same references."""
+    out = []
+    for item in items:
+        if isinstance(item, RemoteBatch):
+            got = fetched[item.ref]
+            if not isinstance(got, pa.RecordBatch):
+                got = fetched[item.ref] = from_ipc(got)
+            out.append(got.slice(item.offset, item.num_rows))
+        else:
+            out.append(from_ipc(item))
+    return out
