@@ -61,7 +61,7 @@ class ClusterBackend:
     def __init__(self, cluster: ActorPool, *, config: dict[str, Any] | None = None,
                  shutdown_on_close: bool = True, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
                  local_global: bool = True, on_restored=None, coordinated: bool = False,
-                 shared_files: bool = True) -> None:
+                 shared_files: bool = True, subscribers_by_reference: bool = False) -> None:
         self.cluster = cluster
         #: every actor can write the database's directory wherever it runs (a configured
         #: directory; False: the head node's Ray session directory, see ``writes_files``)
@@ -73,6 +73,9 @@ class ClusterBackend:
         self._actor_snapshots = config_flag((config or {}).get("actor_snapshots", True))
         #: local-global aggregates merge on the key owners (``owner_merge.py``); False: here
         self._owner_merge = config_flag((config or {}).get("owner_merge", True))
+        #: set by the database head, whose subscribers take rows by reference: their clients
+        #: fetch the rows (``HeadSubscription``) — else subscribers in this process read them
+        self.subscribers_by_reference = subscribers_by_reference
         #: set by the database head when the Delta checkpoint coordinator drives this database:
         #: exactly-once sinks are then written by the coordinator, and only staged here
         self.coordinated = coordinated
@@ -167,9 +170,11 @@ class ClusterBackend:
 
                 op.merger.route = spark_route(self.reactor, name, op.merger)
         self._actors_write_snapshots(op)
+        self._rows_by_reference(name, op)
         op.wake = self._wake_drainer
         op.owner_merge = self._owner_merge
-        if op.mode == "local_global" and op.owner_merge and (route := self._actor_stage_route(name)) is not None:
+        if op.mode == "local_global" and op.owner_merge and (
+                route := self._actor_stage_route(name, beside_subscribers=True)) is not None:
             op.merger.stage_route = route
             op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
         if self._max_in_flight > 0:
@@ -187,12 +192,25 @@ class ClusterBackend:
             return PlanOperator(plan)
         op = DistributedPlanOperator(name, plan, self.cluster, ring=self.ring)
         self._actors_write_snapshots(op)
+        self._rows_by_reference(name, op)
         if (route := self._actor_stage_route(name, beside_subscribers=True)) is not None:
             op.stage_route = route
             op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
-            op.has_subscribers = lambda: bool(self.reactor.nodes[name].subscribers)
-            op.emit_to_subscribers = lambda batches: self.reactor.emitted_to_subscribers(name, batches)
         return op
+
+    def _rows_by_reference(self, name: str, op) -> None:
+        """How ``op`` hands rows to the subscribers by reference (``RowsByReference``)."""
+        op.has_subscribers = lambda: bool(self.reactor.nodes[name].subscribers)
+        op.subscribers_alone = lambda: self.subscribers_alone(name)
+        op.emit_to_subscribers = lambda batches: self.reactor.emitted_to_subscribers(name, batches)
+
+    def subscribers_alone(self, name: str) -> bool:
+        """Whether query ``name``'s rows go to subscribers alone, and those take rows by
+        reference (the database head's: their clients fetch the rows from Ray's object
+        store): no view, query or sink here needs the rows decoded."""
+        node = self.reactor.nodes.get(name)
+        return self.subscribers_by_reference and node is not None and bool(node.subscribers) and (
+            not node.downstream and node.view is None and not node.sinks)
 
     def _actors_write_snapshots(self, op) -> None:
         """A durable database's actors write their own parts of ``op``'s checkpoints when
@@ -414,6 +432,9 @@ class ClusterBackend:
 
         m["cluster"]["plan_exchange"] = {name: asdict(node.op.counts) for name, node in self.reactor.nodes.items()
                                          if isinstance(node.op, DistributedPlanOperator)}
+        # the other queries: output rows handed to subscribers by reference (never decoded here)
+        m["cluster"]["rows_by_ref"] = {name: node.op.rows_by_ref for name, node in self.reactor.nodes.items()
+                                       if isinstance(node.op, DistributedOperator)}
 
     def final_counters(self) -> dict[str, Any] | None:
         """The counters as this engine leaves them (``abandon``: set before it lets go),

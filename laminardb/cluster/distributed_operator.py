@@ -38,8 +38,8 @@ import pyarrow as pa
 
 from laminardb.checkpoint.actor_stages import actor_stage_dir
 from laminardb.cluster.exceptions import ActorTimeoutError
-from laminardb.cluster.owner_merge import in_window_order
-from laminardb.cluster.remote_rows import RemoteRows
+from laminardb.cluster.owner_merge import by_reference, in_window_order
+from laminardb.cluster.remote_rows import RemoteBatch, RemoteRows
 from laminardb.cluster.routing import partition_mode, route_rows
 from laminardb.cluster.shm_ring import ShmRing
 from laminardb.cluster.wire import from_ipc, resolved, to_ipc_array
@@ -63,6 +63,8 @@ class _Round:
     slots: list[int] = field(default_factory=list)  # shared-memory slots its input occupies
     wm_nexts: list[int | None] | None = None  # a coalesced round: one entry per batch
     rows: int = 0  # input rows it carries (``queued_rows``)
+    #: the rows' references, one per target (``RowsByReference``; None: the rows are in the answers)
+    rows_refs: list[Any] | None = None
 
 
 @dataclass
@@ -89,7 +91,38 @@ class SnapshotParts:
     actors_write_parts = False
 
 
-class DistributedOperator(SnapshotParts):
+class RowsByReference:
+    """How a query on the actors hands its output to the database head's subscribers: by
+    reference (``RemoteBatch``: the rows stay in Ray's object store, an actor call's second
+    return value, which the head owns; each subscriber's client fetches and decodes them).
+    The backend sets the three callables."""
+
+    #: whether the query has subscribers
+    has_subscribers: Callable[[], bool] = staticmethod(lambda: False)
+    #: whether its rows go to subscribers alone, who take them by reference (no view, query
+    #: or sink in the head needs them decoded: ``ClusterBackend.subscribers_alone``)
+    subscribers_alone: Callable[[], bool] = staticmethod(lambda: False)
+    #: hands ``RemoteBatch``es to the subscribers alone, counted as emitted
+    emit_to_subscribers: Callable[[list[Any]], None] = staticmethod(lambda batches: None)
+
+    def rows_back(self, sink) -> bool:
+        """Whether the actors send the rows back by reference: for the subscribers beside
+        ``sink``, the query's only sink, which the actors stage themselves, or for
+        subscribers alone."""
+        return (sink is not None and self.has_subscribers()) or self.subscribers_alone()
+
+
+def start_calls(actors: list, calls: list[tuple[int, str, tuple]], back: bool) -> tuple[list[Any], list[Any] | None]:
+    """Start each (actor, method, args). ``back``: each call returns its rows as a second
+    value (``num_returns=2``), not fetched here: (the answers' futures, the rows' references)."""
+    if not back:
+        return [getattr(actors[a], method).remote(*args) for a, method, args in calls], None
+    pairs = [getattr(actors[a], method).options(num_returns=2).remote(*args, rows_back=True)
+             for a, method, args in calls]
+    return [meta for meta, _ in pairs], [rows for _, rows in pairs]
+
+
+class DistributedOperator(SnapshotParts, RowsByReference):
     """One query on the actors (an ``engine.contracts.Operator``); see the module docstring."""
 
     incremental = False  # checkpoints take the whole state (no snapshot_delta)
@@ -132,6 +165,7 @@ class DistributedOperator(SnapshotParts):
         self.open: list[_Item] = []  # batches held back while the actors are busy
         self.batches_held = 0  # sent with others in one call (metrics, tests)
         self.fetched_to_client = 0  # actor-read batches that had to come through the client
+        self.rows_by_ref = 0  # output rows handed to subscribers by reference, not decoded here
         self._closed_at: tuple[int, list[pa.RecordBatch]] | None = None
         self.merger = None
         if self.mode in ("partial", "local_global"):
@@ -167,8 +201,8 @@ class DistributedOperator(SnapshotParts):
             return self._process_routed(batch, wm_before, wm_next)
         data, slots = self._ship(batch, targets)  # written once, read zero-copy by every actor
         wm_next = self._closes(wm_next)
-        args = (self._method, self.name, wm_before, self._whole_mode, wm_next, data)
-        return self._start(_Round(self._method, targets, self.cluster.submit(targets, *args), wm_next, slots))
+        args = (self.name, wm_before, self._whole_mode, wm_next, data)
+        return self._start(self._round([(a, self._method, args) for a in targets], wm_next, slots))
 
     @property
     def _whole_mode(self) -> str:
@@ -195,13 +229,19 @@ class DistributedOperator(SnapshotParts):
         if not self.open:
             return
         items, self.open = self.open, []
-        targets = self._targets()
         payload = [(it.wm_before, it.mode, it.wm_next, it.data) for it in items]
-        futures = self.cluster.submit(targets, "process_many", self._method, self.name, payload)
-        self.pending.append(_Round(self._method, targets, futures, None,
-                                   [s for it in items for s in it.slots], [it.wm_next for it in items],
-                                   sum(it.rows for it in items)))
+        rnd = self._round([(a, "process_many", (self._method, self.name, payload)) for a in self._targets()],
+                          None, [s for it in items for s in it.slots])
+        rnd.wm_nexts, rnd.rows = [it.wm_next for it in items], sum(it.rows for it in items)
+        self.pending.append(rnd)
         self.wake()
+
+    def _round(self, calls: list[tuple[int, str, tuple]], wm_next: int | None, slots: list[int] | None = None) -> _Round:
+        """Start a round's calls: with the rows back by reference when they go to subscribers
+        alone (``process`` only: a partial aggregate's rows are merged here)."""
+        back = self._method == "process" and self.subscribers_alone()
+        futures, refs = start_calls(self.cluster.actors, calls, back)
+        return _Round(self._method, [a for a, _, _ in calls], futures, wm_next, slots or [], rows_refs=refs)
 
     def _ship(self, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
         return ship(self.ring, batch, targets)
@@ -241,14 +281,14 @@ class DistributedOperator(SnapshotParts):
         key's vnode (one hash per row) and each actor receives only its part."""
 
         parts = route_rows(self.plan, batch, self.cluster.routing.owner, self.cluster.n_actors)
-        futures, slots = [], []
+        calls, slots = [], []
         for a, part in enumerate(parts):
             data: list[Any] = []
             if part.num_rows:
                 shipped, used = self._ship(part, [a])
                 data, slots = [shipped], slots + used
-            futures.append(self.cluster.actors[a].process.remote(self.name, wm_before, "routed", wm_next, *data))
-        return self._start(_Round("process", list(range(len(parts))), futures, wm_next, slots))
+            calls.append((a, "process", (self.name, wm_before, "routed", wm_next, *data)))
+        return self._start(self._round(calls, wm_next, slots))
 
     def _process_remote(self, rows: RemoteRows, targets: list[int], wm_before: int, wm_next: int | None):
         """Rows still on the actors that read them: keyed queries get the parts the readers
@@ -258,20 +298,17 @@ class DistributedOperator(SnapshotParts):
             parts = rows.routed.get(self.name)
             if parts is None:
                 return None
-            futures = [self.cluster.actors[a].process.remote(self.name, wm_before, "routed", wm_next, *parts[a])
-                       for a in targets]
+            calls = [(a, "process", (self.name, wm_before, "routed", wm_next, *parts[a])) for a in targets]
         elif self.mode in ("keyed", "single"):  # one owner of every key
             refs = [ref for _, ref in rows.wholes]
-            futures = self.cluster.submit(targets, self._method, self.name, wm_before, "all", wm_next, *refs)
+            calls = [(a, self._method, (self.name, wm_before, "all", wm_next, *refs)) for a in targets]
         else:  # stateless and partial aggregates: no exchange at all; an actor without rows
             # is called only when windows close (an insert's rows are all on one actor)
-            calls = [(a, refs) for a in targets if (refs := rows.refs_read_by(a)) or wm_next is not None]
+            calls = [(a, self._method, (self.name, wm_before, "all", wm_next, *refs)) for a in targets
+                     if (refs := rows.refs_read_by(a)) or wm_next is not None]
             if not calls:
                 return [], None
-            targets = [a for a, _ in calls]
-            futures = [getattr(self.cluster.actors[a], self._method).remote(self.name, wm_before, "all", wm_next, *refs)
-                       for a, refs in calls]
-        return self._start(_Round(self._method, targets, futures, wm_next))
+        return self._start(self._round(calls, wm_next))
 
     def _start(self, rnd: _Round):
         """Wait for the round now, or (when its outputs may come later) queue it."""
@@ -297,10 +334,46 @@ class DistributedOperator(SnapshotParts):
         for slot in rnd.slots:  # every actor has answered: nobody reads these slots any more
             self.ring.release(slot)
         rnd.slots = []  # once: a round collected again (its owners' merge timed out) has none
+        if rnd.rows_refs is not None:
+            return self._by_reference(rnd, results)
         if rnd.wm_nexts is None:
             return [self._combine(rnd.method, rnd.targets, results, rnd.wm_next)]
         return [self._combine(rnd.method, rnd.targets, [r[i] for r in results], wm)
                 for i, wm in enumerate(rnd.wm_nexts)]
+
+    def _by_reference(self, rnd: _Round, results: list) -> list[tuple[list, pa.RecordBatch | None, list]]:
+        """A round whose rows the actors kept (``process`` with ``rows_back``): each batch's
+        output, then its closed windows, go to the subscribers as references — actor by actor,
+        as ``_combine`` concatenates them — and only the late rows are decoded here."""
+        per_actor = results if rnd.wm_nexts is not None else [[r] for r in results]
+        starts = [0] * len(results)
+        out = []
+        for i in range(len(rnd.wm_nexts or [None])):
+            outs, closed, lates = [], [], []
+            for a, (metas, ref) in enumerate(zip(per_actor, rnd.rows_refs, strict=True)):
+                n_out, late_ipc, n_closed = metas[i]
+                for n, into in ((n_out, outs), (n_closed, closed)):
+                    if n:
+                        into.append(RemoteBatch(ref, n, starts[a]))
+                        starts[a] += n
+                if late_ipc is not None:
+                    lates.append(from_ipc(late_ipc))
+            self._hand_on(outs + closed)
+            out.append(([], self._late(lates), []))
+        return out
+
+    def _hand_on(self, batches: list[RemoteBatch]) -> None:
+        """Rows the actors kept, to the subscribers (``RowsByReference``)."""
+        if batches:
+            self.rows_by_ref += sum(b.num_rows for b in batches)
+            self.emit_to_subscribers(batches)
+
+    def _late(self, lates: list[pa.RecordBatch]) -> pa.RecordBatch | None:
+        if not lates:
+            return None
+        late = pa.Table.from_batches(lates).combine_chunks().to_batches()[0]
+        self.late_dropped += late.num_rows
+        return late
 
     def _combine(self, method: str, targets: list[int], results: list, wm_next: int | None):
         if method == "process_partial":
@@ -320,11 +393,7 @@ class DistributedOperator(SnapshotParts):
                 if late_ipc is not None:
                     lates.append(from_ipc(late_ipc))
             closed = _merge(closed, self.schema)
-        late = None
-        if lates:
-            late = pa.Table.from_batches(lates).combine_chunks().to_batches()[0]
-            self.late_dropped += late.num_rows
-        return _merge(outs, self.schema), late, closed
+        return _merge(outs, self.schema), self._late(lates), closed
 
     def _merge_closed(self, targets: list[int], answers: list) -> list[pa.RecordBatch]:
         """The final rows of the windows one close ended, from each actor's answer with their
@@ -350,15 +419,21 @@ class DistributedOperator(SnapshotParts):
         sink = merger.stage_route() if merger.stage_route is not None else None
         if sink is not None:  # the query's only sink: the owners stage its rows themselves
             stages = {a: (actor_stage_dir(sink.stage.dir, self.cluster.members[a]), sink.schema_ipc) for a in owners}
-        futures = [self.cluster.actors[a].merge_closed.remote(self.name, stages[a], *by_owner[a]) for a in owners]
+        back = self.rows_back(sink)
+        futures, refs = start_calls(self.cluster.actors, [(a, "merge_closed", (self.name, stages[a], *by_owner[a]))
+                                                          for a in owners], back)
         answers = self.cluster.gather(owners, futures, "merge_closed")
         merger.rows_merged_on_actors += sum(n for n, _, _ in answers)
         staged = sum(n for _, _, n in answers)
         if staged:
             merger.rows_staged_on_actors += staged
             sink.written_by_actors(staged)
-            self.emitted_elsewhere(staged)
-        return in_window_order([windows for _, windows, _ in answers])
+            if not back:  # else counted as the subscribers get them
+                self.emitted_elsewhere(staged)
+        if refs is None:
+            return in_window_order([windows for _, windows, _ in answers])
+        self._hand_on(in_window_order([by_reference(windows, ref) for (_, windows, _), ref in zip(answers, refs, strict=True)]))
+        return []
 
     def _deliver_oldest(self) -> None:
         rnd = self.pending.popleft()
@@ -413,7 +488,12 @@ class DistributedOperator(SnapshotParts):
         targets = self._targets()
         if self.merger is not None:
             return self._merge_closed(targets, self.cluster.call_each(targets, "close_partial", self.name, wm))
-        results = self.cluster.call_each(targets, "on_watermark", self.name, wm)
+        back = self.subscribers_alone()
+        futures, refs = start_calls(self.cluster.actors, [(a, "on_watermark", (self.name, wm)) for a in targets], back)
+        results = self.cluster.gather(targets, futures, "on_watermark")
+        if refs is not None:  # ((0, None, closed rows), their IPC) per actor
+            self._hand_on([RemoteBatch(ref, n) for (_, _, n), ref in zip(results, refs, strict=True) if n])
+            return []
         return _merge([from_ipc(b) for r in results for b in r], self.schema)
 
     def current_rows(self) -> pa.RecordBatch:

@@ -41,9 +41,11 @@ from laminardb.checkpoint.actor_stages import actor_stage_dir
 from laminardb.cluster.distributed_operator import (
     CLUSTER_FORMAT,
     ClusterImage,
+    RowsByReference,
     SnapshotParts,
     actor_parts,
     ship,
+    start_calls,
 )
 from laminardb.cluster.exchange import stateful_nodes, watermark_inert
 from laminardb.cluster.remote_rows import RemoteBatch
@@ -96,7 +98,7 @@ class _ActorsState:
         return self._read()[1]
 
 
-class DistributedPlanOperator(SnapshotParts):
+class DistributedPlanOperator(SnapshotParts, RowsByReference):
     """See the module docstring (an ``engine.contracts.Operator`` over a plan tree)."""
 
     accepts_next_watermark = False  # a tree takes the query's root watermark (``QueryPlan.tree``)
@@ -127,10 +129,6 @@ class DistributedPlanOperator(SnapshotParts):
         #: actors may stage for (``staged_sink.stage_route``), and how to count rows they staged
         self.stage_route: Callable[[], Any] | None = None
         self.emitted_elsewhere: Callable[[int], None] = lambda rows: None
-        #: set by the backend with ``stage_route``: whether the query has subscribers, and how
-        #: to hand them the root's rows (the actors staged the sink's copy themselves)
-        self.has_subscribers: Callable[[], bool] = lambda: False
-        self.emit_to_subscribers: Callable[[list[Any]], None] = lambda batches: None  # RemoteBatch
 
     # ------------------------------------------------------------------ the operator contract
     def process(self, batch, wm_before: int = NO_WATERMARK, **_ignored):
@@ -182,19 +180,18 @@ class DistributedPlanOperator(SnapshotParts):
         root's output — none when the actors stage it for the query's only sink themselves
         (``checkpoint/actor_stages.py``): each step's root rows go to the stage file of the
         actor that made them, and the head learns their count. With subscribers beside that
-        sink the actors also return the rows as a value of their own, which the head hands to
-        the subscribers alone, by reference (``RemoteBatch``): it never decodes them."""
+        sink, or subscribers alone, the actors also return the rows as a value of their own,
+        which the head hands to the subscribers, by reference (``RemoteBatch``): it never
+        decodes them."""
         out: list[Any] = []
         sink = self.stage_route() if self.stage_route is not None else None
-        back = sink is not None and self.has_subscribers()  # staged, and also sent for the subscribers
+        back = self.rows_back(sink)
         while calls:
             targets = [a for a, _, _ in calls]
-            futures = [self._call(getattr(self.cluster.actors[a], method), back).remote(
-                           *args, stage=self._stage_of(sink, a), rows_back=back)
-                       for a, method, args in calls]
-            rows_refs = [None] * len(futures)
-            if back:  # (metadata, rows) per call: only the metadata is fetched here
-                futures, rows_refs = [f[0] for f in futures], [f[1] for f in futures]
+            # (metadata, rows) per call with ``back``: only the metadata is fetched here
+            futures, refs = start_calls(self.cluster.actors, [(a, m, (*args, self._stage_of(sink, a)))
+                                                              for a, m, args in calls], back)
+            rows_refs = refs or [None] * len(futures)
             results = self.cluster.gather(targets, futures, calls[0][1])
             self.counts.steps += 1
             self.counts.calls += len(calls)
@@ -228,12 +225,6 @@ class DistributedPlanOperator(SnapshotParts):
             self.emit_to_subscribers(out)
             return []
         return out
-
-    @staticmethod
-    def _call(method, rows_back: bool):
-        """``method``, returning the root's rows as an object of their own with ``rows_back``:
-        the head owns it (an actor call's return value), so it outlives the actor."""
-        return method.options(num_returns=2) if rows_back else method
 
     def _stage_of(self, sink, actor: int) -> tuple[str, bytes] | None:
         """Where ``actor`` stages the root's rows for ``sink`` (None: it sends them here)."""

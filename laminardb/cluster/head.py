@@ -196,7 +196,8 @@ class DatabaseHead:
             config = self._engine_config()
             backend = ClusterBackend(cluster, config=config, max_in_flight=self.max_in_flight,
                                      local_global=self.local_global, on_restored=self._on_restored,
-                                     coordinated=self.coordinated, shared_files=self.files_everywhere)
+                                     coordinated=self.coordinated, shared_files=self.files_everywhere,
+                                     subscribers_by_reference=True)
             conn = Connection(path, config=config, backend=backend)
             self._open_insert_logs(conn, cluster)
             if self.coordinated and conn.engine.durable is not None:

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from laminardb.cluster.exchange import payload_of
 from laminardb.cluster.partial import finish_merged, merge_partials
+from laminardb.cluster.remote_rows import RemoteBatch
 from laminardb.cluster.routing import split_by_owner
 from laminardb.cluster.wire import from_ipc
 from laminardb.sql.plan import QueryPlan
@@ -60,12 +61,24 @@ def merge_closed(plan: QueryPlan, finisher, payloads: list) -> tuple[int, list[t
     return table.num_rows, out
 
 
-def in_window_order(answers: list[list[tuple[int, bytes]]]) -> list[pa.RecordBatch]:
+def in_window_order(answers: list[list[tuple[int, Any]]]) -> list:
     """The owners' answers to ``merge_closed`` as one close's output: window by window (the
-    order the embedded engine closes them in), each window's owners in actor order."""
+    order the embedded engine closes them in), each window's owners in actor order. A
+    window's rows are IPC (decoded here) or a ``RemoteBatch`` (handed on as it is)."""
     tagged = [(ws, i, data) for i, answer in enumerate(answers) for ws, data in answer]
     tagged.sort(key=lambda t: (t[0], t[1]))
-    return [from_ipc(data) for _, _, data in tagged]
+    return [data if isinstance(data, RemoteBatch) else from_ipc(data) for _, _, data in tagged]
 
 
-__all__ = ["in_window_order", "merge_closed", "split_closed"]
+def by_reference(windows: list[tuple[int, int]], ref: Any) -> list[tuple[int, RemoteBatch]]:
+    """An owner's answer with its rows kept (``merge_closed`` with ``rows_back``: (window
+    start, rows) per window, the rows one after the other in ``ref``) as (window start,
+    ``RemoteBatch``)."""
+    out, start = [], 0
+    for ws, n in windows:
+        out.append((ws, RemoteBatch(ref, n, start)))
+        start += n
+    return out
+
+
+__all__ = ["by_reference", "in_window_order", "merge_closed", "split_closed"]

@@ -149,10 +149,19 @@ class ReactorActorImpl:
         return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
 
     def process(self, node: str, wm_before: int, mode: str, wm_next: int | None,
-                *data) -> tuple[list[bytes], bytes | None, list[bytes]]:
+                *data, rows_back: bool = False) -> tuple[list[bytes], bytes | None, list[bytes]] | tuple:
         """Run rows through a query (``mode`` and ``data`` as in ``_rows``; ``routed`` rows
         are already filtered by WHERE and all belong to vnodes this actor owns); with
-        ``wm_next`` also advance the watermark — the windows it closes come back third."""
+        ``wm_next`` also advance the watermark — the windows it closes come back third.
+        ``rows_back``: the output and closed rows come back as a second return value of their
+        own (the head calls with ``num_returns=2`` and hands it to its subscribers by
+        reference): ((output rows, late rows as IPC, closed rows), their IPC)."""
+        outs, late, closed = self._process(node, wm_before, mode, wm_next, data)
+        if rows_back:
+            return _rows_meta(outs, late, closed), _rows_ipc(outs + closed)
+        return [to_ipc(b) for b in outs], _late_ipc(late), [to_ipc(b) for b in closed]
+
+    def _process(self, node: str, wm_before: int, mode: str, wm_next: int | None, data) -> tuple:
         with self._busy():
             op = self._op(node)
             outs, late = [], None
@@ -161,8 +170,7 @@ class ReactorActorImpl:
                 self.rows_in += batch.num_rows
                 outs, late = op.process(batch, wm_before, skip_where=(mode == "routed"))
             closed = op.on_watermark(wm_next) if wm_next is not None else []
-            return ([to_ipc(b) for b in outs], (to_ipc(late) if late is not None and late.num_rows else None),
-                    [to_ipc(b) for b in closed])
+            return outs, late, closed
 
     @contextmanager
     def _busy(self) -> Iterator[None]:
@@ -178,9 +186,18 @@ class ReactorActorImpl:
     def can_read_shm(self, path: str) -> bool:
         return self.shm.can_read(path)
 
-    def process_many(self, method: str, node: str, items: list[tuple]) -> list:
+    def process_many(self, method: str, node: str, items: list[tuple], rows_back: bool = False) -> list | tuple:
         """Several batches in one call (sent while this actor was busy), run one by one
-        exactly as separate ``process``/``process_partial`` calls would."""
+        exactly as separate ``process``/``process_partial`` calls would. ``rows_back``
+        (``process`` only): (each batch's metadata, every batch's rows in one IPC stream, in
+        order), as ``process`` says."""
+        if rows_back:
+            metas, batches = [], []
+            for wm_before, mode, wm_next, data in items:
+                outs, late, closed = self._process(node, wm_before, mode, wm_next, [] if data is None else [data])
+                metas.append(_rows_meta(outs, late, closed))
+                batches += outs + closed
+            return metas, _rows_ipc(batches)
         run = getattr(self, method)
         return [run(node, wm_before, mode, wm_next, *([] if data is None else [data]))
                 for wm_before, mode, wm_next, data in items]
@@ -232,21 +249,27 @@ class ReactorActorImpl:
         return split_closed(closed, keys, self.owner, self.n_actors)
 
     def merge_closed(self, node: str, stage: tuple[str, bytes] | None,
-                     *payloads) -> tuple[int, list[tuple[int, bytes]], int]:
+                     *payloads, rows_back: bool = False) -> tuple[int, list[tuple[int, bytes]], int] | tuple:
         """Local-global's global phase: the closed partials of the keys this actor owns,
         from every actor, merged and finished here (``owner_merge.py``). Returns (partial
         rows merged, the final rows as (window start, IPC), rows staged): with ``stage``
         (this actor's stage directory for the query's only sink, and the sink's schema) the
         final rows go to this actor's stage file for that sink instead
-        (``checkpoint/actor_stages.py``)."""
+        (``checkpoint/actor_stages.py``). ``rows_back``: the final rows (also) come back as a
+        second return value, for the head's subscribers by reference: ((merged, [(window
+        start, rows)], staged), their IPC, window after window)."""
         from laminardb.cluster.owner_merge import merge_closed
 
         with self._busy():
             op = self._op(node)
             merged, windows = merge_closed(op.plan, op, list(payloads))
+            staged = self.stages.append(*stage, [b for _, b in windows]) if stage is not None else 0
+            if rows_back:
+                return ((merged, [(ws, b.num_rows) for ws, b in windows], staged),
+                        _rows_ipc([b for _, b in windows]))
             if stage is None:
                 return merged, [(ws, to_ipc(b)) for ws, b in windows], 0
-            return merged, [], self.stages.append(*stage, [b for _, b in windows])
+            return merged, [], staged
 
     def seal_stage(self, directory: str, epoch: int) -> tuple[str, int] | None:
         """The barrier of checkpoint ``epoch`` for the sink rows staged in ``directory``."""
@@ -302,18 +325,17 @@ class ReactorActorImpl:
             return self._answer(ex, stage, rows_back)
 
     def _answer(self, ex, stage: tuple[str, bytes] | None, rows_back: bool = False):
-        """(messages, the root's rows as IPC, rows dropped as late, rows staged). ``rows_back``
-        with ``stage``: the root's rows are staged for the sink *and* kept for the subscribers
-        as a second return value (the head calls with ``num_returns=2``), which the head hands
-        on by reference: ((messages, root row count, late, staged), IPC or None)."""
+        """(messages, the root's rows as IPC, rows dropped as late, rows staged). With
+        ``stage`` the root's rows go to the stage file of the query's only sink. ``rows_back``:
+        the root's rows are (also) kept for the subscribers as a second return value (the head
+        calls with ``num_returns=2``), which the head hands on by reference: ((messages, root
+        row count, late, staged), IPC or None)."""
         sent, outs, late = ex.result()
         data = to_ipc_table(pa.Table.from_batches(outs)) if outs and (stage is None or rows_back) else None
-        if stage is None:
-            return sent, data, late, 0
-        staged = self.stages.append(*stage, outs)
-        if not rows_back:
-            return sent, None, late, staged
-        return (sent, sum(b.num_rows for b in outs), late, staged), data
+        staged = self.stages.append(*stage, outs) if stage is not None else 0
+        if rows_back:
+            return (sent, sum(b.num_rows for b in outs), late, staged), data
+        return sent, None if stage is not None else data, late, staged
 
     def _exchange(self, query: str, *, first: bool = False):
         """``first``: the call starts a batch's or a watermark's propagation — parts kept from
@@ -329,8 +351,13 @@ class ReactorActorImpl:
 
         return tree_state(self._op(query))
 
-    def on_watermark(self, node: str, wm: int) -> list[bytes]:
-        return [to_ipc(b) for b in self._op(node).on_watermark(wm)]
+    def on_watermark(self, node: str, wm: int, rows_back: bool = False) -> list[bytes] | tuple:
+        """The rows ``wm`` closes; ``rows_back``: ((0, None, their count), their IPC), as
+        ``process`` answers."""
+        closed = self._op(node).on_watermark(wm)
+        if rows_back:
+            return _rows_meta([], None, closed), _rows_ipc(closed)
+        return [to_ipc(b) for b in closed]
 
     def current_rows(self, node: str) -> bytes:
         return to_ipc(self._op(node).current_rows())
@@ -619,3 +646,23 @@ def actor_class():
     # one thread, in submission order; polls of different sources run side by side (one each:
     # the head has one poller per source)
     return ray.remote(num_cpus=1, concurrency_groups={"liveness": 1, "sources": _SOURCE_THREADS})(ReactorActorImpl)
+
+
+def _late_ipc(late: pa.RecordBatch | None) -> bytes | None:
+    return to_ipc(late) if late is not None and late.num_rows else None
+
+
+def _rows_meta(outs: list[pa.RecordBatch], late: pa.RecordBatch | None, closed: list[pa.RecordBatch]) -> tuple:
+    """What the head learns of one batch whose rows it hands on by reference: the output and
+    closed row counts (the rows lie in that order in ``_rows_ipc``), and the late rows."""
+    return sum(b.num_rows for b in outs), _late_ipc(late), sum(b.num_rows for b in closed)
+
+
+def _rows_ipc(batches: list[pa.RecordBatch]) -> bytes | None:
+    """Rows for the head's subscribers, as one IPC stream (None: no row)."""
+    batches = [b for b in batches if b.num_rows]
+    if not batches:
+        return None
+    schema = batches[0].schema
+    return to_ipc_table(pa.Table.from_batches([b if b.schema.equals(schema) else b.cast(schema) for b in batches],
+                                              schema=schema))

@@ -39,7 +39,15 @@ def _wait_open_files(tmp_path, db) -> None:
                what="an open stage file on each owner")
 
 
-def test_the_owners_stage_the_only_sinks_rows_then_the_head_when_a_subscriber_comes(database, tmp_path):
+def _after(table: pa.Table, ms: int) -> pa.Table:
+    """``table`` with its event times ``ms`` later."""
+    import pyarrow.compute as pc
+
+    ts = table["ts"].cast(pa.int64())
+    return table.set_column(table.column_names.index("ts"), "ts", pc.add(ts, ms).cast(pa.timestamp("ms")))
+
+
+def test_the_owners_stage_the_only_sinks_rows_beside_a_subscriber_and_the_head_for_a_query(database, tmp_path):
     out = tmp_path / "out"
     db = database(checkpoint_interval="off")
     db.execute(DDL.format(out=out))
@@ -60,18 +68,32 @@ def test_the_owners_stage_the_only_sinks_rows_then_the_head_when_a_subscriber_co
     assert sink["rows_written"] == sink["rows_committed"] == committed.num_rows, sink
     assert _stage_files(tmp_path, db, "epoch-*.parquet") == []  # committed epochs are released
 
-    sub = db.subscribe_stream("per_key")  # a second consumer: the owners send their rows to the head
+    sub = db.subscribe_stream("per_key")  # the owners stage on, and keep the rows for the subscriber
     for i in range(6, 8):
         db.insert("t", _batch(i))
         raw.append(_batch(i))
     db.insert("t", _sentinel())
     db.checkpoint()
     after = _merges(db)
-    assert after["staged_on_actors"] == merges["staged_on_actors"], after
+    new_rows = _committed(out).num_rows - committed.num_rows
+    assert after["staged_on_actors"] - merges["staged_on_actors"] == new_rows > 0, after
     assert after["merged_on_actors"] > merges["merged_on_actors"] and after["merged_at_head"] == 0, after
     _assert_equal(_committed(out), pa.concat_tables(raw))
     got = sub.to_arrow()
-    assert got.num_rows == _committed(out).num_rows - committed.num_rows > 0
+    assert got.num_rows == new_rows == db.metrics()["cluster"]["rows_by_ref"]["per_key"]
+    _assert_equal(got, pa.concat_tables(raw[5:]))  # batch i is window i: 5..7 closed now
+
+    db.execute("CREATE STREAM per_key_big AS SELECT * FROM per_key WHERE c > 1")  # a query reads it: the head stages
+    for i in range(8, 10):  # after the sentinel's watermark
+        db.insert("t", _after(_batch(i), 2 * 10**9))
+        raw.append(_after(_batch(i), 2 * 10**9))
+    db.insert("t", _after(_sentinel(), 2 * 10**9))
+    db.checkpoint()
+    last = _merges(db)
+    assert last["staged_on_actors"] == after["staged_on_actors"], last
+    _assert_equal(_committed(out), pa.concat_tables(raw))
+    assert db.metrics()["cluster"]["rows_by_ref"]["per_key"] == new_rows
+    assert sub.to_arrow().num_rows == _committed(out).num_rows - committed.num_rows
 
 
 def test_an_actor_killed_with_staged_rows_loses_and_repeats_none(database, tmp_path):
