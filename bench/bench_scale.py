@@ -103,7 +103,9 @@ from bench_nexmark_cluster import _count, _digest  # noqa: E402
 _PHASES = {"actors": ("", {}), "owners": ("+head-stage", {"actor_stages": False}),
            "head": ("+head-merge", {"owner_merge": False}),
            "head-snapshots": ("+head-snapshots", {"actor_snapshots": False})}
-WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20", "kafka-subs", "kafka-idle")
+WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20", "kafka-subs", "kafka-idle", "subs-alone")
+#: subs-alone: a stateless query over the kafka-agg topic (about half its rows pass)
+FILTER_DDL = "CREATE STREAM hot AS SELECT ts, sym, price * 2 AS p2 FROM trades WHERE price > 50"
 NEXMARK_TREES = ("q3", "q5", "q8", "q20")
 PARTITIONS = 2
 _WARM_EVENTS = 20_000
@@ -656,6 +658,60 @@ class Bench:
                           f"the client +{(c[proc_cpu.CLIENT] - base[proc_cpu.CLIENT]) / readers:.3f} per subscriber",
                           flush=True)
 
+    # -- 7. Kafka → a filter, a keyed tumble, q20 → one subscriber alone: by reference or not --
+    def subs_alone(self, actors: int) -> None:
+        """What the head spends on rows that go to subscribers alone: handed on by reference
+        (the actors keep them; the client fetches and decodes them), against decoded in the
+        head and encoded again for the client (config ``rows_by_reference=False``, the path
+        before), in one run. A stateless query (the most output per input row: every row it
+        keeps reaches the head), a local-global tumble and a join tree."""
+        a = self.args
+        broker = self.kafka()
+        topic, rows = produce_agg(broker, a.kafka_rows, a.batch_rows)
+        prefix, events = produce_nexmark(broker, a.events, a.batch_rows)
+        if not hasattr(self, "_warm"):
+            self._warm = make_batches(4 * a.batch_rows, a.batch_rows, seed=1)
+
+        def agg_query(ddl: str, name: str) -> tuple[Callable, Callable]:
+            def setup(db, cluster: bool) -> None:
+                if cluster:
+                    warm_up(db, self._warm)
+                db.execute(SOURCE_DDL + f" FROM KAFKA (brokers = '{broker.bootstrap}', topic = '{topic}', {_KAFKA_OPTS})")
+                db.execute(ddl)
+
+            def drive(db) -> None:
+                db.start()
+                wait_ingested(db, rows, f"subs-alone {name}")
+                db.flush(timeout_s=120)
+                db.finish()
+
+            return setup, drive
+
+        cases = {"filter": (*agg_query(FILTER_DDL, "filter"), "hot", rows, lambda w: warm_up(w, self._warm)),
+                 "tumble": (*agg_query(AGG_DDL, "tumble"), "agg", rows, lambda w: warm_up(w, self._warm)),
+                 "q20": (*self._kafka_query(broker, prefix, events, "q20"), "q20", events,
+                         lambda w: warm_nexmark(w, "q20"))}
+        for case, (setup, drive, stream, n, warm) in cases.items():
+            emb = self._embedded_run(f"subs-alone-{case}", setup, drive, stream, n, subscribe=True, warm=warm)
+            runs = {}
+            for by_ref in a.by_reference:
+                label = f"subs-alone {case}, {'by reference' if by_ref else 'through the head'}"
+                m, got = self._cluster_run(f"subs-{case}-{int(by_ref)}", actors, {
+                    "checkpoint_interval": "10s", "coordinator": "spark", "rows_by_reference": by_ref},
+                    setup, drive, stream, subscribe=True)
+                if case == "tumble":
+                    verify_windows(emb["sink"], got, int(pc.sum(emb["sink"]["n"]).as_py()), label)
+                else:
+                    assert _digest(_concat(got)) == _digest(_concat(emb["sink"])), f"{label}: rows differ from embedded"
+                runs[by_ref] = self._record(label, actors, m, n, emb, checkpoints="10s", partitions=PARTITIONS,
+                                            rows_out=got.num_rows, by_reference=by_ref)
+            if len(runs) == 2:
+                c_on, c_off = runs[True]["cpu_s_per_mrow"], runs[False]["cpu_s_per_mrow"]
+                print(f"    {case}: the head {c_off[proc_cpu.HEAD]:.3f} → {c_on[proc_cpu.HEAD]:.3f} CPU s per M rows "
+                      f"({100 * c_off[proc_cpu.HEAD] / c_off[proc_cpu.ACTOR]:.1f} % → "
+                      f"{100 * c_on[proc_cpu.HEAD] / c_on[proc_cpu.ACTOR]:.1f} % of the actors'); the client "
+                      f"{c_off[proc_cpu.CLIENT]:.3f} → {c_on[proc_cpu.CLIENT]:.3f}", flush=True)
+
     # -- 6. Kafka → Nexmark trees with nothing to read: what each process spends per second ----
     def kafka_idle(self, actors: int) -> None:
         """CPU s per second of each process while Kafka → ``--queries`` pipelines run on empty
@@ -770,6 +826,8 @@ def main() -> int:
     ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")
     ap.add_argument("--queries", default=",".join(NEXMARK_TREES), help="kafka-nexmark queries")
     ap.add_argument("--subscribers", default="0,1,4", help="kafka-subs: subscriber counts, comma-separated")
+    ap.add_argument("--by-reference", default="on,off",
+                    help="subs-alone: rows to subscribers by reference (on) or through the head (off), in this order")
     ap.add_argument("--nodes", type=int, default=1,
                     help="Ray nodes: 1 = ray.init; N > 1 = a head node and N-1 worker nodes (ray.cluster_utils.Cluster)")
     ap.add_argument("--shared-shm", action="store_true",
@@ -789,6 +847,7 @@ def main() -> int:
     actors = [int(x) for x in args.actors.split(",")]
     args.queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     args.subscribers = [int(x) for x in args.subscribers.split(",")]
+    args.by_reference = [x.strip() == "on" for x in args.by_reference.split(",")]
 
     import ray
 

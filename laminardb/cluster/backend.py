@@ -75,7 +75,10 @@ class ClusterBackend:
         self._owner_merge = config_flag((config or {}).get("owner_merge", True))
         #: set by the database head, whose subscribers take rows by reference: their clients
         #: fetch the rows (``HeadSubscription``) — else subscribers in this process read them
-        self.subscribers_by_reference = subscribers_by_reference
+        #: (config ``rows_by_reference=False``: rows for subscribers alone are decoded here, as
+        #: before — kept to measure the two side by side)
+        self.subscribers_by_reference = subscribers_by_reference and config_flag(
+            (config or {}).get("rows_by_reference", True))
         #: set by the database head when the Delta checkpoint coordinator drives this database:
         #: exactly-once sinks are then written by the coordinator, and only staged here
         self.coordinated = coordinated
