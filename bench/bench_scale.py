@@ -692,6 +692,8 @@ class Bench:
                  "q20": (*self._kafka_query(broker, prefix, events, "q20"), "q20", events,
                          lambda w: warm_nexmark(w, "q20"))}
         for case, (setup, drive, stream, n, warm) in cases.items():
+            if case not in a.subs_cases:
+                continue
             emb = self._embedded_run(f"subs-alone-{case}", setup, drive, stream, n, subscribe=True, warm=warm)
             runs = {}
             for by_ref in a.by_reference:
@@ -828,6 +830,7 @@ def main() -> int:
     ap.add_argument("--subscribers", default="0,1,4", help="kafka-subs: subscriber counts, comma-separated")
     ap.add_argument("--by-reference", default="on,off",
                     help="subs-alone: rows to subscribers by reference (on) or through the head (off), in this order")
+    ap.add_argument("--subs-cases", default="filter,tumble,q20", help="subs-alone: which queries, comma-separated")
     ap.add_argument("--nodes", type=int, default=1,
                     help="Ray nodes: 1 = ray.init; N > 1 = a head node and N-1 worker nodes (ray.cluster_utils.Cluster)")
     ap.add_argument("--shared-shm", action="store_true",
@@ -848,6 +851,7 @@ def main() -> int:
     args.queries = [q.strip() for q in args.queries.split(",") if q.strip()]
     args.subscribers = [int(x) for x in args.subscribers.split(",")]
     args.by_reference = [x.strip() == "on" for x in args.by_reference.split(",")]
+    args.subs_cases = [x.strip() for x in args.subs_cases.split(",")]
 
     import ray
 
