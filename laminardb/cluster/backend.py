@@ -411,6 +411,8 @@ class ClusterBackend:
         m["cluster"]["rows_per_actor"] = each("rows_in")
         m["cluster"]["busy_s_per_actor"] = each("busy_s", lambda v: round(v, 4))
         m["cluster"]["cpu_s_per_actor"] = each("cpu_s", lambda v: round(v, 4))
+        # and of reading their sources (Kafka fetch and decode, on the actors' source threads)
+        m["cluster"]["poll_cpu_s_per_actor"] = each("poll_cpu_s", lambda v: round(v, 4))
         m["cluster"]["rss_bytes_per_actor"] = [None if a is None else (a.get("process") or {}).get("rss_bytes")
                                                for a in per_actor]
         for name, q in m.get("queries", {}).items():

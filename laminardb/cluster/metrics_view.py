@@ -36,7 +36,7 @@ _RESTARTED = {
     "queries": ("busy_s",),
     "sinks": ("rows_written", "rows_committed", "commits", "errors"),
 }
-_PER_ACTOR = ("rows_per_actor", "busy_s_per_actor", "cpu_s_per_actor")
+_PER_ACTOR = ("rows_per_actor", "busy_s_per_actor", "cpu_s_per_actor", "poll_cpu_s_per_actor")
 
 
 def _paths(m: dict[str, Any], rules: dict[str, tuple[str, ...]]):

@@ -617,7 +617,7 @@ class ReactorActorImpl:
                 q["state_rows"] = int(getattr(state.agg, "state_groups", 0) or 0)
                 q["state_bytes"] = state_size(state.agg)
         m.update(index=self.index, core=self.core, pid=os.getpid(), rows_in=self.rows_in, busy_s=self.busy_s,
-                 cpu_s=self.cpu_s)
+                 cpu_s=self.cpu_s, poll_cpu_s=self.poll_cpu_s)
         return m
 
 

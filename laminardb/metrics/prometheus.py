@@ -174,18 +174,19 @@ def _cluster(c: dict[str, Any]) -> list[Metric]:
     rows = _counter("laminardb_actor_rows", "Rows processed by the reactor actor.", L)
     busy = _counter("laminardb_actor_busy_seconds", "Seconds the actor spent processing.", L)
     cpu = _counter("laminardb_actor_cpu_seconds", "CPU seconds of the actor's process.", L)
+    poll = _counter("laminardb_actor_poll_cpu_seconds", "CPU seconds the actor spent reading its sources.", L)
     rss = _gauge("laminardb_actor_resident_memory_bytes", "Resident memory of the actor's process.", L)
     vnodes = _gauge("laminardb_actor_vnodes", "Virtual partitions the actor owns.", L)
     epoch = _gauge("laminardb_actor_max_epoch", "Highest ownership epoch among the actor's vnodes.", L)
     for fam, key in ((rows, "rows_per_actor"), (busy, "busy_s_per_actor"), (cpu, "cpu_s_per_actor"),
-                     (rss, "rss_bytes_per_actor")):
+                     (poll, "poll_cpu_s_per_actor"), (rss, "rss_bytes_per_actor")):
         for i, v in enumerate(c.get(key) or []):
             _add(fam, [str(i)], v)
     for member in c.get("members") or []:
         if isinstance(member, dict) and "index" in member:
             _add(vnodes, [str(member["index"])], member.get("vnodes"))
             _add(epoch, [str(member["index"])], member.get("max_epoch"))
-    return [rows, busy, cpu, rss, vnodes, epoch]
+    return [rows, busy, cpu, poll, rss, vnodes, epoch]
 
 
 class RegistryCollector(Collector):

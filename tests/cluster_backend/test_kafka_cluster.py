@@ -102,6 +102,8 @@ def test_kafka_to_kafka_on_two_actors(ray_local, kafka_broker):  # noqa: F811
         db.finish()
         got = sub.to_arrow()
         per_actor = db.metrics()["cluster"]["rows_per_actor"]
+        # both actors read Kafka, and say what it cost them (fetch and decode, on their source threads)
+        assert all(c > 0 for c in db.metrics()["cluster"]["poll_cpu_s_per_actor"])
         # rows went reader → owner between the actors, never through the client
         assert all(db.engine.reactor.nodes[q].op.fetched_to_client == 0 for q in ("bars", "big", "per_second"))
     finally:
