@@ -155,6 +155,7 @@ class Metered:
         self.roles = roles(self.db, self.broker_pid)
         self.placement = self.nodes.placement(self.db)
         self.epochs = -checkpoints(self.db)
+        self.actor_work = actor_work(self.db)
         self.coordinator_restarted = None
         gc.collect()
         self.load = [load()]
@@ -168,6 +169,7 @@ class Metered:
         self.load.append(load())
         if exc[0] is None:
             self.epochs += checkpoints(self.db)
+            self.actor_work = {k: v - self.actor_work[k] for k, v in actor_work(self.db).items()}
             after = roles(self.db, self.broker_pid)
             self.coordinator_restarted = _pids(after, proc_cpu.COORDINATOR) != _pids(self.roles, proc_cpu.COORDINATOR)
             self.roles.update(after)  # actors started mid-run (a recovery) are named too
@@ -181,7 +183,19 @@ class Metered:
         s["coordinator_restarted"] = self.coordinator_restarted  # then its JVM's start is in the figures
         s["epochs"] = self.epochs  # checkpoints in the run, the one finish() takes included
         s["coordinator_cpu_s_per_epoch"] = s["cpu_s"][proc_cpu.COORDINATOR] / self.epochs if self.epochs > 0 else None
+        # the actors' CPU per M rows by what they did: reading sources (fetch and decode),
+        # running batches and tree steps, and the rest (Ray's work per call, Kafka's IO threads)
+        split = {k: v / rows * 1e6 for k, v in self.actor_work.items()}
+        split["other"] = s["cpu_s_per_mrow"][proc_cpu.ACTOR] - sum(split.values())
+        s["actor_split"] = split
         return s
+
+
+def actor_work(db) -> dict[str, float]:
+    """CPU s the actors have spent reading sources and running batches, summed over them."""
+    c = db.metrics().get("cluster", {})
+    return {"poll": sum(v or 0.0 for v in c.get("poll_cpu_s_per_actor") or []),
+            "batches": sum(v or 0.0 for v in c.get("cpu_s_per_actor") or [])}
 
 
 def _pids(who: dict[int, str], kind: str) -> set[int]:
@@ -771,6 +785,7 @@ def print_row(r: dict) -> None:
           f"ceiling {_fmt(r['scale_ceiling'])}; actors/embedded {_fmt(r.get('actors_over_embedded'))}; "
           f"{r['epochs']} checkpoints, coordinator+spark {_fmt(r['coordinator_cpu_s_per_epoch'])} CPU s each; "
           f"load {r['load'][0]} → {r['load'][1]}"
+          + "; actors per M rows: " + ", ".join(f"{k} {v:.2f}" for k, v in (r.get("actor_split") or {}).items())
           + ("; THE COORDINATOR RESTARTED IN THE RUN (its JVM start is counted)" if r.get("coordinator_restarted")
              else ""), flush=True)
     if r.get("nodes", 1) > 1:
