@@ -541,21 +541,7 @@ class Bench:
         a = self.args
         broker = self.kafka()
         topic, rows = produce_agg(broker, a.kafka_rows, a.batch_rows)
-        if not hasattr(self, "_warm"):
-            self._warm = make_batches(4 * a.batch_rows, a.batch_rows, seed=1)
-
-        def setup(db, cluster: bool) -> None:
-            if cluster:
-                warm_up(db, self._warm)
-            db.execute(SOURCE_DDL + f" FROM KAFKA (brokers = '{broker.bootstrap}', topic = '{topic}', {_KAFKA_OPTS})")
-            db.execute(AGG_DDL)
-
-        def drive(db) -> None:
-            db.start()
-            wait_ingested(db, rows, "kafka-agg")
-            db.flush(timeout_s=120)
-            db.finish()
-
+        setup, drive = self._kafka_rows_query(broker, topic, rows, AGG_DDL, "kafka-agg")
         emb = self._embedded_run("kafka-agg", setup, drive, "agg", rows, warm=lambda w: warm_up(w, self._warm))
         for phase in a.global_phases.split(","):
             label = "kafka-agg" + _PHASES[phase][0]
@@ -563,6 +549,27 @@ class Bench:
                                                         **_PHASES[phase][1]}, setup, drive, "agg")
             verify_windows(emb["sink"], sink, int(pc.sum(emb["sink"]["n"]).as_py()), f"{label}, {actors} actor(s)")
             self._record(label, actors, m, rows, emb, checkpoints="1s", partitions=PARTITIONS)
+
+    def _kafka_rows_query(self, broker: Broker, topic: str, rows: int, ddl: str, label: str) -> tuple[Callable, Callable]:
+        """``(setup, drive)`` of ``ddl`` over the kafka-agg topic (``produce_agg``): the source
+        (a cluster's actors warmed up first) and the query; then start, every row ingested,
+        flush, finish."""
+        if not hasattr(self, "_warm"):
+            self._warm = make_batches(4 * self.args.batch_rows, self.args.batch_rows, seed=1)
+
+        def setup(db, cluster: bool) -> None:
+            if cluster:  # numba kernels loaded in every actor, on a source dropped before timing
+                warm_up(db, self._warm)
+            db.execute(SOURCE_DDL + f" FROM KAFKA (brokers = '{broker.bootstrap}', topic = '{topic}', {_KAFKA_OPTS})")
+            db.execute(ddl)
+
+        def drive(db) -> None:
+            db.start()
+            wait_ingested(db, rows, label)
+            db.flush(timeout_s=120)
+            db.finish()
+
+        return setup, drive
 
     @staticmethod
     def _kafka_query(broker: Broker, prefix: str, events: int, q: str,
@@ -711,26 +718,10 @@ class Bench:
         broker = self.kafka()
         topic, rows = produce_agg(broker, a.kafka_rows, a.batch_rows)
         prefix, events = produce_nexmark(broker, a.events, a.batch_rows)
-        if not hasattr(self, "_warm"):
-            self._warm = make_batches(4 * a.batch_rows, a.batch_rows, seed=1)
-
-        def agg_query(ddl: str, name: str) -> tuple[Callable, Callable]:
-            def setup(db, cluster: bool) -> None:
-                if cluster:
-                    warm_up(db, self._warm)
-                db.execute(SOURCE_DDL + f" FROM KAFKA (brokers = '{broker.bootstrap}', topic = '{topic}', {_KAFKA_OPTS})")
-                db.execute(ddl)
-
-            def drive(db) -> None:
-                db.start()
-                wait_ingested(db, rows, f"subs-alone {name}")
-                db.flush(timeout_s=120)
-                db.finish()
-
-            return setup, drive
-
-        cases = {"filter": (*agg_query(FILTER_DDL, "filter"), "hot", rows, lambda w: warm_up(w, self._warm)),
-                 "tumble": (*agg_query(AGG_DDL, "tumble"), "agg", rows, lambda w: warm_up(w, self._warm)),
+        filter_query = self._kafka_rows_query(broker, topic, rows, FILTER_DDL, "subs-alone filter")
+        tumble_query = self._kafka_rows_query(broker, topic, rows, AGG_DDL, "subs-alone tumble")
+        cases = {"filter": (*filter_query, "hot", rows, lambda w: warm_up(w, self._warm)),
+                 "tumble": (*tumble_query, "agg", rows, lambda w: warm_up(w, self._warm)),
                  "q20": (*self._kafka_query(broker, prefix, events, "q20"), "q20", events,
                          lambda w: warm_nexmark(w, "q20"))}
         for case, (setup, drive, stream, n, warm) in cases.items():
