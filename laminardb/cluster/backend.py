@@ -75,8 +75,8 @@ class ClusterBackend:
         self._owner_merge = config_flag((config or {}).get("owner_merge", True))
         #: set by the database head, whose subscribers take rows by reference: their clients
         #: fetch the rows (``HeadSubscription``) — else subscribers in this process read them
-        #: (config ``rows_by_reference=False``: rows for subscribers alone are decoded here, as
-        #: before — kept to measure the two side by side)
+        #: (config ``rows_by_reference=False``: every subscriber's rows are decoded here, and a
+        #: subscriber makes the head stage the only sink, as before — kept to measure the two)
         self.subscribers_by_reference = subscribers_by_reference and config_flag(
             (config or {}).get("rows_by_reference", True))
         #: set by the database head when the Delta checkpoint coordinator drives this database:
@@ -177,7 +177,7 @@ class ClusterBackend:
         op.wake = self._wake_drainer
         op.owner_merge = self._owner_merge
         if op.mode == "local_global" and op.owner_merge and (
-                route := self._actor_stage_route(name, beside_subscribers=True)) is not None:
+                route := self._actor_stage_route(name, beside_subscribers=self.subscribers_by_reference)) is not None:
             op.merger.stage_route = route
             op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
         if self._max_in_flight > 0:
@@ -196,7 +196,7 @@ class ClusterBackend:
         op = DistributedPlanOperator(name, plan, self.cluster, ring=self.ring)
         self._actors_write_snapshots(op)
         self._rows_by_reference(name, op)
-        if (route := self._actor_stage_route(name, beside_subscribers=True)) is not None:
+        if (route := self._actor_stage_route(name, beside_subscribers=self.subscribers_by_reference)) is not None:
             op.stage_route = route
             op.emitted_elsewhere = lambda rows: self.reactor.emitted_elsewhere(name, rows)
         return op

@@ -65,6 +65,11 @@ class _Round:
     rows: int = 0  # input rows it carries (``queued_rows``)
     #: the rows' references, one per target (``RowsByReference``; None: the rows are in the answers)
     rows_refs: list[Any] | None = None
+    #: a round collected again after its owners' merge timed out: the batches already combined
+    #: (their rows may be handed on or staged: never again), and the merge calls then in flight
+    #: (waited for again, not sent again: an owner that answered has staged its rows)
+    done: list = field(default_factory=list)
+    merging: tuple | None = None
 
 
 @dataclass
@@ -337,9 +342,12 @@ class DistributedOperator(SnapshotParts, RowsByReference):
         if rnd.rows_refs is not None:
             return self._by_reference(rnd, results)
         if rnd.wm_nexts is None:
-            return [self._combine(rnd.method, rnd.targets, results, rnd.wm_next)]
-        return [self._combine(rnd.method, rnd.targets, [r[i] for r in results], wm)
-                for i, wm in enumerate(rnd.wm_nexts)]
+            per_batch, wms = [results], [rnd.wm_next]
+        else:
+            per_batch, wms = [[r[i] for r in results] for i in range(len(rnd.wm_nexts))], rnd.wm_nexts
+        for i in range(len(rnd.done), len(wms)):
+            rnd.done.append(self._combine(rnd.method, rnd.targets, per_batch[i], wms[i], rnd))
+        return rnd.done
 
     def _by_reference(self, rnd: _Round, results: list) -> list[tuple[list, pa.RecordBatch | None, list]]:
         """A round whose rows the actors kept (``process`` with ``rows_back``): each batch's
@@ -375,7 +383,8 @@ class DistributedOperator(SnapshotParts, RowsByReference):
         self.late_dropped += late.num_rows
         return late
 
-    def _combine(self, method: str, targets: list[int], results: list, wm_next: int | None):
+    def _combine(self, method: str, targets: list[int], results: list, wm_next: int | None,
+                 rnd: _Round | None = None):
         if method == "process_partial":
             lates = [from_ipc(r[0]) for r in results if r[0] is not None]
             changes = self.plan.emit == "changes"
@@ -384,7 +393,7 @@ class DistributedOperator(SnapshotParts, RowsByReference):
                 outs = self.merger.changed({a: from_ipc(r[1]) for a, r in zip(targets, results, strict=True)})
             closed = []
             if wm_next is not None:
-                closed = self._merge_closed(targets, [r[2] for r in results])
+                closed = self._merge_closed(targets, [r[2] for r in results], rnd)
         else:
             outs, lates, closed = [], [], []
             for out_ipc, late_ipc, closed_ipc in results:
@@ -395,11 +404,12 @@ class DistributedOperator(SnapshotParts, RowsByReference):
             closed = _merge(closed, self.schema)
         return _merge(outs, self.schema), self._late(lates), closed
 
-    def _merge_closed(self, targets: list[int], answers: list) -> list[pa.RecordBatch]:
+    def _merge_closed(self, targets: list[int], answers: list, rnd: _Round | None = None) -> list[pa.RecordBatch]:
         """The final rows of the windows one close ended, from each actor's answer with their
         partials. Unkeyed: merged here (one group per window). Keyed (local-global): the
         actors cut them by key owner, and each owner merges its keys' parts from every actor
-        (``owner_merge.py``) — unless an exactly-once sink's epoch job merges them in Spark."""
+        (``owner_merge.py``) — unless an exactly-once sink's epoch job merges them in Spark.
+        ``rnd``: the round being collected, which keeps the owners' calls if one times out."""
         merger = self.merger
         if self.mode != "local_global":
             parts = {a: from_ipc(x) for a, x in zip(targets, answers, strict=True)}
@@ -414,15 +424,27 @@ class DistributedOperator(SnapshotParts, RowsByReference):
         if spark is not None or not self.owner_merge:  # unmerged to the sink's stage, or merged here
             payloads = [p for ps in by_owner.values() for p in ps]
             return merger.close(dict(enumerate(from_ipc(resolved(p)) for p in payloads)), changes=False)
-        owners = sorted(by_owner)
-        stages: dict[int, tuple[str, bytes] | None] = dict.fromkeys(owners)
-        sink = merger.stage_route() if merger.stage_route is not None else None
-        if sink is not None:  # the query's only sink: the owners stage its rows themselves
-            stages = {a: (actor_stage_dir(sink.stage.dir, self.cluster.members[a]), sink.schema_ipc) for a in owners}
-        back = self.rows_back(sink)
-        futures, refs = start_calls(self.cluster.actors, [(a, "merge_closed", (self.name, stages[a], *by_owner[a]))
-                                                          for a in owners], back)
-        answers = self.cluster.gather(owners, futures, "merge_closed")
+        calls = rnd.merging if rnd is not None else None
+        if calls is None:
+            owners = sorted(by_owner)
+            stages: dict[int, tuple[str, bytes] | None] = dict.fromkeys(owners)
+            sink = merger.stage_route() if merger.stage_route is not None else None
+            if sink is not None:  # the query's only sink: the owners stage its rows themselves
+                stages = {a: (actor_stage_dir(sink.stage.dir, self.cluster.members[a]), sink.schema_ipc)
+                          for a in owners}
+            back = self.rows_back(sink)
+            futures, refs = start_calls(self.cluster.actors, [(a, "merge_closed", (self.name, stages[a], *by_owner[a]))
+                                                              for a in owners], back)
+            calls = (owners, futures, refs, sink, back)
+        owners, futures, refs, sink, back = calls
+        try:
+            answers = self.cluster.gather(owners, futures, "merge_closed")
+        except ActorTimeoutError:
+            if rnd is not None:
+                rnd.merging = calls
+            raise
+        if rnd is not None:
+            rnd.merging = None
         merger.rows_merged_on_actors += sum(n for n, _, _ in answers)
         staged = sum(n for _, _, n in answers)
         if staged:

@@ -156,21 +156,21 @@ class ReactorActorImpl:
         ``rows_back``: the output and closed rows come back as a second return value of their
         own (the head calls with ``num_returns=2`` and hands it to its subscribers by
         reference): ((output rows, late rows as IPC, closed rows), their IPC)."""
-        outs, late, closed = self._process(node, wm_before, mode, wm_next, data)
-        if rows_back:
-            return _rows_meta(outs, late, closed), _rows_ipc(outs + closed)
-        return [to_ipc(b) for b in outs], _late_ipc(late), [to_ipc(b) for b in closed]
+        with self._busy():  # encoding the rows is busy work too
+            outs, late, closed = self._process(node, wm_before, mode, wm_next, data)
+            if rows_back:
+                return _rows_meta(outs, late, closed), _rows_ipc(outs + closed)
+            return [to_ipc(b) for b in outs], _late_ipc(late), [to_ipc(b) for b in closed]
 
     def _process(self, node: str, wm_before: int, mode: str, wm_next: int | None, data) -> tuple:
-        with self._busy():
-            op = self._op(node)
-            outs, late = [], None
-            batch = self._rows(mode, data)
-            if batch is not None:
-                self.rows_in += batch.num_rows
-                outs, late = op.process(batch, wm_before, skip_where=(mode == "routed"))
-            closed = op.on_watermark(wm_next) if wm_next is not None else []
-            return outs, late, closed
+        op = self._op(node)
+        outs, late = [], None
+        batch = self._rows(mode, data)
+        if batch is not None:
+            self.rows_in += batch.num_rows
+            outs, late = op.process(batch, wm_before, skip_where=(mode == "routed"))
+        closed = op.on_watermark(wm_next) if wm_next is not None else []
+        return outs, late, closed
 
     @contextmanager
     def _busy(self) -> Iterator[None]:
@@ -193,11 +193,12 @@ class ReactorActorImpl:
         order), as ``process`` says."""
         if rows_back:
             metas, batches = [], []
-            for wm_before, mode, wm_next, data in items:
-                outs, late, closed = self._process(node, wm_before, mode, wm_next, [] if data is None else [data])
-                metas.append(_rows_meta(outs, late, closed))
-                batches += outs + closed
-            return metas, _rows_ipc(batches)
+            with self._busy():
+                for wm_before, mode, wm_next, data in items:
+                    outs, late, closed = self._process(node, wm_before, mode, wm_next, [] if data is None else [data])
+                    metas.append(_rows_meta(outs, late, closed))
+                    batches += outs + closed
+                return metas, _rows_ipc(batches)
         run = getattr(self, method)
         return [run(node, wm_before, mode, wm_next, *([] if data is None else [data]))
                 for wm_before, mode, wm_next, data in items]

@@ -69,3 +69,64 @@ def test_owners_windows_interleave_by_window_start():
     ordered = in_window_order(answers)
     assert all(isinstance(b, RemoteBatch) for b in ordered)
     assert _values(ordered, store) == [[1], [4], [2, 3]]
+
+
+class _Owners:
+    """Two key owners as ``start_calls`` and ``ActorPool.gather`` see them: each
+    ``merge_closed`` call is logged and answers one window of one row; the first gather of
+    the second batch's merge times out (a slow owner)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, tuple]] = []
+        self.timeouts = 1
+        self.actors = [self._actor(a) for a in (0, 1)]
+
+    def _actor(self, a: int):
+        owners = self
+
+        class _Method:
+            def options(self, **_):
+                return self
+
+            def remote(self, *args, rows_back=False):
+                owners.calls.append((a, args))
+                n = len(owners.calls)
+                return (("meta", a, n), ("rows", a, n)) if rows_back else ("answer", a, n)
+
+        return type("Actor", (), {"merge_closed": _Method()})()
+
+    def gather(self, targets, futures, method):
+        from laminardb.cluster.exceptions import ActorTimeoutError
+
+        if method != "merge_closed":  # the round's own calls: each actor's partials, per batch
+            return [[(None, None, [(0, b"p"), (1, b"p")]) for _ in range(2)] for _ in targets]
+        if len(self.calls) > 2 and self.timeouts:
+            self.timeouts -= 1
+            raise ActorTimeoutError("an owner did not answer merge_closed() in time")
+        return [(1, [(100 * f[2], 1)], 0) for f in futures]
+
+
+def test_a_merge_that_timed_out_is_waited_for_again_and_hands_on_nothing_twice():
+    """A coalesced round's second close times out on an owner: collected again, the round
+    neither sends the first batch's merges again nor hands its rows on again, and waits for
+    the second batch's same calls instead of sending new ones (an owner that answered has
+    staged its rows)."""
+    import pytest
+
+    from laminardb.cluster.exceptions import ActorTimeoutError
+
+    op, handed = _operator()
+    op.name, op.mode, op.owner_merge, op.cluster, op.schema = "q", "local_global", True, _Owners(), None
+    op.plan = type("Plan", (), {"emit": "close"})()
+    op.merger = type("Merger", (), {"route": None, "stage_route": None, "rows_merged_on_actors": 0,
+                                    "rows_staged_on_actors": 0})()
+    op.subscribers_alone = lambda: True
+    rnd = _Round("process_partial", [0, 1], [], None, wm_nexts=[10, 20])
+    with pytest.raises(ActorTimeoutError):
+        op._collect(rnd)
+    assert len(op.cluster.calls) == 4 and len(handed) == 2  # both batches' merges sent, the first handed on
+    per_batch = op._collect(rnd)
+    assert len(op.cluster.calls) == 4, "no merge is sent twice"
+    assert [(b.ref, b.num_rows) for b in handed] == [(("rows", 0, 1), 1), (("rows", 1, 2), 1),
+                                                     (("rows", 0, 3), 1), (("rows", 1, 4), 1)]
+    assert len(per_batch) == 2 and op.merger.rows_merged_on_actors == 4
