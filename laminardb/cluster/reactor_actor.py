@@ -332,7 +332,7 @@ class ReactorActorImpl:
         calls with ``num_returns=2``), which the head hands on by reference: ((messages, root
         row count, late, staged), IPC or None)."""
         sent, outs, late = ex.result()
-        data = to_ipc_table(pa.Table.from_batches(outs)) if outs and (stage is None or rows_back) else None
+        data = _rows_ipc(outs) if stage is None or rows_back else None
         staged = self.stages.append(*stage, outs) if stage is not None else 0
         if rows_back:
             return (sent, sum(b.num_rows for b in outs), late, staged), data
