@@ -213,6 +213,20 @@ class _GuardedTransport(TCPTransport):
         if conn is not None and not isinstance(conn, _GuardedConnection):
             self._ldb_guard.install(conn)
 
+    def send(self, node: Any, message: Any) -> bool:
+        """Hold a message back until the connection's key exchange is done.
+
+        pysyncobj marks an outgoing connection CONNECTED before the partner's random key has
+        arrived, so under load Raft could send a frame without the key; the partner then drops
+        it as a failed authentication and closes the connection (a false alarm in its log and
+        counters). Returning False is what pysyncobj does for a connection not yet up: Raft
+        sends again on its next tick.
+        """
+        conn = self._connections.get(node)
+        if self._syncObj.encryptor and conn is not None and not conn.sendRandKey:
+            return False
+        return bool(super().send(node, message))
+
     def _onNodeConnected(self, node: Any) -> None:  # noqa: N802
         addr = str(getattr(node, "address", node))
         if addr not in self._ldb_up:

@@ -101,6 +101,30 @@ def test_pysyncobj_internals_the_guard_overrides_exist() -> None:
     assert hasattr(conn, "_TcpConnection__socket")
 
 
+def test_raft_holds_messages_back_until_the_key_exchange_is_done() -> None:
+    # pysyncobj marks an outgoing connection CONNECTED before the partner's random key came
+    # back; a Raft message sent then goes without the key, and the partner counts and logs it
+    # as a failed authentication (seen under load in tests/raft/test_logs.py).
+    from types import SimpleNamespace
+
+    from pysyncobj.tcp_connection import CONNECTION_STATE
+
+    from laminardb.raft._transport import _GuardedTransport
+
+    sent: list[object] = []
+    conn = SimpleNamespace(state=CONNECTION_STATE.CONNECTED, sendRandKey=None,
+                           send=sent.append)
+    transport = _GuardedTransport.__new__(_GuardedTransport)
+    transport._connections = {"peer": conn}
+    transport._syncObj = SimpleNamespace(encryptor=object())
+    transport._send_random_sleep_duration = 0
+    assert transport.send("peer", {"type": "append_entries"}) is False
+    assert sent == []
+    conn.sendRandKey = b"k" * 32
+    assert transport.send("peer", {"type": "append_entries"}) is True
+    assert sent == [{"type": "append_entries"}]
+
+
 def test_raft_port_refuses_a_2gb_frame_before_buffering(
     raft_cluster: Callable[..., RaftCluster]
 ) -> None:
