@@ -428,6 +428,10 @@ class Bench:
 
     def _record(self, workload: str, actors: int, m: Metered, rows: int, embedded: dict, **extra) -> dict:
         r = {"workload": workload, "actors": actors, "nodes": self.nodes.count, **extra, **m.summary(rows, embedded)}
+        if embedded:  # the actors' CPU per row over each embedded anchor (--embedded-checkpoints)
+            r["actors_over_embedded_by_checkpoints"] = {
+                iv: r["cpu_s_per_mrow"][proc_cpu.ACTOR] / e for iv, e in embedded["cpu_s_per_mrow_by_checkpoints"].items()
+                if e > 0}
         self.results.append(r)
         print_row(r)
         return r
@@ -489,21 +493,29 @@ class Bench:
             with laminardb.open() as w:
                 warm(w)
 
-        out = self.root / "sinks" / f"embedded-{key}.parquet"
-        db = laminardb.open()
-        setup(db, False)
-        sub = db.subscribe_stream(stream, history_rows=None) if subscribe else None
-        if sub is None:
-            db.execute(sink_ddl("out", stream, out))
-        with polls_timed() as poll_s:
-            cpu, wall, _ = embedded_cpu(lambda: drive(db))
-        result = None if sub is None else sub.to_arrow()
-        db.close()
-        if sub is None:
-            result = read_any_sink(out)  # the sink's file is complete once closed
-        e = {"cpu_s": cpu, "wall_s": wall, "rows": rows, "sink": result, "poll_cpu_s": poll_s[0]}
-        print(f"    embedded {key}: {cpu / rows * 1e6:.3f} CPU s per M rows (reading Kafka "
-              f"{poll_s[0] / rows * 1e6:.3f}), {rows / wall:,.0f} rows/s")
+        e: dict = {}
+        for interval in self.args.embedded_checkpoints:
+            # in memory ("off"), or a durable database checkpointing every `interval`, as the
+            # cluster's do: its state writes are then in the anchor too
+            where = ":memory:" if interval == "off" else str(self.root / "embedded" / f"{key}-{interval}")
+            out = self.root / "sinks" / f"embedded-{key}-{interval}.parquet"
+            db = laminardb.open(where, config=None if interval == "off" else {"checkpoint_interval": interval})
+            setup(db, False)
+            sub = db.subscribe_stream(stream, history_rows=None) if subscribe else None
+            if sub is None:
+                db.execute(sink_ddl("out", stream, out))
+            with polls_timed() as poll_s:
+                cpu, wall, _ = embedded_cpu(lambda db=db: drive(db))
+            result = None if sub is None else sub.to_arrow()
+            db.close()  # drive() ends with finish(): a durable one took its last checkpoint in the timing
+            if sub is None:
+                result = read_any_sink(out)  # the sink's file is complete once closed
+            print(f"    embedded {key}, checkpoints {interval}: {cpu / rows * 1e6:.3f} CPU s per M rows "
+                  f"(reading Kafka {poll_s[0] / rows * 1e6:.3f}), {rows / wall:,.0f} rows/s")
+            if not e:  # the first is the anchor: its rows are the ones compared, its CPU the ratio's
+                e = {"cpu_s": cpu, "wall_s": wall, "rows": rows, "sink": result, "poll_cpu_s": poll_s[0],
+                     "checkpoints": interval, "cpu_s_per_mrow_by_checkpoints": {}}
+            e["cpu_s_per_mrow_by_checkpoints"][interval] = cpu / rows * 1e6
         self._embedded[key] = e
         return e
 
@@ -801,7 +813,10 @@ def print_row(r: dict) -> None:
     print(f"    {r['workload']:<20} {r['actors']} actor(s), ckpt {r.get('checkpoints')}: {r['rows_per_s']:>11,.0f} rows/s; "
           f"CPU s/M rows " + ", ".join(f"{k} {c[k]:.3f}" for k in COLUMNS)
           + f"; busiest non-actor {b.get('kind')} ({b.get('name')}) {b.get('cpu_s_per_mrow', 0):.3f}; "
-          f"ceiling {_fmt(r['scale_ceiling'])}; actors/embedded {_fmt(r.get('actors_over_embedded'))}; "
+          f"ceiling {_fmt(r['scale_ceiling'])}; actors/embedded "
+          + (", ".join(f"{_fmt(v)} (embedded checkpoints {iv})"
+                       for iv, v in r["actors_over_embedded_by_checkpoints"].items())
+             if r.get("actors_over_embedded_by_checkpoints") else _fmt(r.get("actors_over_embedded"))) + "; "
           f"{r['epochs']} checkpoints, coordinator+spark {_fmt(r['coordinator_cpu_s_per_epoch'])} CPU s each; "
           f"load {r['load'][0]} → {r['load'][1]}"
           + "; actors per M rows: " + ", ".join(f"{k} {v:.2f}" for k, v in (r.get("actor_split") or {}).items())
@@ -871,6 +886,9 @@ def main() -> int:
                     help="with --nodes > 1: let worker-node actors read the head's shared-memory ring "
                          "(they share this machine); default: Ray objects, as on separate machines")
     ap.add_argument("--batch-rows", type=_count, default=65_536)
+    ap.add_argument("--embedded-checkpoints", default="off",
+                    help="the embedded anchors, comma-separated: off (in memory) or a checkpoint interval "
+                         "of a durable database (10s: as the cluster runs); the first is the one compared")
     ap.add_argument("--idle-s", type=float, default=5.0, help="idle baseline: seconds sampled with no database")
     ap.add_argument("--json", default=None, help="write every figure to this file")
     ap.add_argument("--dir", default=None, help="work directory (default: a temp dir, removed)")
@@ -886,6 +904,7 @@ def main() -> int:
     args.subscribers = [int(x) for x in args.subscribers.split(",")]
     args.by_reference = [x.strip() == "on" for x in args.by_reference.split(",")]
     args.subs_cases = [x.strip() for x in args.subs_cases.split(",")]
+    args.embedded_checkpoints = [x.strip() for x in args.embedded_checkpoints.split(",") if x.strip()]
 
     import ray
 

@@ -83,6 +83,10 @@ _LONG = (
     "tests/connectors/test_iceberg_sink.py::test_sigkill_loop_gives_the_unbroken_answer",
     "tests/operators/test_snapshot.py", "tests/operators/test_one_row_agg.py",
     "tests/engine/test_missing_extras.py", "tests/test_cli_more.py",
+    "tests/coordinator/test_executor_sinks.py", "tests/coordinator/test_spark_job.py",
+    "tests/connectors/test_postgres_sink.py",
+    "tests/engine/test_laminardb_forms.py::test_session_allowed_lateness_follows_flink",
+    "tests/engine/test_laminardb_forms.py::test_stream_allowed_lateness_follows_flink",
 )
 
 
