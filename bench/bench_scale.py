@@ -19,6 +19,9 @@ other process under this one is Ray's. Reported per run: CPU s per million rows 
 rows/s (wall), the busiest non-actor process and the **scale ceiling** = the actors' CPU per
 row ÷ that process's CPU per row. The same SQL runs in this process on ``laminardb.open()``
 (in memory) in the same bench; ``actors/embedded`` is the actors' CPU per row over its.
+``--embedded-checkpoints off,10s`` adds a durable embedded database checkpointing every 10 s,
+as the cluster's do (``finish()`` takes the last checkpoint inside the timing in both): the
+like-for-like anchor for the issue's "≤ 1.5× the embedded engine, with checkpoints every 10 s".
 
 Workloads (``--workloads``, comma-separated):
 
