@@ -63,8 +63,9 @@ def unit_of(nodeid: str) -> str | None:
 # so three more Delta files (plan trees, direct inserts, the Spark merge) moved here for margin.
 # On 2026-12-07 CI's quick tier took 25 minutes (15 here, 1,633 tests). The files listed last
 # moved here, and the quick tier took 8:56 (1,465 tests; Ray unit 441 s, the rest 567 s). The
-# long tier took 29:54 before the last five moved (221 tests). Its Ray unit is its critical
-# path, and its other worker idles for about 1,000 s, so non-Ray files cost it no wall time.
+# long tier took 29:54 before the last five moved (221 tests), 31:23 after (241). Its Ray unit
+# is its critical path, and its other worker idles for about 1,000 s, so non-Ray files cost
+# it little wall time.
 # The quick tier still has a killed actor, a killed head and a rescale that must stay exactly
 # once (tests/delta/test_subscription_pump.py, test_actor_stages.py, test_database.py), so a
 # change that breaks recovery fails there too.
