@@ -517,7 +517,7 @@ class Bench:
                   f"(reading Kafka {poll_s[0] / rows * 1e6:.3f}), {rows / wall:,.0f} rows/s")
             if not e:  # the first is the anchor: its rows are the ones compared, its CPU the ratio's
                 e = {"cpu_s": cpu, "wall_s": wall, "rows": rows, "sink": result, "poll_cpu_s": poll_s[0],
-                     "checkpoints": interval, "cpu_s_per_mrow_by_checkpoints": {}}
+                     "cpu_s_per_mrow_by_checkpoints": {}}
             e["cpu_s_per_mrow_by_checkpoints"][interval] = cpu / rows * 1e6
         self._embedded[key] = e
         return e

@@ -18,12 +18,14 @@ import struct
 import time
 import zlib
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import pytest
 from pysyncobj.encryptor import getEncryptor
-from pysyncobj.tcp_connection import TcpConnection
+from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection
 
 from laminardb.raft import RaftClient
+from laminardb.raft._transport import _GuardedTransport
 from tests._services.procs import wait_until
 from tests._services.raft import RaftCluster
 
@@ -105,12 +107,6 @@ def test_raft_holds_messages_back_until_the_key_exchange_is_done() -> None:
     # pysyncobj marks an outgoing connection CONNECTED before the partner's random key came
     # back; a Raft message sent then goes without the key, and the partner counts and logs it
     # as a failed authentication (seen under load in tests/raft/test_logs.py).
-    from types import SimpleNamespace
-
-    from pysyncobj.tcp_connection import CONNECTION_STATE
-
-    from laminardb.raft._transport import _GuardedTransport
-
     sent: list[object] = []
     conn = SimpleNamespace(state=CONNECTION_STATE.CONNECTED, sendRandKey=None,
                            send=sent.append)
