@@ -34,6 +34,9 @@ Workloads (``--workloads``, comma-separated):
   closed windows merged on the key owners, who stage the sink's rows (the default), merged
   on the owners with the rows staged by the head (``actor_stages=False``), and merged by
   the head (``owner_merge=False``, as before): labels ``+head-stage`` and ``+head-merge``.
+  ``merge-calls`` (label ``+merge-calls``): the owners merge and stage, but each close's
+  merge is a call of its own to every owner (``fold_merges=False``, as before the merges
+  rode with the owners' next batch call).
 - ``kafka-agg``: the same rows as JSON in Tansu (2 partitions, produced before timing) →
   the same query → FILE sink, checkpoints every 1 s; timed: ``start()`` until every message
   is ingested, then ``flush()`` + ``finish()``.
@@ -106,6 +109,7 @@ from bench_nexmark_cluster import _count, _digest  # noqa: E402
 #: ``--global-phases``: label suffix and database config of each
 _PHASES = {"actors": ("", {}), "owners": ("+head-stage", {"actor_stages": False}),
            "head": ("+head-merge", {"owner_merge": False}),
+           "merge-calls": ("+merge-calls", {"fold_merges": False}),
            "head-snapshots": ("+head-snapshots", {"actor_snapshots": False})}
 WORKLOADS = ("insert-agg", "kafka-agg", "kafka-nexmark", "ckpt-q20", "kafka-subs", "kafka-idle", "subs-alone")
 #: subs-alone: a stateless query over the kafka-agg topic (about half its rows pass)
@@ -874,7 +878,7 @@ def main() -> int:
     ap.add_argument("--global-phases", default="actors",
                     help="insert-agg, kafka-agg (and kafka-nexmark: actors, owners): where closed windows merge and their sink rows are staged: "
                          "actors (owners merge and stage), owners (owners merge, the head stages), head (the head "
-                         "merges and stages); comma-separated")
+                         "merges and stages), merge-calls (actors, with a call per close's merge); comma-separated")
     ap.add_argument("--kafka-rows", type=_count, default=300_000, help="kafka-agg messages")
     ap.add_argument("--events", type=_count, default=100_000, help="kafka-nexmark events")
     ap.add_argument("--q20-events", type=_count, default=300_000, help="ckpt-q20 events")

@@ -27,6 +27,7 @@ from laminardb.cluster.actor_pool import _CALL_TIMEOUT_S, _PROBE_TIMEOUT_S, Acto
 from laminardb.cluster.distributed_operator import (
     COALESCE_MAX,
     DEFAULT_MAX_IN_FLIGHT,
+    MERGE_WAIT_S,
     DistributedOperator,
 )
 from laminardb.cluster.exceptions import ActorLostError, ActorTimeoutError, ClusterStartError
@@ -73,6 +74,9 @@ class ClusterBackend:
         self._actor_snapshots = config_flag((config or {}).get("actor_snapshots", True))
         #: local-global aggregates merge on the key owners (``owner_merge.py``); False: here
         self._owner_merge = config_flag((config or {}).get("owner_merge", True))
+        #: the owners' merges of closes whose rows they stage ride with their next batch call
+        #: (``DistributedOperator._defer_merges``); False: one call per owner per close
+        self._fold_merges = config_flag((config or {}).get("fold_merges", True))
         #: set by the database head, whose subscribers take rows by reference: their clients
         #: fetch the rows (``HeadSubscription``) — else subscribers in this process read them
         #: (config ``rows_by_reference=False``: every subscriber's rows are decoded here, and a
@@ -176,6 +180,7 @@ class ClusterBackend:
         self._rows_by_reference(name, op)
         op.wake = self._wake_drainer
         op.owner_merge = self._owner_merge
+        op.fold_merges = self._fold_merges
         if op.mode == "local_global" and op.owner_merge and (
                 route := self._actor_stage_route(name, beside_subscribers=self.subscribers_by_reference)) is not None:
             op.merger.stage_route = route
@@ -427,7 +432,8 @@ class ClusterBackend:
         m["cluster"]["partial_merge"] = {
             name: {"merged_at_head": op.merger.rows_merged,
                    "merged_on_actors": op.merger.rows_merged_on_actors,
-                   "staged_on_actors": op.merger.rows_staged_on_actors, "to_spark": op.merger.rows_routed}
+                   "staged_on_actors": op.merger.rows_staged_on_actors, "to_spark": op.merger.rows_routed,
+                   "merges_folded": op.merges_folded}
             for name, node in self.reactor.nodes.items()
             if (op := node.op) is not None and hasattr(getattr(op, "merger", None), "rows_routed")}
         # plan trees: the head's scheduling work, and where the root's rows went
@@ -518,13 +524,18 @@ class _Drainer:
         lock = self.backend.reactor.lock
         while not self._stop.is_set():
             self._work.clear()  # before looking: a round queued after this line wakes the wait below
+            due = False
             with lock:
                 for op in self.backend.operators():
                     if op.open and not op.pending:
                         op.collect_ready()  # sends the batches held back
+                    try:
+                        due = op.flush_stale_merges() or due
+                    except Exception as e:  # noqa: BLE001 - as below: the next call raises it
+                        self.error = e
                 rounds = [r for op in self.backend.operators() if (r := op.oldest_futures())]
             if not rounds:
-                self._work.wait(self._NAP_S)
+                self._work.wait(MERGE_WAIT_S if due else self._NAP_S)
                 continue
             # wait until a round has every answer: waiting for any one answer would return at
             # once, again and again, while one actor of a round has answered and another not

@@ -28,6 +28,7 @@ for each round before ``process`` returns, exactly like the embedded engine.
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ from laminardb.sql.plan import QueryPlan
 DEFAULT_MAX_IN_FLIGHT = 4
 #: batches sent in one call per actor while the actors are busy (fewer Ray calls per batch)
 COALESCE_MAX = 4
+#: the longest an owner's merge waits in the head for a batch call to ride with
+MERGE_WAIT_S = 0.5
 Deliver = Callable[[list[pa.RecordBatch], "pa.RecordBatch | None"], None]
 
 
@@ -70,6 +73,10 @@ class _Round:
     #: (waited for again, not sent again: an owner that answered has staged its rows)
     done: list = field(default_factory=list)
     merging: tuple | None = None
+    #: the owners' merges folded into its calls, by actor (their answers are (answer, counts))
+    merges: dict[int, list] = field(default_factory=dict)
+    merges_sink: Any = None  # the sink those merges stage rows for
+    merges_counted: bool = False  # once: a round may be collected again
 
 
 @dataclass
@@ -117,11 +124,14 @@ class RowsByReference:
         return (sink is not None and self.has_subscribers()) or self.subscribers_alone()
 
 
-def start_calls(actors: list, calls: list[tuple[int, str, tuple]], back: bool) -> tuple[list[Any], list[Any] | None]:
+def start_calls(actors: list, calls: list[tuple[int, str, tuple]], back: bool,
+                merges: dict[int, list] | None = None) -> tuple[list[Any], list[Any] | None]:
     """Start each (actor, method, args). ``back``: each call returns its rows as a second
-    value (``num_returns=2``), not fetched here: (the answers' futures, the rows' references)."""
+    value (``num_returns=2``), not fetched here: (the answers' futures, the rows' references).
+    ``merges``: the owners' merges folded into these calls, by actor (``_take_due``)."""
     if not back:
-        return [getattr(actors[a], method).remote(*args) for a, method, args in calls], None
+        return [getattr(actors[a], method).remote(*args, **({"merges": merges[a]} if merges and a in merges else {}))
+                for a, method, args in calls], None
     pairs = [getattr(actors[a], method).options(num_returns=2).remote(*args, rows_back=True)
              for a, method, args in calls]
     return [meta for meta, _ in pairs], [rows for _, rows in pairs]
@@ -172,6 +182,15 @@ class DistributedOperator(SnapshotParts, RowsByReference):
         self.fetched_to_client = 0  # actor-read batches that had to come through the client
         self.rows_by_ref = 0  # output rows handed to subscribers by reference, not decoded here
         self._closed_at: tuple[int, list[pa.RecordBatch]] | None = None
+        #: local-global: closes' partials not merged yet, by owner, as (stage, payloads) — folded
+        #: into the owner's next batch call (``_take_due``), or sent by ``drain`` (config
+        #: ``fold_merges``; False: each close's merge is a call of its own, as before)
+        self.fold_merges = True
+        self._due: dict[int, list[tuple]] = {}
+        self._due_since = 0.0  # monotonic time the oldest due merge was kept
+        self._flushing: list[tuple] = []  # due merges sent by ``_flush_due``, not yet answered
+        self._due_sink: Any = None  # the sink whose stage files the due merges append to
+        self.merges_folded = 0  # closes' merge calls saved (metrics, tests)
         self.merger = None
         if self.mode in ("partial", "local_global"):
             from laminardb.cluster.partial import KeyedPartialMerger, PartialMerger
@@ -245,8 +264,68 @@ class DistributedOperator(SnapshotParts, RowsByReference):
         """Start a round's calls: with the rows back by reference when they go to subscribers
         alone (``process`` only: a partial aggregate's rows are merged here)."""
         back = self._method == "process" and self.subscribers_alone()
-        futures, refs = start_calls(self.cluster.actors, calls, back)
-        return _Round(self._method, [a for a, _, _ in calls], futures, wm_next, slots or [], rows_refs=refs)
+        targets = [a for a, _, _ in calls]
+        merges = self._take_due(targets) if not back else {}
+        futures, refs = start_calls(self.cluster.actors, calls, back, merges)
+        return _Round(self._method, targets, futures, wm_next, slots or [], rows_refs=refs, merges=merges,
+                      merges_sink=self._due_sink)
+
+    def _take_due(self, targets: list[int]) -> dict[int, list]:
+        """The due merges of these actors, to ride with the calls about to go to them."""
+        merges = {a: self._due.pop(a) for a in targets if a in self._due}
+        self.merges_folded += sum(len(m) for m in merges.values())
+        if merges and self._due:
+            self._due_since = time.monotonic()  # what is left waits from now (for another owner)
+        return merges
+
+    def flush_stale_merges(self) -> bool:
+        """Send the due merges kept for ``MERGE_WAIT_S`` or more (no batch call came for
+        their owners to carry them: the stream paused), so each owner's stage file is at most
+        that far behind; True while merges are still due or unanswered (the drainer looks
+        again soon)."""
+        if (self._due and time.monotonic() - self._due_since >= MERGE_WAIT_S) or self._flushing:
+            self._flush_due(wait=False)  # never waits: a paused owner must not hold the engine's lock
+        return bool(self._due or self._flushing)
+
+    def _defer_merges(self, stages: dict[int, Any], by_owner: dict[int, list], sink) -> None:
+        """Keep one close's merges for the owners' next calls: its rows go only to the stage
+        files of ``sink`` on the owners, which nobody reads before the checkpoint's barrier,
+        and ``drain`` (which every barrier and read runs first) sends what is still due."""
+        if self._due and self._due_sink is not sink:
+            self._flush_due()  # the sink changed: the earlier merges go to the earlier one's files
+        if not self._due:
+            self._due_since = time.monotonic()
+        self._due_sink = sink
+        for a, payloads in by_owner.items():
+            self._due.setdefault(a, []).append((stages[a], payloads))
+
+    def _flush_due(self, wait: bool = True) -> None:
+        """Send every due merge now, one call per owner (``drain``), and count the answers:
+        all of them (``wait``), else those already in. Calls that time out are waited for
+        again by the next flush, never sent again."""
+        if self._due:
+            due, self._due = self._due, {}
+            owners = sorted(due)
+            futures = [self.cluster.actors[a].merge_many.remote(self.name, due[a]) for a in owners]
+            self._flushing.append((owners, futures, self._due_sink))
+        while self._flushing:
+            owners, futures, sink = self._flushing[0]
+            if not wait and not self.cluster.ready(futures):
+                return
+            counts = self.cluster.gather(owners, futures, "merge_closed")
+            self._flushing.pop(0)
+            self._count_merged(counts, sink)
+
+    def _count_merged(self, counts: list[tuple[int, int]], sink, *, emitted: bool = True) -> None:
+        """Count (partial rows merged, rows staged) per owner's answer; staged rows are the
+        query's output, written to ``sink`` by the actors."""
+        self.merger.rows_merged_on_actors += sum(n for n, _ in counts)
+        staged = sum(s for _, s in counts)
+        if staged:
+            self.merger.rows_staged_on_actors += staged
+            sink.written_by_actors(staged)
+            if emitted:
+                self.emitted_elsewhere(staged)
 
     def _ship(self, batch: pa.RecordBatch, targets: list[int]) -> tuple[Any, list[int]]:
         return ship(self.ring, batch, targets)
@@ -336,6 +415,16 @@ class DistributedOperator(SnapshotParts, RowsByReference):
     def _collect(self, rnd: _Round) -> list[tuple[list[pa.RecordBatch], pa.RecordBatch | None, list[pa.RecordBatch]]]:
         """Per batch of the round: outputs, late rows and closed windows, merged across actors."""
         results = self.cluster.gather(rnd.targets, rnd.futures, rnd.method)
+        if rnd.merges:  # the calls that carried merges answer (answer, counts)
+            results = list(results)
+            counts = []
+            for i, a in enumerate(rnd.targets):
+                if a in rnd.merges:
+                    results[i], done = results[i]
+                    counts.append(done)
+            if not rnd.merges_counted:
+                rnd.merges_counted = True
+                self._count_merged(counts, rnd.merges_sink)
         for slot in rnd.slots:  # every actor has answered: nobody reads these slots any more
             self.ring.release(slot)
         rnd.slots = []  # once: a round collected again (its owners' merge timed out) has none
@@ -433,6 +522,9 @@ class DistributedOperator(SnapshotParts, RowsByReference):
                 stages = {a: (actor_stage_dir(sink.stage.dir, self.cluster.members[a]), sink.schema_ipc)
                           for a in owners}
             back = self.rows_back(sink)
+            if sink is not None and not back and self.fold_merges:  # nobody here needs the rows
+                self._defer_merges(stages, by_owner, sink)
+                return []
             futures, refs = start_calls(self.cluster.actors, [(a, "merge_closed", (self.name, stages[a], *by_owner[a]))
                                                               for a in owners], back)
             calls = (owners, futures, refs, sink, back)
@@ -445,13 +537,8 @@ class DistributedOperator(SnapshotParts, RowsByReference):
             raise
         if rnd is not None:
             rnd.merging = None
-        merger.rows_merged_on_actors += sum(n for n, _, _ in answers)
-        staged = sum(n for _, _, n in answers)
-        if staged:
-            merger.rows_staged_on_actors += staged
-            sink.written_by_actors(staged)
-            if not back:  # else counted as the subscribers get them
-                self.emitted_elsewhere(staged)
+        # rows sent back are counted as emitted when the subscribers get them
+        self._count_merged([(n, s) for n, _, s in answers], sink, emitted=not back)
         if refs is None:
             return in_window_order([windows for _, windows, _ in answers])
         self._hand_on(in_window_order([by_reference(windows, ref) for (_, windows, _), ref in zip(answers, refs, strict=True)]))
@@ -467,6 +554,8 @@ class DistributedOperator(SnapshotParts, RowsByReference):
         except Exception:
             self.pending.clear()  # the actors' state is gone (ActorLostError): nothing to wait for
             self.open.clear()
+            self._due.clear()
+            self._flushing.clear()
             raise
         for outs, late, closed in per_batch:
             self.deliver(outs, late)
@@ -478,6 +567,7 @@ class DistributedOperator(SnapshotParts, RowsByReference):
         self._submit_open()
         while self.pending:
             self._deliver_oldest()
+        self._flush_due()
 
     def collect_ready(self) -> None:
         """Deliver the oldest deferred rounds that have finished (never waits); send the
@@ -554,6 +644,8 @@ class DistributedOperator(SnapshotParts, RowsByReference):
             raise SnapshotFormatError(f"query {self.name!r}: not a cluster state snapshot (format "
                                       f"{doc.get('format')!r} v{doc.get('version')!r})")
         parts = actor_parts(self, doc)
+        self._due.clear()  # merges of closes before the state now restored
+        self._flushing.clear()
         partial = self.merger is not None
         n = self.cluster.n_actors
         targets, futures = [], []

@@ -186,11 +186,15 @@ class ReactorActorImpl:
     def can_read_shm(self, path: str) -> bool:
         return self.shm.can_read(path)
 
-    def process_many(self, method: str, node: str, items: list[tuple], rows_back: bool = False) -> list | tuple:
+    def process_many(self, method: str, node: str, items: list[tuple], rows_back: bool = False,
+                     merges: list | None = None) -> list | tuple:
         """Several batches in one call (sent while this actor was busy), run one by one
         exactly as separate ``process``/``process_partial`` calls would. ``rows_back``
         (``process`` only): (each batch's metadata, every batch's rows in one IPC stream, in
-        order), as ``process`` says."""
+        order), as ``process`` says. ``merges``: as ``process_partial`` says."""
+        if merges:
+            done = self.merge_many(node, merges)
+            return self.process_many(method, node, items, rows_back), done
         if rows_back:
             metas, batches = [], []
             with self._busy():
@@ -204,10 +208,16 @@ class ReactorActorImpl:
                 for wm_before, mode, wm_next, data in items]
 
     def process_partial(self, node: str, wm_before: int, mode: str, wm_next: int | None,
-                        *data) -> tuple[bytes | None, bytes | None, bytes | None]:
+                        *data, merges: list | None = None) -> tuple:
         """Unkeyed aggregate: fold rows in (``mode``/``data`` as in ``_rows``); return late
         rows, the partials of the groups touched and (with ``wm_next``) of the windows that
-        closes."""
+        closes. ``merges``: earlier closes' partials this actor owns, which the head folded
+        into this call instead of calling ``merge_closed`` for each (``owner_merge.py``):
+        merged and staged first; the answer is then (that answer, (partial rows merged, rows
+        staged))."""
+        if merges:
+            done = self.merge_many(node, merges)
+            return self.process_partial(node, wm_before, mode, wm_next, *data), done
         from laminardb.cluster.partial import PartialState
         from laminardb.sql.arrays import numeric_view
 
@@ -271,6 +281,21 @@ class ReactorActorImpl:
             if stage is None:
                 return merged, [(ws, to_ipc(b)) for ws, b in windows], 0
             return merged, [], staged
+
+    def merge_many(self, node: str, merges: list) -> tuple[int, int]:
+        """``merge_closed`` for each (stage, payloads) the head folded into a batch's call,
+        in close order: (partial rows merged, rows staged). Parts sent as object references
+        are nested in ``merges``, so Ray did not fetch them: fetched here in one call."""
+        import ray
+
+        refs = [p for _, payloads in merges for p in payloads if isinstance(p, ray.ObjectRef)]
+        fetched = dict(zip(refs, ray.get(refs), strict=True)) if refs else {}
+        merged = staged = 0
+        for stage, payloads in merges:
+            n, _, s = self.merge_closed(node, stage, *(fetched.get(p, p) if isinstance(p, ray.ObjectRef) else p
+                                                       for p in payloads))
+            merged, staged = merged + n, staged + s
+        return merged, staged
 
     def seal_stage(self, directory: str, epoch: int) -> tuple[str, int] | None:
         """The barrier of checkpoint ``epoch`` for the sink rows staged in ``directory``."""
