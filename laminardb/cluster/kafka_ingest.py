@@ -14,10 +14,14 @@ cluster closes windows exactly when one consumer of all partitions would.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from laminardb.cluster.remote_rows import RemoteRows
 
 _METADATA_TIMEOUT_S = 15.0
+#: how long an actor's poll waits for records when it has none (it answers as soon as it
+#: reads some): the head's Ray calls per second on an idle source, per reading actor
+ACTOR_POLL_WAIT_MS = 500
 
 
 def topic_partitions(options: dict[str, str]) -> list[int]:
@@ -72,6 +76,15 @@ def _merged_position(state: dict) -> dict:
     return {"v": 1, "topic": topic, "offsets": offsets, "watermarks": {"max": maxes, "emitted": None}}
 
 
+def _share(position: dict, partitions: list[int]) -> dict:
+    """The part of a merged position (``_merged_position``) for ``partitions``."""
+    keep = {str(p) for p in partitions}
+    maxes = (position.get("watermarks") or {}).get("max") or {}
+    return {"v": 1, "topic": position.get("topic"),
+            "offsets": {p: o for p, o in (position.get("offsets") or {}).items() if str(p) in keep},
+            "watermarks": {"max": {p: m for p, m in maxes.items() if str(p) in keep}, "emitted": None}}
+
+
 def combine(states: dict[int, tuple[int | None, bool]]) -> int | None:
     """Source watermark candidate from per-partition (wm_p, idle) states."""
     active = [wm for wm, idle in states.values() if not idle]
@@ -97,6 +110,7 @@ class ClusterKafkaSource:
         for p, a in zip(parts, partition_owners(len(parts), cluster.n_actors), strict=True):
             self.assignment.setdefault(a, []).append(p)
         self._actors = sorted(self.assignment)
+        self._unknown = {a: {p: (None, False) for p in ps} for a, ps in self.assignment.items()}
         self._emitted: int | None = None
         self._failing: tuple[float, str] | None = None  # the readers' fetch failures, last poll
         self._warnings: list[str] = []  # the readers' offset resets, not taken yet
@@ -105,6 +119,12 @@ class ClusterKafkaSource:
         #: actor → what its last poll said of its consumer (lag per partition, dead letters):
         #: ``metrics()`` reads these, never an actor (a paused one would hold it up)
         self._health: dict[int, dict] = {}
+        #: actor → its partitions' (watermark, idle) states as of its last poll; unknown (and
+        #: so holding the source's watermark back) until that actor's first answer
+        self._states: dict[int, dict[int, tuple[int | None, bool]]] = {}
+        #: actor → (its poll now in flight, when it was sent): each actor polls on its own, so
+        #: one with records never waits for one without (``poll``)
+        self._inflight: dict[int, tuple[Any, float]] = {}
         resume = None
         if restore_state is not None:
             resume = json.dumps(_merged_position(restore_state))
@@ -113,6 +133,11 @@ class ClusterKafkaSource:
 
     def start(self, resume: str | None = None) -> None:
         """(Re)start reading on the actors; ``resume``: a merged position (JSON) to go on from."""
+        self._inflight.clear()  # answers of the reading before: their rows are read again
+        self._states = {a: dict(ps) for a, ps in self._unknown.items()}
+        # until an actor answers, a checkpoint keeps its partitions where the reading resumed
+        base = json.loads(resume) if resume is not None else None
+        self._positions = {a: _share(base, ps) for a, ps in self.assignment.items()} if base is not None else {}
         self.cluster.call_each(self._actors, "start_kafka_all", self.name, json.dumps(self.options),
                                json.dumps({str(a): ps for a, ps in self.assignment.items()}), resume)
 
@@ -123,23 +148,56 @@ class ClusterKafkaSource:
                 "actors": {str(a): p for a, p in self._positions.items()}}
 
     def poll(self, timeout_ms: int = 100) -> tuple[RemoteRows | None, int | None]:
-        """The rows read by every actor — left on the actors (``RemoteRows``) — and the
-        source watermark candidate."""
-        results = self.cluster.call_each(self._actors, "poll_kafka", self.name, timeout_ms,
-                                         list(self.routed_queries()))
-        states = {}
-        for a, (desc, part_states, position) in zip(self._actors, results, strict=True):
-            states.update({int(p): (wm, idle) for p, (wm, idle) in part_states.items()})
+        """The rows read by the actors whose polls answered within ``timeout_ms`` — left on
+        the actors (``RemoteRows``) — and the source watermark candidate.
+
+        Every reading actor has one poll in flight, which waits up to ``ACTOR_POLL_WAIT_MS``
+        on the actor and answers as soon as it reads records; this takes the answers that
+        are in and sends those actors their next poll on the next call. So an actor with
+        records never waits for one without, and an idle source costs each reading actor
+        two calls a second, not ten. The position a checkpoint keeps is each actor's as of
+        its last answer taken here: the rows of a poll still in flight are read again after
+        a restore."""
+        import time
+
+        import ray
+
+        routed = list(self.routed_queries())
+        for a in self._actors:
+            if a not in self._inflight:
+                ref = self.cluster.actors[a].poll_kafka.remote(self.name, ACTOR_POLL_WAIT_MS, routed)
+                self._inflight[a] = (ref, time.monotonic())
+        refs = [self._inflight[a][0] for a in self._actors]
+        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_ms / 1000.0)
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = set(ready)
+        answered = [a for a in self._actors if self._inflight[a][0] in done]
+        self._raise_if_stuck(answered)
+        results = self.cluster.gather(answered, [self._inflight.pop(a)[0] for a in answered], "poll_kafka")
+        for a, (desc, part_states, position) in zip(answered, results, strict=True):
+            self._states[a] = {int(p): (wm, idle) for p, (wm, idle) in part_states.items()}
             self._positions[a] = position
             self._health[a] = desc
-        wm = combine(states)
+        wm = combine({p: st for states in self._states.values() for p, st in states.items()})
         if wm is not None and (self._emitted is None or wm > self._emitted):
             self._emitted = wm
-        polls = [(a, r[0]) for a, r in zip(self._actors, results, strict=True)]
-        failing = [(f[0], f"actor {a}: {f[1]}") for a, p in polls if (f := p.get("failing")) is not None]
+        failing = [(f[0], f"actor {a}: {f[1]}") for a, h in self._health.items() if (f := h.get("failing")) is not None]
         self._failing = max(failing) if failing else None
+        polls = [(a, r[0]) for a, r in zip(answered, results, strict=True)]
         self._warnings += [f"actor {a}: {w}" for a, p in polls for w in p.get("warnings") or ()]
         return RemoteRows.merge(self.schema, polls, self.cluster.n_actors), self._emitted
+
+    def _raise_if_stuck(self, answered: list[int]) -> None:
+        """An actor whose poll has not answered within its wait plus ``actor_call_timeout``
+        (paused, or overloaded) fails this poll as a slow call does (``ActorTimeoutError``;
+        the source shows ``error``); its poll stays in flight and is looked at again."""
+        import time
+
+        late = ACTOR_POLL_WAIT_MS / 1000.0 + self.cluster.call_timeout
+        stuck = [a for a in self._actors if a not in answered and time.monotonic() - self._inflight[a][1] > late]
+        if stuck:
+            self.cluster.gather(stuck, [self._inflight[a][0] for a in stuck], "poll_kafka", timeout=0)
 
     def lag(self) -> int:
         return sum(self.cluster.call_each(self._actors, "kafka_lag", self.name))
@@ -178,6 +236,7 @@ class ClusterKafkaSource:
         return {"assignment": {str(a): ps for a, ps in self.assignment.items()}}
 
     def close(self) -> None:
+        self._inflight.clear()
         try:
             self.cluster.call_each(self._actors, "stop_kafka", self.name)
         except Exception:  # noqa: BLE001 - closing after an actor died must not raise
