@@ -125,6 +125,7 @@ class ClusterKafkaSource:
         #: actor → (its poll now in flight, when it was sent): each actor polls on its own, so
         #: one with records never waits for one without (``poll``)
         self._inflight: dict[int, tuple[Any, float]] = {}
+        self._had_rows: dict[int, bool] = {}  # actor → whether its last answer had records
         resume = None
         if restore_state is not None:
             resume = json.dumps(_merged_position(restore_state))
@@ -168,14 +169,21 @@ class ClusterKafkaSource:
                 ref = self.cluster.actors[a].poll_kafka.remote(self.name, ACTOR_POLL_WAIT_MS, routed)
                 self._inflight[a] = (ref, time.monotonic())
         refs = [self._inflight[a][0] for a in self._actors]
-        ready, _ = ray.wait(refs, num_returns=1, timeout=timeout_ms / 1000.0)
-        if ready:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        # wait for the actors that had records last time, together (one round of the engine's
+        # work — tree steps, Ray calls — for all their rows, as one poll round was), never for
+        # one that had none; with none expected, for the first answer
+        expect = [self._inflight[a][0] for a in self._actors if self._had_rows.get(a, True)]
+        if expect:
+            ray.wait(expect, num_returns=len(expect), timeout=timeout_ms / 1000.0)
+        else:
+            ray.wait(refs, num_returns=1, timeout=timeout_ms / 1000.0)
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         done = set(ready)
         answered = [a for a in self._actors if self._inflight[a][0] in done]
         self._raise_if_stuck(answered)
         results = self.cluster.gather(answered, [self._inflight.pop(a)[0] for a in answered], "poll_kafka")
         for a, (desc, part_states, position) in zip(answered, results, strict=True):
+            self._had_rows[a] = bool(desc["rows"])
             self._states[a] = {int(p): (wm, idle) for p, (wm, idle) in part_states.items()}
             self._positions[a] = position
             self._health[a] = desc

@@ -2,8 +2,9 @@
 
 Why it matters: one poll round used to go to every reading actor and wait for all of them, so
 an actor with records waited for the ones without, and an idle source cost the head ten Ray
-calls a second per actor. The checks are about order, not time: the empty actor's poll waits
-20 s here, and the rows of the other come in meanwhile. Two rules keep it exactly-once
+calls a second per actor. Now an actor's records wait for another actor's poll one poll
+interval at most. The checks are about order, not time: the empty actor's poll waits 20 s
+here, and the rows of the other come in meanwhile. Two rules keep it exactly-once
 and keep event time right: a partition whose actor has not answered yet holds the source's
 watermark back, and a checkpoint keeps such a partition where the reading resumed.
 """
@@ -39,7 +40,7 @@ def _produce(bootstrap: str, partition: int, rows: list[dict]) -> None:
 
 
 @pytest.mark.integration
-def test_an_actor_with_records_never_waits_for_one_without(ray_local, kafka_broker, monkeypatch):  # noqa: F811
+def test_an_actors_records_do_not_wait_for_an_actor_without(ray_local, kafka_broker, monkeypatch):  # noqa: F811
     monkeypatch.setattr(kafka_ingest, "ACTOR_POLL_WAIT_MS", 20_000)  # the empty actor's poll: 20 s
     bootstrap = kafka_broker.bootstrap
     options = {"brokers": bootstrap, "topic": TOPIC, "format": "json", "offset_reset": "earliest",
