@@ -14,8 +14,9 @@ turns every row into a JVM row and back into Arrow for the Python task (measured
 JVM CPU a row, `bench/README.md`), where pyarrow reads the columns as they are. Spark
 schedules the chunks on its executors and retries a failed one; no row reaches the driver.
 
-Order: a chunk is a run of consecutive row groups of one staged file, keyed by (file index,
-first row). Each chunk becomes one output file; the driver names the outputs in key order,
+Order: a chunk is a run of consecutive row groups, of one staged file or of several in a row
+(a small epoch's files, one per actor, make one chunk), keyed by where it starts: (file
+index, first row). Each chunk becomes one output file; the driver names the outputs in key order,
 so the committed files, read in name order, hold the epoch's rows in staged order — the same
 files for a re-driven epoch, without a sort.
 """
@@ -26,8 +27,8 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -35,31 +36,61 @@ import pyarrow.parquet as pq
 
 from laminardb.checkpoint.stage_files import read_groups, stage_groups
 
-__all__ = ["CHUNK_ROWS", "DeltaFilesTask", "FilePartsTask", "PartitionedPartsTask", "SealTask", "plan_chunks"]
+__all__ = ["CHUNK_ROWS", "MIN_CHUNK_ROWS", "Chunk", "DeltaFilesTask", "FilePartsTask", "PartitionedPartsTask",
+           "SealTask", "chunk_tables", "plan_chunks"]
 
 #: the most rows in one chunk (one output file), as the embedded FILE sink rolls its part files
 CHUNK_ROWS = 1_000_000
+#: the fewest rows in a chunk (unless the epoch has fewer): every Spark task costs the
+#: coordinator 50-100 ms of CPU, its JVM's scheduling and the Python worker's protocol,
+#: whatever it holds, while writing this many rows costs about as much
+#: (bench/README.md, "a small epoch is one Spark task")
+MIN_CHUNK_ROWS = 262_144
 # small row groups (a head appends what each engine batch holds) are written out together
 _WRITE_ROWS = 65_536
 
-Chunk = tuple[int, str, int, int, int]  # (file index, path, first row group, row groups, first row)
+Segment = tuple[str, int, int]  # (staged file, first row group, row groups)
 
 
-def plan_chunks(stage_files: Sequence[str], parallelism: int, *,
-                max_rows: int = CHUNK_ROWS) -> list[Chunk]:
-    """Split the staged files into chunks of whole row groups: about ``parallelism`` per file
-    (every core busy on one big file), at most ``max_rows`` rows each. Reads footers only."""
+class Chunk(NamedTuple):
+    """One task's work and one output file: consecutive row groups, from one staged file or
+    from several in a row. Keyed by where it starts: (file index, first row in that file)."""
+
+    source: int
+    first_row: int
+    segments: tuple[Segment, ...]
+
+
+def plan_chunks(stage_files: Sequence[str], parallelism: int, *, max_rows: int = CHUNK_ROWS,
+                min_rows: int | None = None) -> list[Chunk]:
+    """Split the epoch's staged files, in order, into chunks of whole row groups: about
+    ``parallelism`` of them (every core busy on a big epoch), each of ``min_rows`` to
+    ``max_rows`` rows (``min_rows``: default ``MIN_CHUNK_ROWS``), so a small epoch with many
+    staged files (one per actor) is one task and one output file. Reads footers only; a chunk
+    of no rows is dropped."""
+    min_rows = MIN_CHUNK_ROWS if min_rows is None else min_rows
+    files = [(os.fspath(path), stage_groups(path)) for path in stage_files]
+    total = sum(sum(groups) for _, groups in files)
+    target = max(1, min(max_rows, max(min_rows, math.ceil(total / max(parallelism, 1)))))
     chunks: list[Chunk] = []
-    for i, path in enumerate(stage_files):
-        groups = stage_groups(path)
-        target = max(1, min(max_rows, math.ceil(sum(groups) / max(parallelism, 1))))
-        first_group, rows, first_row = 0, 0, 0
+    segments: list[Segment] = []
+    start: tuple[int, int] | None = None  # (file index, first row) of the open chunk
+    rows = 0
+    for i, (path, groups) in enumerate(files):
+        first_group, file_row = 0, 0
         for g, group_rows in enumerate(groups):
+            if start is None:
+                start = (i, file_row)
             rows += group_rows
-            if rows >= target or g == len(groups) - 1:
-                if rows:
-                    chunks.append((i, os.fspath(path), first_group, g + 1 - first_group, first_row))
-                first_group, first_row, rows = g + 1, first_row + rows, 0
+            file_row += group_rows
+            if rows >= target:
+                segments.append((path, first_group, g + 1 - first_group))
+                chunks.append(Chunk(*start, tuple(segments)))
+                segments, start, rows, first_group = [], None, 0, g + 1
+        if first_group < len(groups):
+            segments.append((path, first_group, len(groups) - first_group))
+    if rows and start is not None:
+        chunks.append(Chunk(*start, tuple(segments)))
     return chunks
 
 
@@ -78,9 +109,9 @@ class _ChunkWriter:
 
     def __call__(self, chunks: Iterator[Chunk]) -> Iterator[tuple[int, int, str, int, int, str]]:
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        for source, path, first_group, groups, first_row in chunks:
+        for source, first_row, segments in chunks:
             handle, rows = self.open_file(schema), 0
-            for table in _tables(path, first_group, groups, schema):
+            for table in chunk_tables(segments, schema):
                 handle.write(table)
                 rows += table.num_rows
             handle.close()
@@ -88,12 +119,13 @@ class _ChunkWriter:
             yield source, first_row, out, rows, size, stats
 
 
-def _tables(path: str, first_group: int, groups: int, schema: pa.Schema) -> Iterator[pa.Table]:
-    """A chunk's rows as tables of about ``_WRITE_ROWS`` rows, cast to ``schema``: small row
-    groups (a head appends what each engine batch holds) are written out together."""
+def chunk_tables(segments: Iterable[Segment], schema: pa.Schema) -> Iterator[pa.Table]:
+    """A chunk's rows, in order, as tables of about ``_WRITE_ROWS`` rows cast to ``schema``:
+    small row groups (a head appends what each engine batch holds) are written out together."""
     held: list[pa.Table] = []
     rows = 0
-    for table in read_groups(path, first_group, groups):
+    groups = (t for path, first, count in segments for t in read_groups(path, first, count))
+    for table in groups:
         held.append(table)
         rows += table.num_rows
         if rows >= _WRITE_ROWS:
@@ -144,10 +176,10 @@ class PartitionedPartsTask:
 
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
         splitter = _Splitter(schema, self.partition_by, self.default_name)
-        for source, path, first_group, groups, first_row in chunks:
+        for source, first_row, segments in chunks:
             key = os.path.join(self.out_dir, f"{source:06d}-{first_row:012d}")
             files: dict[str, Any] = {}
-            for table in _tables(path, first_group, groups, schema):
+            for table in chunk_tables(segments, schema):
                 for batch in table.combine_chunks().to_batches():
                     for rel, rows in splitter.split(batch):
                         sink = files.get(rel)
@@ -177,8 +209,8 @@ class SealTask:
         rows = 0
         with open(self.out_path, "wb") as f:
             with ipc.new_file(f, schema) as w:
-                for _, path, first_group, groups, _ in filter(None, chunks):
-                    for table in _tables(path, first_group, groups, schema):
+                for chunk in filter(None, chunks):
+                    for table in chunk_tables(chunk.segments, schema):
                         w.write_table(table)
                         rows += table.num_rows
             f.flush()

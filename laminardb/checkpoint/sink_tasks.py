@@ -89,13 +89,13 @@ class SinkWriteTask:
         self.spec = spec
 
     def __call__(self, chunks: Iterator[Any]) -> Iterator[int]:
-        from laminardb.checkpoint.epoch_tasks import _tables
+        from laminardb.checkpoint.epoch_tasks import chunk_tables
 
         sink = build_sink(self.spec)
         rows = 0
         try:
-            for _, path, first_group, groups, _ in filter(None, chunks):
-                for table in _tables(path, first_group, groups, self.spec.schema):
+            for chunk in filter(None, chunks):
+                for table in chunk_tables(chunk.segments, self.spec.schema):
                     sink.write(table)
                     rows += table.num_rows
             sink.flush()

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from laminardb.checkpoint import epoch_tasks
 from laminardb.checkpoint.native_epoch import (
     commits_on_executor,
     native_kind,
@@ -55,7 +56,8 @@ def _read(files: list[Path]) -> pa.Table:
     return pa.concat_tables([pq.read_table(p) for p in files])
 
 
-def test_partitioned_epoch_matches_the_embedded_sink_and_a_redrive_is_identical(spark, tmp_path) -> None:
+def test_partitioned_epoch_matches_the_embedded_sink_and_a_redrive_is_identical(spark, tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(epoch_tasks, "MIN_CHUNK_ROWS", 0)  # several chunks: a file per (chunk, partition)
     staged = [_stage(tmp_path / "a.parquet", 0, 3000), _stage(tmp_path / "b.parquet", 3000, 4500)]
     embedded = PartitionedTransactionalFileSink(tmp_path / "embedded", format="parquet", schema=SCHEMA,
                                                 partition_by="k")

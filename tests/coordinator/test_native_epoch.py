@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from laminardb.checkpoint import epoch_tasks
 from laminardb.checkpoint.epoch_tasks import plan_chunks
 from laminardb.checkpoint.native_epoch import SparkDeltaLakeSink, native_kind, write_epoch
 from laminardb.connectors.file_sink import TransactionalFileSink
@@ -52,14 +53,19 @@ def _committed(sink: TransactionalFileSink) -> pa.Table:
 def test_chunks_are_whole_row_groups_in_staged_order(tmp_path) -> None:
     a = _stage(tmp_path / "a.parquet", 0, 1000, group=100)
     b = _stage(tmp_path / "b.parquet", 1000, 1050, group=100)
-    chunks = plan_chunks([a, b], 3)
-    # file a: 10 groups, ~334 rows a chunk → 4 chunks of whole groups; file b: one group
-    assert [(c[0], c[2], c[3], c[4]) for c in chunks] == [
-        (0, 0, 4, 0), (0, 4, 4, 400), (0, 8, 2, 800), (1, 0, 1, 0)]
+    # no floor: 1,050 rows over 3 → 350 a chunk, in whole groups; the last runs on into file b
+    assert plan_chunks([a, b], 3, min_rows=0) == [
+        (0, 0, ((a, 0, 4),)), (0, 400, ((a, 4, 4),)), (0, 800, ((a, 8, 2), (b, 0, 1)))]
+    # a small epoch is one chunk (one Spark task, one output file) whatever its files
+    assert plan_chunks([a, b], 3) == [(0, 0, ((a, 0, 10), (b, 0, 1)))]
     assert len(plan_chunks([a], 1, max_rows=250)) == 4  # at most max_rows (whole groups)
+    assert plan_chunks([a, b], 3, min_rows=1050) == plan_chunks([a, b], 3)
 
 
-def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(spark, tmp_path) -> None:
+@pytest.mark.parametrize("min_rows", [0, None], ids=["a-task-per-chunk", "a-small-epoch-in-one-task"])
+def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(spark, tmp_path, monkeypatch, min_rows) -> None:
+    if min_rows is not None:
+        monkeypatch.setattr(epoch_tasks, "MIN_CHUNK_ROWS", min_rows)
     staged = [_stage(tmp_path / "a.parquet", 0, 3000), _stage(tmp_path / "b.parquet", 3000, 4000)]
     want = pa.concat_tables([pq.read_table(p) for p in staged])
     outputs = []
@@ -67,7 +73,8 @@ def test_file_epoch_keeps_staged_order_and_a_redrive_is_identical(spark, tmp_pat
         sink = TransactionalFileSink(tmp_path / run, format="parquet", schema=SCHEMA)
         assert native_kind(sink) == "file"
         info, rows = write_epoch(spark, "file", sink, staged, 7, SCHEMA)
-        assert rows == want.num_rows and len(info["files"]) >= 2  # a task per chunk, each a file
+        # a task per chunk, each a file; 4,000 rows are one chunk unless the floor is lowered
+        assert rows == want.num_rows and (len(info["files"]) >= 2 if min_rows == 0 else len(info["files"]) == 1)
         assert _committed(sink).num_rows == 0  # staged, not visible before the commit
         if run == "redriven":  # a failed try first: aborted, then the epoch written again
             sink.abort(7)

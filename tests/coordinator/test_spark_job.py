@@ -64,7 +64,8 @@ def test_arrow_ipc_parts_are_written_on_the_executors_in_file_then_row_order(spa
     parts = [_part(list(range(40, 0, -1))), _part([]), _part(list(range(1000, 950, -1)))]
     files = [_write(tmp_path / f"p{i}.arrows", p, stream=i != 2) for i, p in enumerate(parts)]
     assert [sum(stage_groups(f)) for f in files] == [40, 0, 50]
-    assert [c[3] for c in plan_chunks(files, 1)] == [6, 8]  # batches of 7 rows, the empty part has none
+    # batches of 7 rows (6 and 8 of them), the empty part has none: all one chunk
+    assert plan_chunks(files, 1) == [(0, 0, ((files[0], 0, 6), (files[2], 0, 8)))]
     sink = _sink(tmp_path / "out")
     assert _epoch(spark, sink, files) == 90
     out = _committed(sink)
