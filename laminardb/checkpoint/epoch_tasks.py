@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from laminardb.checkpoint.stage_files import read_groups, stage_groups
 
 __all__ = ["CHUNK_ROWS", "MIN_CHUNK_ROWS", "Chunk", "DeltaFilesTask", "FilePartsTask", "PartitionedPartsTask",
-           "SealTask", "chunk_tables", "plan_chunks"]
+           "SealTask", "chunk_tables", "plan_chunks", "worker_pid"]
 
 #: the most rows in one chunk (one output file), as the embedded FILE sink rolls its part files
 CHUNK_ROWS = 1_000_000
@@ -253,6 +253,14 @@ class DeltaFilesTask(_ChunkWriter):
                  if not pa.types.is_nested(f.type)}
         stats = json.dumps({"numRecords": rows, "nullCount": nulls})
         return os.path.basename(handle.path), os.path.getsize(handle.path), stats
+
+
+def worker_pid(items: Iterator[Any]) -> Iterator[int]:
+    """A no-op task (``spark_job._KeepWarm``): yields the Python worker's pid. It reads its
+    input to the end, as every task must: Spark reuses a worker only then."""
+    for _ in items:
+        pass
+    yield os.getpid()
 
 
 def _fsync(path: str) -> None:

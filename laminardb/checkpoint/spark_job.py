@@ -1,6 +1,7 @@
 """The Spark session of the Delta checkpoint coordinator. Entry points:
 :func:`spark_session` (one Spark application per process, started on first use and reused),
-:func:`stop_spark`, :func:`kill_jvm` and ``_Watchdog`` (a bound on one Spark call).
+:func:`stop_spark`, :func:`kill_jvm`, ``_Watchdog`` (a bound on one Spark call) and
+``_KeepWarm`` (keeps the executors' Python worker between epochs).
 
 Why Spark, and why this shape: the coordinator is a PySpark application (issue 9). RayDP
 would run Spark executors as Ray actors but pins pyspark <= 3.5, so Spark runs
@@ -16,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,17 @@ _JOB_TIMEOUT_S = float(os.environ.get("LAMINARDB_COORDINATOR_SPARK_JOB_TIMEOUT",
 _APP_NAME = "laminardb-coordinator"
 _lock = threading.Lock()
 _spark: Any = None
+
+# Spark kills a Python worker that has run no task for a minute (PythonWorkerFactory's
+# IDLE_WORKER_TIMEOUT_NS, not configurable). The next epoch's task then forks a fresh one,
+# which imports pyspark, pyarrow, pandas and laminardb again: 1.5-2 CPU s, and about a second
+# more on that epoch's barrier-to-manifest time. So while epochs keep coming (the last one
+# within KEEP_WARM_FOR_S), a no-op task runs whenever no job ran for WORKER_IDLE_S.
+WORKER_IDLE_S = 40.0
+KEEP_WARM_FOR_S = 600.0
+_last_job = 0.0  # time.monotonic() when the last job ended: any job
+_last_epoch_job = 0.0  # ... an epoch's job (not a no-op)
+_warm: _KeepWarm | None = None
 
 
 def driver_memory() -> str:
@@ -99,6 +112,9 @@ def spark_session() -> Any:
             spark = _start_session(settings)
         spark.sparkContext.setLogLevel("ERROR")
         _spark = spark
+        global _warm
+        _warm = _KeepWarm(spark)
+        _warm.start()
         return spark
 
 
@@ -125,9 +141,12 @@ def _start_session(settings: dict[str, str]) -> Any:
 
 def stop_spark() -> None:
     """Stop the process's SparkSession (the next :func:`spark_session` starts a new one)."""
-    global _spark
+    global _spark, _warm
     with _lock:
         spark, _spark = _spark, None
+        warm, _warm = _warm, None
+    if warm is not None:
+        warm.stop()
     if spark is not None and _jvm_alive():
         spark.stop()
     elif spark is not None:
@@ -174,7 +193,11 @@ def kill_jvm() -> None:
 
 
 class _Watchdog:
-    """Kills the JVM if the calls inside take longer than ``_JOB_TIMEOUT_S``."""
+    """Kills the JVM if the calls inside take longer than ``_JOB_TIMEOUT_S``; notes when a
+    job ended (``epoch_job=False``: a ``_KeepWarm`` no-op, which does not extend the warmth)."""
+
+    def __init__(self, *, epoch_job: bool = True) -> None:
+        self.epoch_job = epoch_job
 
     def __enter__(self) -> _Watchdog:
         self._timer = threading.Timer(_JOB_TIMEOUT_S, self._fire)
@@ -187,4 +210,41 @@ class _Watchdog:
         kill_jvm()
 
     def __exit__(self, *exc: object) -> None:
+        global _last_job, _last_epoch_job
         self._timer.cancel()
+        _last_job = time.monotonic()
+        if self.epoch_job:
+            _last_epoch_job = _last_job
+
+
+class _KeepWarm(threading.Thread):
+    """Runs a no-op task on ``session`` once no job ran for ``WORKER_IDLE_S``, while the last
+    epoch's job ended within ``KEEP_WARM_FOR_S`` (see ``WORKER_IDLE_S``). Ends when the
+    process's session is no longer ``session`` (stopped, or its JVM died and was replaced)."""
+
+    #: no-op tasks run in this process (tests, metrics)
+    runs = 0
+
+    def __init__(self, session: Any) -> None:
+        super().__init__(name="laminardb-spark-keep-warm", daemon=True)
+        self.session = session
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=_JOB_TIMEOUT_S)
+
+    def run(self) -> None:
+        while _spark is self.session and not self._stopped.wait(min(5.0, WORKER_IDLE_S / 4)):
+            now = time.monotonic()
+            if (_spark is not self.session or now - _last_job < WORKER_IDLE_S
+                    or now - _last_epoch_job > KEEP_WARM_FOR_S or not _jvm_alive()):
+                continue
+            try:
+                from laminardb.checkpoint.epoch_tasks import worker_pid
+
+                with _Watchdog(epoch_job=False):
+                    self.session.sparkContext.parallelize([0], 1).mapPartitions(worker_pid).collect()
+                _KeepWarm.runs += 1
+            except Exception:  # noqa: BLE001 - a stopped or dying session: the loop ends or retries
+                log.debug("the keep-warm task failed", exc_info=True)

@@ -97,3 +97,50 @@ def test_a_dead_jvm_fails_the_job_and_the_next_session_is_fresh(spark, tmp_path)
     sink = _sink(tmp_path / "fresh")
     _epoch(fresh, sink, [f])
     assert _committed(sink).equals(_part(list(range(20))))
+
+
+def _task_pid(spark) -> int:
+    """The pid of the Python worker that runs one epoch-like task."""
+    from laminardb.checkpoint import spark_job
+    from laminardb.checkpoint.epoch_tasks import worker_pid
+
+    with spark_job._Watchdog():  # counted as an epoch's job
+        return spark.sparkContext.parallelize([0], 1).mapPartitions(worker_pid).collect()[0]
+
+
+def test_a_no_op_task_runs_while_epochs_come_and_stops_after(spark, monkeypatch) -> None:
+    """The keep-warm rule on the real session: a no-op task once no job ran for
+    WORKER_IDLE_S, and none once the last epoch's job is older than KEEP_WARM_FOR_S."""
+    import time
+
+    from laminardb.checkpoint import spark_job
+    from tests._services.procs import wait_until
+
+    monkeypatch.setattr(spark_job, "WORKER_IDLE_S", 0.4)
+    _task_pid(spark)
+    runs = spark_job._KeepWarm.runs
+    wait_until(lambda: spark_job._KeepWarm.runs >= runs + 2, timeout=30, interval=0.1,
+               what="two no-op tasks after an epoch's job")
+    monkeypatch.setattr(spark_job, "KEEP_WARM_FOR_S", 0.0)  # the last epoch is now long ago
+    time.sleep(1.0)  # a no-op task already started ends
+    runs = spark_job._KeepWarm.runs
+    time.sleep(2.0)
+    assert spark_job._KeepWarm.runs == runs, "no-op tasks went on without epochs"
+
+
+def test_a_minute_without_epochs_keeps_the_python_worker(spark, monkeypatch) -> None:
+    """Spark kills a Python worker idle for a minute (its monitor looks every 10 s): without
+    the keep-warm task the next epoch's task runs in a fresh worker, which imports pyspark,
+    pyarrow, pandas and laminardb again (1.5-2 CPU s); with it, the same worker runs it."""
+    import time
+
+    from laminardb.checkpoint import spark_job
+
+    monkeypatch.setattr(spark_job, "KEEP_WARM_FOR_S", 0.0)  # the premise: no keep-warm task
+    before = _task_pid(spark)
+    time.sleep(75)
+    fresh = _task_pid(spark)
+    assert fresh != before, "Spark kept an idle worker past a minute: the keep-warm task is not needed"
+    monkeypatch.setattr(spark_job, "KEEP_WARM_FOR_S", 600.0)
+    time.sleep(75)
+    assert _task_pid(spark) == fresh, "the worker was killed although a no-op task kept it busy"
