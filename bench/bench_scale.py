@@ -57,7 +57,8 @@ Workloads (``--workloads``, comma-separated):
   figure above is this divided by the run's rows per second, plus the work per row.
 
 Each run is a fresh database, dropped after it; a warm-up database first starts the
-coordinator and its JVM (excluded). Before timing, the aggregate workloads warm every actor
+coordinator and its JVM and commits ``--warm-epochs`` small epochs, so the JVM has its epoch
+path compiled as a long-running coordinator has (excluded). Before timing, the aggregate workloads warm every actor
 on a throwaway source (``bench_cluster.warm_up``: numba kernels loaded); the Nexmark runs do
 not (their sources are Kafka's), so their actor figures include loading the join kernels.
 The embedded engine is warmed likewise on a throwaway connection. A run that fails is
