@@ -75,7 +75,7 @@ def spark_session() -> Any:
     Started once (a JVM: ~3-5 s), then reused by every database's checkpoints; started
     again when its JVM died (it exits on OutOfMemoryError rather than hang half-alive).
     """
-    global _spark
+    global _spark, _warm
     with _lock:
         if _spark is not None and _jvm_alive():
             return _spark
@@ -112,7 +112,6 @@ def spark_session() -> Any:
             spark = _start_session(settings)
         spark.sparkContext.setLogLevel("ERROR")
         _spark = spark
-        global _warm
         _warm = _KeepWarm(spark)
         _warm.start()
         return spark
