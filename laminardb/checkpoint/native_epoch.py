@@ -43,6 +43,7 @@ from laminardb.checkpoint.epoch_tasks import (
     DeltaFilesTask,
     FilePartsTask,
     PartitionedPartsTask,
+    ReadToEnd,
     SealTask,
     plan_chunks,
 )
@@ -102,7 +103,7 @@ def _run(spark: Any, stage_files: list[str], task: Any) -> list[Any]:
     if not chunks:
         return []
     with _Watchdog():
-        rows = sc.parallelize(chunks, len(chunks)).mapPartitions(task).collect()
+        rows = sc.parallelize(chunks, len(chunks)).mapPartitions(ReadToEnd(task)).collect()
     return sorted((_Written(*r) for r in rows), key=lambda r: (r.source, r.first_row))
 
 
@@ -111,7 +112,7 @@ def _run_one(spark: Any, task: Any, chunks: list[Any]) -> list[Any]:
     from laminardb.checkpoint.spark_job import _Watchdog
 
     with _Watchdog():
-        return spark.sparkContext.parallelize(chunks or [None], 1).mapPartitions(task).collect()
+        return spark.sparkContext.parallelize(chunks or [None], 1).mapPartitions(ReadToEnd(task)).collect()
 
 
 def write_epoch(spark: Any, kind: str, sink: Any, stage_files: list[str], epoch: int,

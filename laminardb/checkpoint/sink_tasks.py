@@ -69,9 +69,7 @@ class SinkCommitTask:
     def __init__(self, spec: SinkSpec, op: str, epoch: int, info: dict[str, Any] | None) -> None:
         self.spec, self.op, self.epoch, self.info = spec, op, epoch, info
 
-    def __call__(self, items: Iterator[Any]) -> Iterator[tuple[int, int]]:
-        for _ in items:  # read to the end: Spark reuses a Python worker only then (spark_job)
-            pass
+    def __call__(self, _: Iterator[Any]) -> Iterator[tuple[int, int]]:
         sink = build_sink(self.spec)
         try:
             if self.op == "commit":

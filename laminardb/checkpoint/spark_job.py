@@ -240,10 +240,10 @@ class _KeepWarm(threading.Thread):
                     or now - _last_epoch_job > KEEP_WARM_FOR_S or not _jvm_alive()):
                 continue
             try:
-                from laminardb.checkpoint.epoch_tasks import worker_pid
+                from laminardb.checkpoint.epoch_tasks import ReadToEnd, worker_pid
 
                 with _Watchdog(epoch_job=False):
-                    self.session.sparkContext.parallelize([0], 1).mapPartitions(worker_pid).collect()
+                    self.session.sparkContext.parallelize([0], 1).mapPartitions(ReadToEnd(worker_pid)).collect()
                 _KeepWarm.runs += 1
             except Exception:  # noqa: BLE001 - a stopped or dying session: the loop ends or retries
                 log.debug("the keep-warm task failed", exc_info=True)

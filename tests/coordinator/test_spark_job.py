@@ -102,10 +102,10 @@ def test_a_dead_jvm_fails_the_job_and_the_next_session_is_fresh(spark, tmp_path)
 def _task_pid(spark) -> int:
     """The pid of the Python worker that runs one epoch-like task."""
     from laminardb.checkpoint import spark_job
-    from laminardb.checkpoint.epoch_tasks import worker_pid
+    from laminardb.checkpoint.epoch_tasks import ReadToEnd, worker_pid
 
     with spark_job._Watchdog():  # counted as an epoch's job
-        return spark.sparkContext.parallelize([0], 1).mapPartitions(worker_pid).collect()[0]
+        return spark.sparkContext.parallelize([0], 1).mapPartitions(ReadToEnd(worker_pid)).collect()[0]
 
 
 def test_a_no_op_task_runs_while_epochs_come_and_stops_after(spark, monkeypatch) -> None:
