@@ -44,7 +44,7 @@ CHUNK_ROWS = 1_000_000
 #: the fewest rows in a chunk (unless the epoch has fewer): every Spark task costs the
 #: coordinator 50-100 ms of CPU, its JVM's scheduling and the Python worker's protocol,
 #: whatever it holds, while writing this many rows costs about as much
-#: (bench/README.md, "a small epoch is one Spark task")
+#: (bench/bench_epoch_tasks.py; bench/README.md, "a small epoch is one Spark task")
 MIN_CHUNK_ROWS = 262_144
 # small row groups (a head appends what each engine batch holds) are written out together
 _WRITE_ROWS = 65_536
